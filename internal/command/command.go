@@ -1,0 +1,206 @@
+// Package command defines what the cell replicates: the commands proposed
+// to Raft, and the results the state machine hands back to the waiting
+// caller. Both are msgpack, prefixed by a format version byte, so that a
+// node refuses (rather than misreads) a command written by a newer node.
+package command
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Version is the format version of encoded commands. A node refuses a
+// command whose version it does not know (invariant 10 of DESIGN.md).
+const Version byte = 1
+
+// ErrVersion is returned when a command carries a format version this
+// node does not understand.
+var ErrVersion = errors.New("command: unknown format version")
+
+// ErrMalformed is returned for bytes that do not decode as a command.
+var ErrMalformed = errors.New("command: malformed")
+
+// Kind says which part of the state machine a command addresses.
+type Kind uint8
+
+const (
+	// KindTxn is a transaction: compares, then one of two op lists.
+	KindTxn Kind = iota + 1
+	// KindSessionCreate opens a session; its ID is the entry's log index.
+	KindSessionCreate
+	// KindSessionEnd ends a session (close or expiry) and deletes all its
+	// ephemeral keys in one revision.
+	KindSessionEnd
+	// KindNoop changes nothing; used to confirm leadership and to flush.
+	KindNoop
+)
+
+// OpType is the type of one operation inside a transaction.
+type OpType uint8
+
+const (
+	// OpGet reads a key (or, with Prefix, every key under it).
+	OpGet OpType = iota + 1
+	// OpPut writes a key.
+	OpPut
+	// OpDelete deletes a key (or, with Prefix, every key under it).
+	OpDelete
+)
+
+// Op is one operation of a transaction.
+type Op struct {
+	Type    OpType `msgpack:"t"`
+	Key     string `msgpack:"k"`
+	Value   []byte `msgpack:"v,omitempty"`
+	Prefix  bool   `msgpack:"p,omitempty"`
+	Session int64  `msgpack:"s,omitempty"` // owning session of an ephemeral put; 0 = none
+}
+
+// CompareTarget names the field of a key a Compare looks at.
+type CompareTarget uint8
+
+const (
+	// TargetVersion compares the key's version (0 = absent).
+	TargetVersion CompareTarget = iota + 1
+	// TargetValue compares the key's value bytes.
+	TargetValue
+	// TargetCreateRev compares the key's create revision (0 = absent).
+	TargetCreateRev
+	// TargetModRev compares the key's last modification revision (0 = absent).
+	TargetModRev
+	// TargetSession compares the key's owning session (0 = none or absent).
+	TargetSession
+)
+
+// CompareOp is the relation a Compare checks.
+type CompareOp uint8
+
+const (
+	// Equal holds when the field equals the operand.
+	Equal CompareOp = iota + 1
+	// NotEqual holds when it differs.
+	NotEqual
+	// Less holds when the field is less than the operand.
+	Less
+	// Greater holds when the field is greater than the operand.
+	Greater
+)
+
+// Compare is one condition of a transaction. Integer targets use Int,
+// TargetValue uses Value (compared bytewise).
+type Compare struct {
+	Key    string        `msgpack:"k"`
+	Target CompareTarget `msgpack:"t"`
+	Op     CompareOp     `msgpack:"o"`
+	Int    int64         `msgpack:"i,omitempty"`
+	Value  []byte        `msgpack:"v,omitempty"`
+}
+
+// Txn is a transaction: if every Compare holds, Then runs, else Else runs.
+// All its writes share one revision.
+type Txn struct {
+	If   []Compare `msgpack:"if,omitempty"`
+	Then []Op      `msgpack:"then,omitempty"`
+	Else []Op      `msgpack:"else,omitempty"`
+}
+
+// Session carries the arguments of session commands.
+type Session struct {
+	ID  int64 `msgpack:"id,omitempty"`  // KindSessionEnd: the session to end
+	TTL int64 `msgpack:"ttl,omitempty"` // KindSessionCreate: time to live in nanoseconds
+	// Expired marks an end by expiry (decided by the leader) rather than
+	// by the holder's Close.
+	Expired bool `msgpack:"exp,omitempty"`
+}
+
+// Command is one replicated request.
+type Command struct {
+	// ID identifies the request so the proposing node can wake its waiter
+	// when the entry applies. Unique per proposing node and incarnation;
+	// zero for commands nobody waits on.
+	ID      uint64   `msgpack:"id"`
+	Kind    Kind     `msgpack:"kind"`
+	Txn     *Txn     `msgpack:"txn,omitempty"`
+	Session *Session `msgpack:"ses,omitempty"`
+}
+
+// Encode returns the versioned encoding of c.
+func Encode(c *Command) ([]byte, error) {
+	b, err := msgpack.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(b)+1)
+	out = append(out, Version)
+	return append(out, b...), nil
+}
+
+// Decode parses an encoded command. It never panics on arbitrary input.
+func Decode(data []byte) (*Command, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	if data[0] != Version {
+		return nil, fmt.Errorf("%w: %d", ErrVersion, data[0])
+	}
+	var c Command
+	if err := msgpack.Unmarshal(data[1:], &c); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if c.Kind < KindTxn || c.Kind > KindNoop {
+		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, c.Kind)
+	}
+	return &c, nil
+}
+
+// Status is the outcome of applying a command. The state machine decides it
+// deterministically, so every node reaches the same one.
+type Status uint8
+
+const (
+	// StatusOK means the command applied (for a Txn: see Result.Succeeded).
+	StatusOK Status = iota
+	// StatusQuotaExceeded means the write would take the keyspace past its
+	// quota; nothing changed.
+	StatusQuotaExceeded
+	// StatusNoSession means an ephemeral put named a session that does not
+	// exist (expired or never created); nothing changed.
+	StatusNoSession
+	// StatusInvalid means the command broke a limit the proposer should
+	// have checked (key or value size, op count); nothing changed.
+	StatusInvalid
+)
+
+// KV is a key as stored, returned in results.
+type KV struct {
+	Key       string
+	Value     []byte
+	Version   int64
+	CreateRev int64
+	ModRev    int64
+	Session   int64
+}
+
+// OpResult is the outcome of one Op.
+type OpResult struct {
+	// KVs holds what an OpGet found, or for OpPut the key as written.
+	KVs []KV
+	// Deleted counts the keys an OpDelete removed.
+	Deleted int64
+}
+
+// Result is what applying a command yields to the caller that proposed it.
+type Result struct {
+	Status Status
+	// Rev is the cell revision after this command: the revision of its
+	// writes if it wrote, else the current revision.
+	Rev int64
+	// Succeeded reports which branch of a Txn ran.
+	Succeeded bool
+	// Ops holds one result per op of the branch that ran.
+	Ops []OpResult
+	// SessionID is the ID of a session created by KindSessionCreate.
+	SessionID int64
+}

@@ -1,0 +1,254 @@
+// Package storage keeps a member's durable state in one Pebble database:
+// the Raft log (RaftLog, a raft.Storage) and the replicated state machine
+// (StateMachine: keys, sessions, the change history that watches read).
+//
+// Both halves share one Pebble write-ahead log, so one synced write makes
+// every earlier write durable too: the Raft loop syncs the log once per
+// Ready, and the state machine's applies ride on the next sync. The
+// applied index is written in the same batch as the change it applies, so
+// a restart replays exactly the entries not yet applied, never one twice.
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// FormatVersion is the on-disk format of this package. A store written
+// with another version is refused by Open (invariant 10 of DESIGN.md).
+const FormatVersion uint64 = 1
+
+// Sentinel errors.
+var (
+	// ErrFormat is returned by Open for a store of an unknown format version.
+	ErrFormat = errors.New("storage: unknown on-disk format version")
+	// ErrCompacted is returned when history below the retained window is asked for.
+	ErrCompacted = errors.New("storage: revision compacted")
+	// ErrClosed is returned by operations on a closed store.
+	ErrClosed = errors.New("storage: closed")
+	// ErrSnapshotIncomplete is returned when installing a snapshot whose
+	// chunks have not all arrived.
+	ErrSnapshotIncomplete = errors.New("storage: snapshot chunks incomplete")
+)
+
+// Key space. One byte of prefix per kind of record; everything the state
+// machine owns sits under prefixes >= prefixStateFirst so that a snapshot
+// is one contiguous range.
+const (
+	prefixFormat     byte = 0x00 // format version record
+	prefixLogEntry   byte = 0x01 // raft entries: prefix + index (8 bytes BE)
+	prefixLogMeta    byte = 0x02 // hard state, truncated index/term
+	prefixStaging    byte = 0x03 // snapshot chunks being received: prefix + original key
+	prefixStateFirst byte = 0x10
+	prefixStateMeta  byte = 0x10 // applied index/term, conf state, revision, sizes
+	prefixKV         byte = 0x11 // user keys: prefix + key
+	prefixSession    byte = 0x12 // sessions: prefix + id (8 bytes BE)
+	prefixSessionKey byte = 0x13 // ephemeral index: prefix + id (8 BE) + key
+	prefixHistory    byte = 0x14 // change history: prefix + revision (8 bytes BE)
+	prefixStateEnd   byte = 0x15 // exclusive upper bound of the state range
+)
+
+// MemDisk is an in-memory disk that outlives the store opened on it, so a
+// test can "crash" a member and restart it on what it had synced.
+type MemDisk struct {
+	fs *vfs.MemFS
+}
+
+// NewMemDisk returns an empty in-memory disk.
+func NewMemDisk() *MemDisk { return &MemDisk{fs: vfs.NewCrashableMem()} }
+
+// Crash returns the disk as a power cut at this instant would leave it:
+// everything synced, and a random part (chosen by rng; nil = none) of
+// what was written but not synced.
+func (d *MemDisk) Crash(rng *rand.Rand) *MemDisk {
+	cfg := vfs.CrashCloneCfg{}
+	if rng != nil {
+		cfg.UnsyncedDataPercent = 50
+		cfg.RNG = rng
+	}
+	return &MemDisk{fs: d.fs.CrashClone(cfg)}
+}
+
+// Options configure a Store.
+type Options struct {
+	// Dir is the data directory. "" keeps everything in memory, on Disk.
+	Dir string
+	// Disk is the in-memory disk used when Dir is "". nil = a fresh one.
+	Disk *MemDisk
+	// Logger receives storage events. nil = discard.
+	Logger *slog.Logger
+	// EntryCacheBytes bounds the in-memory cache of recent Raft entries.
+	// 0 = 16 MiB.
+	EntryCacheBytes int
+	// HistoryRevisions is how many revisions of change history to keep for
+	// watches. 0 = 100,000.
+	HistoryRevisions int64
+	// QuotaBytes bounds the size of the keyspace (keys + values). Writes
+	// that would exceed it fail with StatusQuotaExceeded; deletes always
+	// work. 0 = 2 GiB.
+	QuotaBytes int64
+}
+
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.EntryCacheBytes == 0 {
+		o.EntryCacheBytes = 16 << 20
+	}
+	if o.HistoryRevisions == 0 {
+		o.HistoryRevisions = 100_000
+	}
+	if o.QuotaBytes == 0 {
+		o.QuotaBytes = 2 << 30
+	}
+}
+
+// Store is one member's Pebble database with its two halves.
+type Store struct {
+	db  *pebble.DB
+	log *RaftLog
+	sm  *StateMachine
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (or creates) the store described by opts.
+func Open(opts Options) (*Store, error) {
+	opts.setDefaults()
+	popts := &pebble.Options{
+		Logger: pebbleLogger{opts.Logger},
+	}
+	dir := opts.Dir
+	if dir == "" {
+		if opts.Disk == nil {
+			opts.Disk = NewMemDisk()
+		}
+		popts.FS = opts.Disk.fs
+		dir = "/coord"
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+	}
+	s := &Store{db: db}
+	if err := s.checkFormat(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.sm, err = newStateMachine(db, &opts)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.log, err = newRaftLog(db, &opts, s.sm)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkFormat() error {
+	key := []byte{prefixFormat}
+	val, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return s.db.Set(key, appendUint64(nil, FormatVersion), pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("storage: read format: %w", err)
+	}
+	defer closer.Close()
+	if len(val) != 8 || readUint64(val) != FormatVersion {
+		return fmt.Errorf("%w: found %x, want %d", ErrFormat, val, FormatVersion)
+	}
+	return nil
+}
+
+// RaftLog returns the Raft half of the store.
+func (s *Store) RaftLog() *RaftLog { return s.log }
+
+// StateMachine returns the state machine half of the store.
+func (s *Store) StateMachine() *StateMachine { return s.sm }
+
+// IsNew reports whether the store has never been bootstrapped nor
+// received a snapshot: a founding member then calls Bootstrap.
+func (s *Store) IsNew() bool {
+	return s.sm.AppliedIndex() == 0 && s.log.lastIndexNoErr() == 0 && len(s.sm.ConfState().GetVoters()) == 0
+}
+
+// Bootstrap records the founding membership of a new cell as the state at
+// index 0, so every founding member starts from the same configuration
+// without synthetic log entries.
+func (s *Store) Bootstrap(cs *pb.ConfState) error {
+	return s.sm.bootstrap(cs)
+}
+
+// InstallSnapshot replaces the state machine with the staged snapshot
+// received for snap and resets the Raft log to start after it, in one
+// synced batch.
+func (s *Store) InstallSnapshot(snap *pb.Snapshot) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := s.sm.installStaged(b, snap); err != nil {
+		return err
+	}
+	s.log.resetTo(b, snap.GetMetadata())
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("storage: install snapshot: %w", err)
+	}
+	s.log.afterReset(snap.GetMetadata())
+	s.sm.afterInstall(snap)
+	return nil
+}
+
+// Sync makes every write so far durable.
+func (s *Store) Sync() error {
+	return s.db.LogData(nil, pebble.Sync)
+}
+
+// Close closes the database. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.sm.close()
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf is called by Pebble on unrecoverable corruption. A library must
+// not exit the process; panicking lets the node's recover turn it into the
+// node's error.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble")
+	panic("storage: pebble fatal: " + msg)
+}
+
+func appendUint64(b []byte, v uint64) []byte {
+	return append(b, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32),
+		byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+func readUint64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}

@@ -1,0 +1,57 @@
+// Package transport moves opaque messages between the members of a cell.
+//
+// The cell only needs three things from a transport, so a user can bring
+// their own: send without blocking, deliver what arrives on one channel,
+// and close. Two implementations live here: an in-memory network with
+// fault injection for tests (NewNetwork), and TCP with length-prefixed
+// msgpack frames and optional mutual TLS (ListenTCP).
+package transport
+
+import "errors"
+
+// Envelope is one message between two members, named by their stable
+// member names. Data is opaque to the transport.
+type Envelope struct {
+	From string
+	To   string
+	Data []byte
+}
+
+// Transport delivers envelopes between the members of one cell. A
+// Transport is bound to one member (its own name) when it is created.
+//
+// Implementations must be safe for concurrent use.
+type Transport interface {
+	// Send queues envelopes for delivery and returns at once: it never
+	// blocks on the network or on a slow peer. Envelopes that cannot be
+	// queued (the peer's queue is full, the peer is unknown or down) are
+	// dropped; Raft retransmits. Per destination, envelopes that are
+	// delivered arrive in the order they were sent, unless a test fault
+	// says otherwise. Send returns ErrClosed after Close.
+	Send(envs []Envelope) error
+	// Receive returns the channel on which envelopes addressed to this
+	// member arrive. It is closed after Close. The transport owns the
+	// channel; Data slices handed out are the receiver's to keep.
+	Receive() <-chan Envelope
+	// Close stops sending and receiving and releases resources. It is
+	// safe to call more than once.
+	Close() error
+}
+
+// PeerAdder is an optional capability: transports that address peers
+// (TCP) learn a new member's address through it.
+type PeerAdder interface {
+	AddPeer(name, addr string)
+}
+
+// Sentinel errors.
+var (
+	// ErrClosed is returned by Send after Close.
+	ErrClosed = errors.New("transport: closed")
+	// ErrFrameTooLarge is reported for a frame over the size limit.
+	ErrFrameTooLarge = errors.New("transport: frame too large")
+	// ErrMalformedFrame is reported for bytes that do not decode as a frame.
+	ErrMalformedFrame = errors.New("transport: malformed frame")
+	// ErrUnknownPeer is reported for a destination the transport has no address for.
+	ErrUnknownPeer = errors.New("transport: unknown peer")
+)
