@@ -16,7 +16,15 @@ import (
 type RaftLog struct {
 	// STUB: the storage-log helper fills this in.
 	db *pebble.DB
-	sm *StateMachine
+	sm stateSource
+}
+
+// stateSource is what the log needs from the state machine: the conf
+// state as of the applied index, and a live snapshot. *StateMachine
+// implements it; tests use a fake.
+type stateSource interface {
+	ConfState() *pb.ConfState
+	snapshot() (*pb.Snapshot, error)
 }
 
 var _ raft.Storage = (*RaftLog)(nil)
@@ -24,7 +32,7 @@ var _ raft.Storage = (*RaftLog)(nil)
 // newRaftLog loads the log's bounds and hard state from db. sm supplies
 // the conf state as of the applied index (InitialState) and the live
 // snapshot (Snapshot).
-func newRaftLog(db *pebble.DB, opts *Options, sm *StateMachine) (*RaftLog, error) {
+func newRaftLog(db *pebble.DB, opts *Options, sm stateSource) (*RaftLog, error) {
 	panic("TODO")
 }
 
