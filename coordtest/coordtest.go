@@ -1,0 +1,298 @@
+// Package coordtest starts in-memory cells for tests: n members of a cell
+// in one process, wired by an in-memory network (no ports, so parallel
+// tests never fight over them), with faults on demand: partitions,
+// isolation, message loss and delay, crashes and restarts.
+//
+//	func TestFailover(t *testing.T) {
+//		c := coordtest.NewCluster(t, 3)
+//		leader := c.Leader()
+//		if _, err := leader.Put(ctx, "k", []byte("v")); err != nil { ... }
+//		c.Crash(c.LeaderIndex())
+//		_, err := c.Leader().Get(ctx, "k") // a new leader, and the write is there
+//	}
+//
+// A Cluster is safe for use by the test goroutine and the goroutines it
+// starts; it is cleaned up with t.Cleanup.
+package coordtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/storage"
+	"github.com/coordcell/coord/transport"
+)
+
+// Option configures a Cluster.
+type Option func(*options)
+
+type options struct {
+	seed      int64
+	seedSet   bool
+	configure func(i int, cfg *coord.Config)
+	logger    *slog.Logger
+	timeout   time.Duration
+}
+
+// WithSeed fixes the seed of the network's faults and of crash outcomes,
+// to replay a failure. By default a random seed is used and logged.
+func WithSeed(seed int64) Option {
+	return func(o *options) { o.seed, o.seedSet = seed, true }
+}
+
+// WithConfig lets a test adjust each member's Config (member i) before it
+// opens, e.g. limits or history retention.
+func WithConfig(f func(i int, cfg *coord.Config)) Option {
+	return func(o *options) { o.configure = f }
+}
+
+// WithLogger sends every member's logs to l (default: discarded).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// WithWaitTimeout bounds how long Leader waits for a leader (default 10s).
+func WithWaitTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
+// Cluster is an in-memory cell of n members.
+type Cluster struct {
+	t    testing.TB
+	opts options
+	net  *transport.Network
+	rng  *rand.Rand
+
+	mu      sync.Mutex
+	names   []string
+	nodes   []*coord.Node // nil while crashed
+	disks   []*storage.MemDisk
+	trs     []transport.Transport
+	configs []coord.Config
+}
+
+// NewCluster starts an n-member cell and registers its cleanup with t.
+// Members are named "n0" … "n{n-1}". Timing is fast for tests: a 10ms tick,
+// election timeout 200ms.
+func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	o := options{timeout: 10 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	if !o.seedSet {
+		o.seed = rand.Int64()
+	}
+	t.Logf("coordtest: seed %d (replay with coordtest.WithSeed(%d))", o.seed, o.seed)
+	c := &Cluster{
+		t:    t,
+		opts: o,
+		net:  transport.NewNetwork(o.seed),
+		rng:  rand.New(rand.NewPCG(uint64(o.seed), 0x636f6f7264)),
+	}
+	peers := make([]coord.Peer, n)
+	for i := range n {
+		name := fmt.Sprintf("n%d", i)
+		c.names = append(c.names, name)
+		peers[i] = coord.Peer{Name: name, Addr: name}
+	}
+	c.nodes = make([]*coord.Node, n)
+	c.disks = make([]*storage.MemDisk, n)
+	c.trs = make([]transport.Transport, n)
+	c.configs = make([]coord.Config, n)
+	for i := range n {
+		cfg := coord.Config{
+			Name:           c.names[i],
+			Peers:          peers,
+			TickInterval:   10 * time.Millisecond,
+			ElectionTicks:  20,
+			HeartbeatTicks: 2,
+			Logger:         o.logger,
+		}
+		if o.configure != nil {
+			o.configure(i, &cfg)
+		}
+		c.configs[i] = cfg
+		c.disks[i] = storage.NewMemDisk()
+	}
+	t.Cleanup(c.close)
+	for i := range n {
+		c.start(i)
+	}
+	return c
+}
+
+func (c *Cluster) start(i int) {
+	c.t.Helper()
+	cfg := c.configs[i]
+	tr := c.net.Join(c.names[i])
+	cfg.Transport = tr
+	cfg.Disk = c.disks[i]
+	node, err := coord.Open(context.Background(), cfg)
+	if err != nil {
+		tr.Close()
+		c.t.Fatalf("coordtest: open member %s: %v (seed %d)", c.names[i], err, c.opts.seed)
+	}
+	c.nodes[i], c.trs[i] = node, tr
+}
+
+// Seed returns the seed the cluster runs with.
+func (c *Cluster) Seed() int64 { return c.opts.seed }
+
+// Size returns the number of members.
+func (c *Cluster) Size() int { return len(c.names) }
+
+// Name returns member i's name.
+func (c *Cluster) Name(i int) string { return c.names[i] }
+
+// Node returns member i, or nil while it is crashed.
+func (c *Cluster) Node(i int) *coord.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Network returns the in-memory network, for finer faults: drop rate,
+// delay, duplication, reordering, one-way blocks.
+func (c *Cluster) Network() *transport.Network { return c.net }
+
+// Leader waits until the running members agree on a leader and returns
+// it. It fails the test (with the seed) if none emerges in time.
+func (c *Cluster) Leader() *coord.Node {
+	c.t.Helper()
+	i := c.LeaderIndex()
+	return c.Node(i)
+}
+
+// LeaderIndex is Leader, returning the member's index.
+func (c *Cluster) LeaderIndex() int {
+	c.t.Helper()
+	deadline := time.Now().Add(c.opts.timeout)
+	for time.Now().Before(deadline) {
+		if i, ok := c.agreedLeader(); ok {
+			return i
+		}
+		time.Sleep(5 * time.Millisecond) // polling Status; there is no event to wait on across members
+	}
+	c.t.Fatalf("coordtest: no leader within %v (seed %d)", c.opts.timeout, c.opts.seed)
+	return -1
+}
+
+// agreedLeader finds the member that leads in the highest term and is
+// acknowledged by a majority of all members (itself included).
+func (c *Cluster) agreedLeader() (int, bool) {
+	c.mu.Lock()
+	nodes := slices.Clone(c.nodes)
+	c.mu.Unlock()
+	best, bestTerm := -1, uint64(0)
+	for i, n := range nodes {
+		if n == nil {
+			continue
+		}
+		if st := n.Status(); st.Role == coord.RoleLeader && st.Term >= bestTerm {
+			best, bestTerm = i, st.Term
+		}
+	}
+	if best < 0 {
+		return -1, false
+	}
+	votes := 0
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		if st := n.Status(); st.Leader == c.names[best] && st.Term == bestTerm {
+			votes++
+		}
+	}
+	return best, votes > len(nodes)/2
+}
+
+// Partition splits the members into groups that cannot reach each other.
+// Members not in any group are isolated.
+func (c *Cluster) Partition(groups ...[]int) {
+	named := make([][]string, len(groups))
+	for g, idx := range groups {
+		for _, i := range idx {
+			named[g] = append(named[g], c.names[i])
+		}
+	}
+	c.net.Partition(named...)
+}
+
+// Isolate cuts member i off from every other member.
+func (c *Cluster) Isolate(i int) { c.net.Isolate(c.names[i]) }
+
+// Heal removes every partition and isolation (drop and delay settings stay).
+func (c *Cluster) Heal() { c.net.Heal() }
+
+// SetDropRate makes the network lose each message with probability p.
+func (c *Cluster) SetDropRate(p float64) { c.net.SetDropRate(p) }
+
+// SetDelay delays each message by a random duration in [min, max].
+func (c *Cluster) SetDelay(min, max time.Duration) { c.net.SetDelay(min, max) }
+
+// Crash kills member i as a power cut would: it stops at once, without a
+// leadership hand-over, and keeps only what it had synced to its
+// in-memory disk (plus a seeded random part of what it had not). Restart
+// brings it back on that disk.
+func (c *Cluster) Crash(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	node, tr := c.nodes[i], c.trs[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if node == nil {
+		c.t.Fatalf("coordtest: member %s is already crashed", c.names[i])
+	}
+	// Cutting the transport first means nothing leaves the member after
+	// the instant of the crash; the member stops on its closed transport.
+	tr.Close()
+	<-node.Done()
+	c.mu.Lock()
+	c.disks[i] = c.disks[i].Crash(c.rng)
+	c.mu.Unlock()
+	node.Close()
+}
+
+// Restart reopens crashed member i on its disk.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	running := c.nodes[i] != nil
+	c.mu.Unlock()
+	if running {
+		c.t.Fatalf("coordtest: member %s is running", c.names[i])
+	}
+	c.start(i)
+}
+
+// Running reports whether member i is up.
+func (c *Cluster) Running(i int) bool { return c.Node(i) != nil }
+
+func (c *Cluster) close() {
+	c.mu.Lock()
+	nodes := slices.Clone(c.nodes)
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		if n == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.trs[i].Close()
+			n.Close()
+		}()
+	}
+	wg.Wait()
+	c.net.Close()
+}

@@ -1,0 +1,44 @@
+package coord
+
+import "github.com/coordcell/coord/internal/errs"
+
+// The sentinel errors. Every error the package returns wraps one of these
+// (or a context error), so callers branch with errors.Is.
+var (
+	// ErrNotFound: Get found no such key.
+	ErrNotFound = errs.NotFound
+	// ErrConflict: a compare-and-set (IfVersion) did not hold; nothing changed.
+	ErrConflict = errs.Conflict
+	// ErrAmbiguous: the write reached Raft but its outcome is unknown (the
+	// context ended or the leader changed before it was seen to apply). It
+	// may or may not have been applied: read the state before retrying.
+	// Contrast with ErrNoQuorum, which means it certainly did not happen.
+	ErrAmbiguous = errs.Ambiguous
+	// ErrNoQuorum: this node cannot reach a quorum (it is on the minority
+	// side of a partition, or the cell has no leader); the request was not
+	// carried out. Writes and linearizable reads fail with it rather than
+	// answer from stale state.
+	ErrNoQuorum = errs.NoQuorum
+	// ErrTimeout: a wait bounded by the context's deadline ran out.
+	ErrTimeout = errs.Timeout
+	// ErrClosed: the node is closed (or failed; see Node.Err).
+	ErrClosed = errs.Closed
+	// ErrKeyTooLarge: the key is longer than Config.MaxKeySize.
+	ErrKeyTooLarge = errs.KeyTooLarge
+	// ErrValueTooLarge: the value is larger than Config.MaxValueSize.
+	ErrValueTooLarge = errs.ValueTooLarge
+	// ErrTooManyOps: a transaction has more than Config.MaxTxnOps operations.
+	ErrTooManyOps = errs.TooManyOps
+	// ErrQuotaExceeded: the write would take the keyspace past
+	// Config.QuotaBytes. Deletes still work.
+	ErrQuotaExceeded = errs.QuotaExceeded
+	// ErrCompacted: the revision asked for is older than the retained history.
+	ErrCompacted = errs.Compacted
+	// ErrInvalidKey: the key is empty or otherwise unusable.
+	ErrInvalidKey = errs.InvalidKey
+	// ErrInvalidConfig: Open was given a Config it cannot run with.
+	ErrInvalidConfig = errs.InvalidConfig
+	// ErrSessionExpired: the session is gone (expired or closed), so an
+	// ephemeral write naming it was refused.
+	ErrSessionExpired = errs.SessionExpired
+)

@@ -1,0 +1,25 @@
+// Package errs holds the sentinel errors that the root package exports.
+// They live here so that raftnode and the root package share one value
+// per error without an import cycle; users see them as coord.ErrX.
+package errs
+
+import "errors"
+
+// Sentinels; see the root package's errors.go for what each means.
+var (
+	NotFound       = errors.New("coord: key not found")
+	Conflict       = errors.New("coord: compare failed")
+	Ambiguous      = errors.New("coord: outcome unknown; the write may or may not have been applied")
+	NoQuorum       = errors.New("coord: no quorum reachable")
+	Timeout        = errors.New("coord: timed out")
+	Closed         = errors.New("coord: node closed")
+	KeyTooLarge    = errors.New("coord: key too large")
+	ValueTooLarge  = errors.New("coord: value too large")
+	TooManyOps     = errors.New("coord: too many operations in one transaction")
+	QuotaExceeded  = errors.New("coord: keyspace quota exceeded")
+	Compacted      = errors.New("coord: revision compacted")
+	InvalidKey     = errors.New("coord: invalid key")
+	InvalidConfig  = errors.New("coord: invalid config")
+	SessionExpired = errors.New("coord: session expired")
+	Internal       = errors.New("coord: internal error")
+)

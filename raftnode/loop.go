@@ -1,0 +1,338 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/transport"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxProposalBatch bounds how many queued proposals go into one MsgProp.
+const maxProposalBatch = 1024
+
+// loopState is the raft loop's own bookkeeping; only that goroutine
+// touches it.
+type loopState struct {
+	tick uint64
+	// pending proposals wait here for a leader; handed ones have been
+	// given to Raft and wait to apply.
+	pending []*proposal
+	handed  []*proposal
+	// suspects were handed before the last leader change; if they have
+	// not applied within a grace period they end with ErrAmbiguous.
+	suspects     []*proposal
+	suspectSince uint64
+	reads        readState
+	lead         uint64
+	term         uint64
+	// leaderlessSince is the tick at which the member last lost sight of
+	// a leader; meaningful only while lead == 0.
+	leaderlessSince uint64
+}
+
+func (n *Node) raftLoop() {
+	ticker := newTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	recv := n.tr.Receive()
+	var ls loopState
+	defer func() {
+		stopped := n.errStopped()
+		ls.reads.failAll(stopped)
+		for _, p := range ls.pending {
+			n.waiters.deliver(p.id, proposalResult{err: stopped})
+		}
+	}()
+	for {
+		select {
+		case <-ticker.C:
+			ls.tick++
+			n.rn.Tick()
+			n.onTick(&ls)
+		case env, ok := <-recv:
+			if !ok {
+				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
+				return
+			}
+			n.handleEnvelope(env)
+		case p := <-n.propc:
+			ls.pending = append(ls.pending, p)
+		drainProps:
+			for len(ls.pending) < maxProposalBatch {
+				select {
+				case p := <-n.propc:
+					ls.pending = append(ls.pending, p)
+				default:
+					break drainProps
+				}
+			}
+		case r := <-n.readc:
+			ls.reads.queued = append(ls.reads.queued, r)
+		drainReads:
+			for {
+				select {
+				case r := <-n.readc:
+					ls.reads.queued = append(ls.reads.queued, r)
+				default:
+					break drainReads
+				}
+			}
+		case f := <-n.runc:
+			f()
+		case <-n.stopc:
+			return
+		}
+		if ls.lead != 0 {
+			n.flushProposals(&ls)
+			n.issueReads(&ls.reads, ls.tick)
+		}
+		for n.rn.HasReady() {
+			if !n.handleReady(&ls) {
+				return
+			}
+		}
+	}
+}
+
+// flushProposals hands every pending proposal to Raft in one MsgProp, so
+// that a burst of callers costs one append (and one fsync) on the leader.
+func (n *Node) flushProposals(ls *loopState) {
+	if len(ls.pending) == 0 {
+		return
+	}
+	ents := make([]*pb.Entry, len(ls.pending))
+	for i, p := range ls.pending {
+		ents[i] = &pb.Entry{Data: p.data}
+	}
+	err := n.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(n.id), Entries: ents})
+	if errors.Is(err, raft.ErrProposalDropped) {
+		// Raft refused them (leadership transfer, no leader yet, too much
+		// uncommitted): they certainly did not happen; try again next tick.
+		return
+	}
+	for _, p := range ls.pending {
+		p.handedTerm, p.handedAtTick = ls.term, ls.tick
+		p.handed.Store(true)
+		if err != nil {
+			n.waiters.deliver(p.id, proposalResult{err: fmt.Errorf("%w: propose: %v", errs.Internal, err)})
+		}
+	}
+	ls.handed = append(ls.handed, ls.pending...)
+	clear(ls.pending)
+	ls.pending = ls.pending[:0]
+}
+
+func (n *Node) onTick(ls *loopState) {
+	et := uint64(n.cfg.ElectionTicks)
+	if ls.lead == 0 && ls.tick-ls.leaderlessSince > 3*et {
+		// No leader for several election timeouts: we are on a minority
+		// side (or the cell has lost quorum). Say so instead of hanging.
+		for _, p := range ls.pending {
+			n.waiters.deliver(p.id, proposalResult{err: errs.NoQuorum})
+		}
+		clear(ls.pending)
+		ls.pending = ls.pending[:0]
+		ls.reads.failAll(errs.NoQuorum)
+	}
+	if ls.lead != 0 {
+		n.flushProposals(ls)
+		n.retryReads(&ls.reads, ls.tick, et)
+		n.issueReads(&ls.reads, ls.tick)
+	}
+	// Forget handed proposals that have applied (their waiter is gone).
+	if ls.tick%8 == 0 {
+		ls.handed = n.waiters.stillWaiting(ls.handed)
+	}
+	if len(ls.suspects) > 0 && ls.tick-ls.suspectSince > 2*et {
+		for _, p := range ls.suspects {
+			n.waiters.deliver(p.id, proposalResult{err: fmt.Errorf(
+				"%w: leadership changed after the command was proposed", errs.Ambiguous)})
+		}
+		ls.suspects = nil
+	}
+}
+
+// noteLeader tracks leadership changes for the proposal bookkeeping.
+func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
+	if lead == ls.lead && term == ls.term {
+		return
+	}
+	if lead == 0 && ls.lead != 0 {
+		ls.leaderlessSince = ls.tick
+	}
+	if term != ls.term && len(ls.handed) > 0 {
+		// Commands handed to the old leader may be lost with it, or may
+		// still commit under the new one: give them a grace period.
+		ls.handed = n.waiters.stillWaiting(ls.handed)
+		ls.suspects = append(ls.suspects, ls.handed...)
+		ls.handed = nil
+		ls.suspectSince = ls.tick
+	}
+	ls.lead, ls.term = lead, term
+}
+
+// handleReady processes one Ready in the order Raft requires. It returns
+// false when the node must stop.
+func (n *Node) handleReady(ls *loopState) bool {
+	rd := n.rn.Ready()
+	bs := n.rn.BasicStatus()
+	n.noteLeader(ls, bs.Lead, bs.HardState.GetTerm())
+	for _, r := range rd.ReadStates {
+		n.completeRead(&ls.reads, r.RequestCtx, r.Index)
+	}
+	// A leader may send before its own fsync (Raft thesis 10.2.1): the
+	// followers' appends and its own run in parallel. Followers must not:
+	// their acknowledgements promise durability.
+	leader := bs.RaftState == raft.StateLeader
+	if leader {
+		n.send(rd.Messages)
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if !n.installSnapshot(rd.Snapshot) {
+			return false
+		}
+	}
+	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
+		// Group commit: every entry of this Ready, one batch, one fsync.
+		if err := n.store.RaftLog().Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
+			return false
+		}
+	}
+	if !leader {
+		n.send(rd.Messages)
+	}
+	if len(rd.CommittedEntries) > 0 {
+		job := applyJob{ents: rd.CommittedEntries, cs: n.applyConfChanges(rd.CommittedEntries)}
+		select {
+		case n.applyc <- job:
+		case <-n.stopc:
+			return false
+		}
+	}
+	n.rn.Advance(rd)
+	if rd.SoftState != nil || rd.HardState != nil || len(rd.Entries) > 0 {
+		n.publishStatus()
+	}
+	return true
+}
+
+// applyConfChanges applies the membership changes among ents to Raft and
+// returns the resulting conf state (nil if none changed it). Raft's own
+// view must change on its goroutine; the state machine persists the
+// result with the applied index.
+func (n *Node) applyConfChanges(ents []*pb.Entry) *pb.ConfState {
+	var cs *pb.ConfState
+	for _, e := range ents {
+		var cc pb.ConfChangeI
+		switch e.GetType() {
+		case pb.EntryConfChange:
+			var c pb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+				n.log.Error("undecodable conf change; skipped", "index", e.GetIndex(), "err", err)
+				continue
+			}
+			cc = &c
+		case pb.EntryConfChangeV2:
+			var c pb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+				n.log.Error("undecodable conf change; skipped", "index", e.GetIndex(), "err", err)
+				continue
+			}
+			cc = &c
+		default:
+			continue
+		}
+		cs = n.rn.ApplyConfChange(cc)
+	}
+	return cs
+}
+
+// installSnapshot replaces the state machine with a snapshot from the
+// leader, once every earlier committed entry has been applied.
+func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
+	barrier := make(chan struct{})
+	select {
+	case n.applyc <- applyJob{barrier: barrier}:
+	case <-n.stopc:
+		return false
+	}
+	select {
+	case <-barrier:
+	case <-n.stopc:
+		return false
+	}
+	if err := n.store.InstallSnapshot(snap); err != nil {
+		n.fail(fmt.Errorf("%w: install snapshot: %w", errs.Internal, err))
+		return false
+	}
+	n.log.Info("installed snapshot", "index", snap.GetMetadata().GetIndex())
+	select {
+	case n.applyc <- applyJob{snap: snap}:
+		return true
+	case <-n.stopc:
+		return false
+	}
+}
+
+// send encodes and hands messages to the transport. A snapshot message
+// goes to a streaming goroutine instead: its state follows in chunks.
+func (n *Node) send(msgs []*pb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	envs := make([]transport.Envelope, 0, len(msgs))
+	for _, m := range msgs {
+		to, ok := n.cfg.Members[m.GetTo()]
+		if !ok {
+			continue
+		}
+		if m.GetType() == pb.MsgSnap {
+			n.startSnapshotSender(m, to)
+			continue
+		}
+		data, err := encodeRaft(m)
+		if err != nil {
+			n.log.Error("encode raft message", "err", err)
+			continue
+		}
+		envs = append(envs, transport.Envelope{From: n.cfg.Name, To: to, Data: data})
+	}
+	if len(envs) > 0 {
+		if err := n.tr.Send(envs); err != nil {
+			n.log.Debug("transport send", "err", err)
+		}
+	}
+}
+
+func (n *Node) handleEnvelope(env transport.Envelope) {
+	d, err := decodeEnvelope(env.Data)
+	if err != nil {
+		n.log.Warn("dropped undecodable message", "from", env.From, "err", err)
+		return
+	}
+	switch {
+	case d.raft != nil:
+		m := d.raft
+		if m.GetType() == pb.MsgSnap {
+			md := m.GetSnapshot().GetMetadata()
+			if !n.sm.StagedComplete(md.GetIndex(), md.GetTerm()) {
+				n.log.Debug("snapshot message before its state; dropped", "index", md.GetIndex())
+				return
+			}
+		}
+		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+			n.log.Debug("step", "type", m.GetType().String(), "err", err)
+		}
+	case d.chunk != nil:
+		select {
+		case n.chunkc <- d.chunk:
+		case <-n.stopc:
+		}
+	case d.ack != nil:
+		n.senders.deliverAck(d.ack)
+	}
+}

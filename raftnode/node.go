@@ -1,0 +1,299 @@
+// Package raftnode hosts one member's raft.RawNode: the Ready loop, group
+// commit, proposals and their waiters, batched read-index, snapshot
+// streaming, log compaction and leadership hand-over on close.
+//
+// Three goroutines do the work. The raft loop owns the RawNode: it ticks,
+// steps incoming messages, turns queued proposals into one MsgProp per
+// wake-up, and handles each Ready (persist with one fsync, send, hand
+// committed entries on). The apply loop applies committed entries to the
+// state machine in order and wakes the callers waiting on them. A receiver
+// goroutine stages incoming snapshot chunks so Pebble writes never stall
+// the raft loop.
+package raftnode
+
+import (
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/storage"
+	"github.com/coordcell/coord/transport"
+	"go.etcd.io/raft/v3"
+)
+
+// IDFromName derives a member's Raft ID from its stable name, so every
+// member computes the same founding configuration from the same peer list.
+func IDFromName(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// Config configures a Node. Every duration is wall time measured with
+// the monotonic clock.
+type Config struct {
+	Name      string
+	Members   map[uint64]string // Raft ID -> member name, for addressing
+	Store     *storage.Store
+	Transport transport.Transport
+	Logger    *slog.Logger
+
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	// CompactEvery is how many applied entries trigger a log compaction.
+	CompactEvery uint64
+	// CatchUpEntries is how many applied entries compaction keeps so a
+	// briefly lagging follower catches up from the log, not a snapshot.
+	CatchUpEntries uint64
+	// MaxSizePerMsg bounds the entries in one append message (bytes).
+	MaxSizePerMsg uint64
+	// OnApply is called on the apply goroutine after each applied batch,
+	// before the waiting callers are woken. It must not block for long.
+	OnApply func(storage.ApplyOutput)
+	// OnSnapshot is called on the apply goroutine after a snapshot from
+	// the leader replaced the state machine.
+	OnSnapshot func()
+}
+
+// Role is a member's Raft role.
+type Role string
+
+// The roles.
+const (
+	RoleFollower     Role = "follower"
+	RoleCandidate    Role = "candidate"
+	RolePreCandidate Role = "pre-candidate"
+	RoleLeader       Role = "leader"
+)
+
+// Status is a point-in-time view of the member.
+type Status struct {
+	ID        uint64
+	Name      string
+	Role      Role
+	Leader    uint64 // 0 = none known
+	Term      uint64
+	Commit    uint64
+	Applied   uint64
+	LastIndex uint64
+	Voters    []uint64
+}
+
+// Node runs one member. Its methods are safe for concurrent use.
+type Node struct {
+	cfg   Config
+	id    uint64
+	log   *slog.Logger
+	store *storage.Store
+	sm    *storage.StateMachine
+	tr    transport.Transport
+	rn    *raft.RawNode // owned by the raft loop
+
+	propc   chan *proposal
+	readc   chan *readRequest
+	runc    chan func() // closures run on the raft loop (reports from other goroutines)
+	applyc  chan applyJob
+	chunkc  chan *chunk
+	stopc   chan struct{} // closed when the node starts stopping (Stop or failure)
+	stopped sync.Once
+	failed  atomic.Pointer[error]
+	wg      sync.WaitGroup
+
+	waiters  waiters
+	applied  appliedIndex
+	status   atomic.Pointer[Status]
+	senders  snapshotSenders
+	electTTL time.Duration // one election timeout, wall time
+}
+
+// Start opens the member on cfg.Store (which must be bootstrapped or hold
+// an earlier run's state) and starts its goroutines.
+func Start(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{
+		cfg:      cfg,
+		id:       IDFromName(cfg.Name),
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		sm:       cfg.Store.StateMachine(),
+		tr:       cfg.Transport,
+		propc:    make(chan *proposal, 4096),
+		readc:    make(chan *readRequest, 4096),
+		runc:     make(chan func(), 64),
+		applyc:   make(chan applyJob, 64),
+		chunkc:   make(chan *chunk, 16),
+		stopc:    make(chan struct{}),
+		electTTL: time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
+	}
+	n.waiters.init()
+	n.applied.init(n.sm.AppliedIndex())
+	n.senders.init()
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        n.id,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   cfg.Store.RaftLog(),
+		Applied:                   n.sm.AppliedIndex(),
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 256 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{cfg.Logger.With("component", "raft")},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	n.rn = rn
+	n.publishStatus()
+	n.wg.Add(3)
+	go n.guard("raft loop", n.raftLoop)
+	go n.guard("apply loop", n.applyLoop)
+	go n.guard("snapshot receiver", n.receiveChunks)
+	return n, nil
+}
+
+// ID returns the member's Raft ID.
+func (n *Node) ID() uint64 { return n.id }
+
+// guard runs a goroutine and turns a panic (raft's invariants, Pebble
+// corruption) into the node's error instead of a crash of the process
+// that embeds us.
+func (n *Node) guard(name string, f func()) {
+	defer n.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			n.fail(fmt.Errorf("%w: %s panicked: %v", errs.Internal, name, r))
+		}
+	}()
+	f()
+}
+
+// fail records the first fatal error and stops the node.
+func (n *Node) fail(err error) {
+	if n.failed.CompareAndSwap(nil, &err) {
+		n.log.Error("node failed", "err", err)
+	}
+	n.stop()
+}
+
+func (n *Node) stop() {
+	n.stopped.Do(func() { close(n.stopc) })
+}
+
+// Err returns the error that stopped the node, or nil.
+func (n *Node) Err() error {
+	if p := n.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Done is closed when the node stops, by Stop or by failure.
+func (n *Node) Done() <-chan struct{} { return n.stopc }
+
+// Stop stops the node. When it is the leader and graceful is true, it
+// first hands leadership to the most up-to-date follower so the cell does
+// not wait an election timeout. Stop returns once every goroutine ended.
+func (n *Node) Stop(graceful bool) {
+	if graceful {
+		n.transferLeadership()
+	}
+	n.stop()
+	n.wg.Wait()
+	n.senders.wait()
+	n.waiters.failAll(errs.Closed)
+}
+
+func (n *Node) transferLeadership() {
+	st := n.Status()
+	if st.Role != RoleLeader || len(st.Voters) < 2 {
+		return
+	}
+	n.runOnLoop(func() {
+		var best, bestMatch uint64
+		for id, pr := range n.rn.Status().Progress {
+			if id != n.id && pr.Match >= bestMatch {
+				best, bestMatch = id, pr.Match
+			}
+		}
+		if best != 0 {
+			n.rn.TransferLeader(best)
+		}
+	})
+	deadline := time.After(2 * n.electTTL)
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline:
+			return
+		case <-n.stopc:
+			return
+		case <-tick.C:
+			if st := n.Status(); st.Leader != n.id {
+				return
+			}
+		}
+	}
+}
+
+// runOnLoop queues f to run on the raft loop; it gives up if the node stops.
+func (n *Node) runOnLoop(f func()) {
+	select {
+	case n.runc <- f:
+	case <-n.stopc:
+	}
+}
+
+// Status returns the member's current status.
+func (n *Node) Status() Status {
+	st := *n.status.Load()
+	st.Applied = n.applied.get()
+	return st
+}
+
+// publishStatus runs on the raft loop (or before it starts).
+func (n *Node) publishStatus() {
+	bs := n.rn.BasicStatus()
+	last, _ := n.cfg.Store.RaftLog().LastIndex()
+	n.status.Store(&Status{
+		ID: n.id, Name: n.cfg.Name, Role: roleOf(bs.RaftState), Leader: bs.Lead,
+		Term: bs.HardState.GetTerm(), Commit: bs.HardState.GetCommit(), LastIndex: last,
+		Voters: n.sm.ConfState().GetVoters(),
+	})
+}
+
+// errStopped is what callers get once the node is stopping.
+func (n *Node) errStopped() error {
+	if err := n.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errs.Closed, err)
+	}
+	return errs.Closed
+}
+
+func roleOf(s raft.StateType) Role {
+	switch s {
+	case raft.StateLeader:
+		return RoleLeader
+	case raft.StateCandidate:
+		return RoleCandidate
+	case raft.StatePreCandidate:
+		return RolePreCandidate
+	default:
+		return RoleFollower
+	}
+}

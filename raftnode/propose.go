@@ -1,0 +1,162 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
+)
+
+// proposal is one caller's command on its way through Raft.
+type proposal struct {
+	id   uint64
+	data []byte
+	resc chan proposalResult // buffered 1; written once, by whoever removes the waiter
+	// handed is set once the raft loop gave the command to Raft: from then
+	// on its outcome is unknown until it applies (ErrAmbiguous), before
+	// then it certainly did not happen.
+	handed atomic.Bool
+	// handedTerm is the term the raft loop saw when it handed the command
+	// over; only the raft loop reads and writes it.
+	handedTerm uint64
+	// handedAtTick is the raft loop's tick count at hand-over.
+	handedAtTick uint64
+}
+
+type proposalResult struct {
+	res command.Result
+	err error
+}
+
+// waiters maps command IDs to the proposals waiting for them to apply.
+type waiters struct {
+	mu   sync.Mutex
+	m    map[uint64]*proposal
+	next atomic.Uint64
+}
+
+func (w *waiters) init() {
+	w.m = make(map[uint64]*proposal)
+	// A random start keeps IDs from one incarnation (or one member)
+	// from matching another's waiters when old log entries replay.
+	w.next.Store(rand.Uint64())
+}
+
+func (w *waiters) newID() uint64 {
+	for {
+		if id := w.next.Add(1); id != 0 {
+			return id
+		}
+	}
+}
+
+func (w *waiters) add(p *proposal) {
+	w.mu.Lock()
+	w.m[p.id] = p
+	w.mu.Unlock()
+}
+
+// take removes and returns the waiter for id, or nil if it is gone.
+func (w *waiters) take(id uint64) *proposal {
+	w.mu.Lock()
+	p := w.m[id]
+	delete(w.m, id)
+	w.mu.Unlock()
+	return p
+}
+
+func (w *waiters) deliver(id uint64, r proposalResult) {
+	if p := w.take(id); p != nil {
+		p.resc <- r
+	}
+}
+
+// failAll ends every waiter with err (or, for commands already handed
+// to Raft, with ErrAmbiguous as well).
+func (w *waiters) failAll(err error) {
+	w.mu.Lock()
+	ps := w.m
+	w.m = make(map[uint64]*proposal)
+	w.mu.Unlock()
+	for _, p := range ps {
+		e := err
+		if p.handed.Load() {
+			e = fmt.Errorf("%w: %w", errs.Ambiguous, err)
+		}
+		p.resc <- proposalResult{err: e}
+	}
+}
+
+// Propose replicates cmd (setting its ID) and waits until it applied on
+// this member, returning the state machine's result.
+//
+// Errors: ErrNoQuorum (wrapping the context's error) when the command
+// never reached Raft because no leader was reachable; ErrAmbiguous
+// (wrapping the context's error) when it reached Raft but was not seen to
+// apply before ctx ended or leadership changed; ErrClosed when the node
+// stopped.
+func (n *Node) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return command.Result{}, err
+	}
+	select {
+	case <-n.stopc:
+		return command.Result{}, n.errStopped()
+	default:
+	}
+	cmd.ID = n.waiters.newID()
+	data, err := command.Encode(cmd)
+	if err != nil {
+		return command.Result{}, fmt.Errorf("%w: encode command: %v", errs.Internal, err)
+	}
+	p := &proposal{id: cmd.ID, data: data, resc: make(chan proposalResult, 1)}
+	n.waiters.add(p)
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		n.waiters.take(p.id)
+		return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+	case <-n.stopc:
+		n.waiters.take(p.id)
+		return command.Result{}, n.errStopped()
+	}
+	select {
+	case r := <-p.resc:
+		return r.res, r.err
+	case <-ctx.Done():
+		return n.abandon(p, ctx.Err())
+	case <-n.stopc:
+		return n.abandon(p, n.errStopped())
+	}
+}
+
+// abandon stops waiting for p, unless its result raced in.
+func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
+	if n.waiters.take(p.id) == nil {
+		r := <-p.resc
+		return r.res, r.err
+	}
+	if p.handed.Load() {
+		return command.Result{}, fmt.Errorf("%w: %w", errs.Ambiguous, cause)
+	}
+	return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, cause)
+}
+
+// stillWaiting returns the proposals of ps whose callers still wait,
+// reusing ps's storage.
+func (w *waiters) stillWaiting(ps []*proposal) []*proposal {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	keep := ps[:0]
+	for _, p := range ps {
+		if _, ok := w.m[p.id]; ok {
+			keep = append(keep, p)
+		}
+	}
+	clear(ps[len(keep):])
+	return keep
+}

@@ -1,0 +1,127 @@
+package raftnode
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/coordcell/coord/internal/errs"
+)
+
+// readRequest is one caller waiting for a read index.
+type readRequest struct {
+	resc chan readResult // buffered 1
+}
+
+type readResult struct {
+	index uint64
+	err   error
+}
+
+// readBatch is one ReadIndex round in flight: every request that queued
+// while the previous round was out shares it (read-index batching).
+type readBatch struct {
+	rctx   uint64
+	reqs   []*readRequest
+	sentAt uint64 // tick count
+}
+
+// ReadBarrier returns once this member's state reflects every write that
+// completed before the call: it gets a read index from the leader
+// (confirmed by a heartbeat round, ReadOnlySafe) and waits until it has
+// applied it. Any member can serve linearizable reads this way.
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	req := &readRequest{resc: make(chan readResult, 1)}
+	select {
+	case n.readc <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+	case <-n.stopc:
+		return n.errStopped()
+	}
+	var idx uint64
+	select {
+	case r := <-req.resc:
+		if r.err != nil {
+			return r.err
+		}
+		idx = r.index
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+	case <-n.stopc:
+		return n.errStopped()
+	}
+	return n.WaitApplied(ctx, idx)
+}
+
+// WaitApplied waits until this member has applied index.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	ch := n.applied.wait(index)
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return n.errStopped()
+	}
+}
+
+// AppliedIndex returns the index of the last entry this member applied.
+func (n *Node) AppliedIndex() uint64 { return n.applied.get() }
+
+// readState is the raft loop's bookkeeping of read-index rounds.
+type readState struct {
+	queued   []*readRequest
+	inflight *readBatch
+	nextCtx  uint64
+}
+
+// issue starts a round for every queued request if none is in flight.
+func (n *Node) issueReads(rs *readState, tick uint64) {
+	if rs.inflight != nil || len(rs.queued) == 0 {
+		return
+	}
+	rs.nextCtx++
+	rs.inflight = &readBatch{rctx: rs.nextCtx, reqs: rs.queued, sentAt: tick}
+	rs.queued = nil
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], rs.inflight.rctx)
+	n.rn.ReadIndex(rctx[:])
+}
+
+// retryReads re-issues a round that got no answer: Raft drops read-index
+// requests silently when leadership changes or no leader is known.
+func (n *Node) retryReads(rs *readState, tick uint64, after uint64) {
+	if rs.inflight == nil || tick-rs.inflight.sentAt < after {
+		return
+	}
+	rs.queued = append(rs.inflight.reqs, rs.queued...)
+	rs.inflight = nil
+	n.issueReads(rs, tick)
+}
+
+func (n *Node) completeRead(rs *readState, rctx []byte, index uint64) {
+	if rs.inflight == nil || len(rctx) != 8 || binary.BigEndian.Uint64(rctx) != rs.inflight.rctx {
+		return
+	}
+	for _, r := range rs.inflight.reqs {
+		r.resc <- readResult{index: index}
+	}
+	rs.inflight = nil
+}
+
+// failReads ends every pending read with err.
+func (rs *readState) failAll(err error) {
+	if rs.inflight != nil {
+		rs.queued = append(rs.queued, rs.inflight.reqs...)
+		rs.inflight = nil
+	}
+	for _, r := range rs.queued {
+		r.resc <- readResult{err: err}
+	}
+	rs.queued = nil
+}

@@ -1,0 +1,201 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// Txn is an atomic transaction: if every comparison holds, the Then
+// operations run, otherwise the Else operations; either way as one change
+// at one revision. Build it with If, Then and Else, run it with Commit. A
+// Txn is used by one goroutine and committed once.
+//
+//	res, err := n.Txn(ctx).
+//		If(coord.Version("config").Eq(3)).
+//		Then(coord.OpPut("config", next)).
+//		Else(coord.OpGet("config")).
+//		Commit()
+type Txn struct {
+	n   *Node
+	ctx context.Context
+	txn command.Txn
+}
+
+// Txn starts a transaction bound to ctx.
+func (n *Node) Txn(ctx context.Context) *Txn {
+	return &Txn{n: n, ctx: ctx}
+}
+
+// If adds comparisons; all must hold for Then to run.
+func (t *Txn) If(cmps ...Cmp) *Txn {
+	for _, c := range cmps {
+		t.txn.If = append(t.txn.If, c.c)
+	}
+	return t
+}
+
+// Then adds the operations run when every comparison holds.
+func (t *Txn) Then(ops ...Op) *Txn {
+	for _, o := range ops {
+		t.txn.Then = append(t.txn.Then, o.op)
+	}
+	return t
+}
+
+// Else adds the operations run when a comparison fails.
+func (t *Txn) Else(ops ...Op) *Txn {
+	for _, o := range ops {
+		t.txn.Else = append(t.txn.Else, o.op)
+	}
+	return t
+}
+
+// TxnResult is what a committed transaction did.
+type TxnResult struct {
+	// Succeeded is true when the comparisons held and Then ran.
+	Succeeded bool
+	// Rev is the cell revision after the transaction (its writes' revision
+	// if it wrote).
+	Rev int64
+	// Results holds one entry per operation of the branch that ran.
+	Results []OpResult
+}
+
+// OpResult is what one operation of a transaction did.
+type OpResult struct {
+	// KVs holds the keys an OpGet found, or the key an OpPut wrote.
+	KVs []KV
+	// Deleted counts the keys an OpDelete removed.
+	Deleted int64
+}
+
+// Commit validates and runs the transaction. Invalid input (too many
+// operations, oversized keys or values) fails before anything is sent.
+func (t *Txn) Commit() (TxnResult, error) {
+	if err := t.validate(); err != nil {
+		return TxnResult{}, err
+	}
+	res, err := t.n.propose(t.ctx, &command.Command{Kind: command.KindTxn, Txn: &t.txn})
+	if err != nil {
+		return TxnResult{}, err
+	}
+	out := TxnResult{Succeeded: res.Succeeded, Rev: res.Rev, Results: make([]OpResult, len(res.Ops))}
+	for i, r := range res.Ops {
+		out.Results[i].Deleted = r.Deleted
+		for _, kv := range r.KVs {
+			out.Results[i].KVs = append(out.Results[i].KVs, fromCmdKV(kv))
+		}
+	}
+	return out, nil
+}
+
+func (t *Txn) validate() error {
+	cfg := &t.n.cfg
+	if ops := len(t.txn.If) + len(t.txn.Then) + len(t.txn.Else); ops > cfg.MaxTxnOps {
+		return fmt.Errorf("%w: %d, limit %d", ErrTooManyOps, ops, cfg.MaxTxnOps)
+	}
+	for _, c := range t.txn.If {
+		if err := t.n.checkKey(c.Key); err != nil {
+			return err
+		}
+	}
+	for _, ops := range [][]command.Op{t.txn.Then, t.txn.Else} {
+		for _, o := range ops {
+			if o.Prefix {
+				if len(o.Key) > cfg.MaxKeySize {
+					return fmt.Errorf("%w: prefix of %d bytes, limit %d", ErrKeyTooLarge, len(o.Key), cfg.MaxKeySize)
+				}
+			} else if err := t.n.checkKey(o.Key); err != nil {
+				return err
+			}
+			if len(o.Value) > cfg.MaxValueSize {
+				return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(o.Value), cfg.MaxValueSize)
+			}
+		}
+	}
+	return nil
+}
+
+// Op is one operation of a transaction.
+type Op struct{ op command.Op }
+
+// OpGet reads key.
+func OpGet(key string) Op { return Op{command.Op{Type: command.OpGet, Key: key}} }
+
+// OpGetPrefix reads every key under prefix.
+func OpGetPrefix(prefix string) Op {
+	return Op{command.Op{Type: command.OpGet, Key: prefix, Prefix: true}}
+}
+
+// OpPut writes value under key.
+func OpPut(key string, value []byte) Op {
+	return Op{command.Op{Type: command.OpPut, Key: key, Value: value}}
+}
+
+// OpDelete deletes key.
+func OpDelete(key string) Op { return Op{command.Op{Type: command.OpDelete, Key: key}} }
+
+// OpDeletePrefix deletes every key under prefix.
+func OpDeletePrefix(prefix string) Op {
+	return Op{command.Op{Type: command.OpDelete, Key: prefix, Prefix: true}}
+}
+
+// Cmp is one comparison of a transaction. Build it from a target:
+// Version(key).Eq(0), Value(key).Eq(b), CreateRev(key).Lt(r), ModRev(key).Gt(r).
+// An absent key has version, create and mod revision 0 and a nil value.
+type Cmp struct{ c command.Compare }
+
+// IntTarget is an integer field of a key, to compare.
+type IntTarget struct {
+	key    string
+	target command.CompareTarget
+}
+
+// Version targets the key's version (0 = absent).
+func Version(key string) IntTarget { return IntTarget{key, command.TargetVersion} }
+
+// CreateRev targets the revision that created the key (0 = absent).
+func CreateRev(key string) IntTarget { return IntTarget{key, command.TargetCreateRev} }
+
+// ModRev targets the revision of the key's last put (0 = absent).
+func ModRev(key string) IntTarget { return IntTarget{key, command.TargetModRev} }
+
+func (t IntTarget) cmp(op command.CompareOp, v int64) Cmp {
+	return Cmp{command.Compare{Key: t.key, Target: t.target, Op: op, Int: v}}
+}
+
+// Eq holds when the field equals v.
+func (t IntTarget) Eq(v int64) Cmp { return t.cmp(command.Equal, v) }
+
+// Ne holds when the field differs from v.
+func (t IntTarget) Ne(v int64) Cmp { return t.cmp(command.NotEqual, v) }
+
+// Lt holds when the field is less than v.
+func (t IntTarget) Lt(v int64) Cmp { return t.cmp(command.Less, v) }
+
+// Gt holds when the field is greater than v.
+func (t IntTarget) Gt(v int64) Cmp { return t.cmp(command.Greater, v) }
+
+// ValueTarget is a key's value, to compare bytewise.
+type ValueTarget struct{ key string }
+
+// Value targets the key's value.
+func Value(key string) ValueTarget { return ValueTarget{key} }
+
+func (t ValueTarget) cmp(op command.CompareOp, v []byte) Cmp {
+	return Cmp{command.Compare{Key: t.key, Target: command.TargetValue, Op: op, Value: v}}
+}
+
+// Eq holds when the value equals v.
+func (t ValueTarget) Eq(v []byte) Cmp { return t.cmp(command.Equal, v) }
+
+// Ne holds when the value differs from v.
+func (t ValueTarget) Ne(v []byte) Cmp { return t.cmp(command.NotEqual, v) }
+
+// Lt holds when the value sorts before v.
+func (t ValueTarget) Lt(v []byte) Cmp { return t.cmp(command.Less, v) }
+
+// Gt holds when the value sorts after v.
+func (t ValueTarget) Gt(v []byte) Cmp { return t.cmp(command.Greater, v) }
