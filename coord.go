@@ -92,7 +92,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.tr, n.ownTr = tcp, true
 	}
-	n.hub = watch.NewHub(n.sm, 0)
+	// The in-memory window never reaches further back than the durable
+	// history, so ErrCompacted does not depend on what is in memory.
+	n.hub = watch.NewHub(n.sm, int(min(cfg.HistoryRevisions, 4096)))
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
 		Members:        members,
