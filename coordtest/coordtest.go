@@ -131,16 +131,20 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 
 func (c *Cluster) start(i int) {
 	c.t.Helper()
+	c.mu.Lock()
 	cfg := c.configs[i]
+	cfg.Disk = c.disks[i]
+	c.mu.Unlock()
 	tr := c.net.Join(c.names[i])
 	cfg.Transport = tr
-	cfg.Disk = c.disks[i]
 	node, err := coord.Open(context.Background(), cfg)
 	if err != nil {
 		tr.Close()
 		c.t.Fatalf("coordtest: open member %s: %v (seed %d)", c.names[i], err, c.opts.seed)
 	}
+	c.mu.Lock()
 	c.nodes[i], c.trs[i] = node, tr
+	c.mu.Unlock()
 }
 
 // Seed returns the seed the cluster runs with.
@@ -287,9 +291,12 @@ func (c *Cluster) close() {
 			continue
 		}
 		wg.Add(1)
+		c.mu.Lock()
+		tr := c.trs[i]
+		c.mu.Unlock()
 		go func() {
 			defer wg.Done()
-			c.trs[i].Close()
+			tr.Close()
 			n.Close()
 		}()
 	}
