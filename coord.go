@@ -185,6 +185,11 @@ type Status struct {
 	LastIndex uint64 // the last index of this member's log
 	Revision  int64  // the cell revision of this member's applied state
 	Members   []string
+	// LogSyncs counts the fsyncs of this member's Raft log since Open, and
+	// LogEntries the entries they made durable; LogEntries/LogSyncs is the
+	// group-commit factor.
+	LogSyncs   uint64
+	LogEntries uint64
 }
 
 // Status returns this member's current status. It never blocks on the
@@ -194,7 +199,7 @@ func (n *Node) Status() Status {
 	st := Status{
 		Name: n.cfg.Name, ID: rs.ID, Role: Role(rs.Role), Term: rs.Term,
 		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
-		Revision: n.sm.Revision(),
+		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
 	}
 	for _, p := range n.cfg.Peers {
 		if raftnode.IDFromName(p.Name) == rs.Leader {

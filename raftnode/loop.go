@@ -201,6 +201,10 @@ func (n *Node) handleReady(ls *loopState) bool {
 			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
 			return false
 		}
+		if rd.MustSync {
+			n.syncs.Add(1)
+			n.synced.Add(uint64(len(rd.Entries)))
+		}
 	}
 	if !leader {
 		n.send(rd.Messages)

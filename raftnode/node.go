@@ -85,6 +85,11 @@ type Status struct {
 	Applied   uint64
 	LastIndex uint64
 	Voters    []uint64
+	// LogSyncs counts the fsyncs of the Raft log since Start, and
+	// LogEntries the entries they made durable: their ratio is the group
+	// commit factor.
+	LogSyncs   uint64
+	LogEntries uint64
 }
 
 // Node runs one member. Its methods are safe for concurrent use.
@@ -111,6 +116,8 @@ type Node struct {
 	applied  appliedIndex
 	status   atomic.Pointer[Status]
 	senders  snapshotSenders
+	syncs    atomic.Uint64 // fsyncs of the raft log
+	synced   atomic.Uint64 // entries made durable by them
 	electTTL time.Duration // one election timeout, wall time
 }
 
@@ -263,6 +270,7 @@ func (n *Node) runOnLoop(f func()) {
 func (n *Node) Status() Status {
 	st := *n.status.Load()
 	st.Applied = n.applied.get()
+	st.LogSyncs, st.LogEntries = n.syncs.Load(), n.synced.Load()
 	return st
 }
 

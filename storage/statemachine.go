@@ -1,20 +1,131 @@
 package storage
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // StateMachine is the replicated state: keys, sessions, the cell revision
 // and the change history. Apply is called from one goroutine; reads are
 // safe concurrently with it and see the state as of some applied index.
+//
+// Apply, bootstrap, installStaged and afterInstall must not run
+// concurrently with each other (the Raft node serialises them); a mutex
+// enforces it anyway. Everything else is safe for concurrent use.
 type StateMachine struct {
-	// STUB: the state-machine helper fills this in.
-	db *pebble.DB
+	db   *pebble.DB
+	opts *Options
+
+	// life keeps the database open under every operation: each holds it for
+	// reading, close takes it for writing, so nothing touches a closed
+	// Pebble (which panics).
+	life   sync.RWMutex
+	closed bool
+
+	// applyMu serialises the writers of the state (see the type doc).
+	applyMu sync.Mutex
+	cur     smMeta  // the state as of the last commit; guarded by applyMu
+	ap      applier // Apply's scratch space, reused; guarded by applyMu
+
+	// Copies of cur for readers, stored after each commit.
+	appliedIndex atomic.Uint64
+	revision     atomic.Int64
+	oldest       atomic.Int64
+	confState    atomic.Pointer[pb.ConfState]
+
+	snapMu    sync.Mutex
+	snaps     map[uint64]*heldSnapshot
+	snapSeq   uint64
+	readers   map[*snapReader]struct{}
+	chunkSize int // snapshot chunk bound; a field so tests can shrink it
+
+	stageMu sync.Mutex
+	stage   stagingState
+	// installed is the meta installStaged wrote, for afterInstall should
+	// rereading it from disk fail.
+	installed smMeta
 }
 
-func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) { panic("TODO") }
+func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) {
+	if opts.HistoryRevisions == 0 || opts.QuotaBytes == 0 || opts.Logger == nil {
+		o := *opts
+		o.setDefaults()
+		opts = &o
+	}
+	sm := &StateMachine{
+		db:        db,
+		opts:      opts,
+		snaps:     make(map[uint64]*heldSnapshot),
+		readers:   make(map[*snapReader]struct{}),
+		chunkSize: 1 << 20,
+	}
+	if err := sm.load(); err != nil {
+		return nil, err
+	}
+	return sm, nil
+}
+
+// load reads the bookkeeping from disk into memory. A store that never
+// applied anything has no meta record and starts empty.
+func (sm *StateMachine) load() error {
+	m, cs, err := readMeta(sm.db)
+	if err != nil {
+		return err
+	}
+	sm.publish(m, cs)
+	return nil
+}
+
+// publish makes m (and cs, when non-nil) the in-memory state.
+func (sm *StateMachine) publish(m smMeta, cs *pb.ConfState) {
+	sm.cur = m
+	if cs != nil {
+		sm.confState.Store(cs)
+	}
+	sm.appliedIndex.Store(m.index)
+	sm.revision.Store(m.rev)
+	sm.oldest.Store(m.oldest)
+}
+
+// readMeta reads the bookkeeping through r: the DB, a batch or a Pebble
+// snapshot.
+func readMeta(r pebble.Reader) (smMeta, *pb.ConfState, error) {
+	m := smMeta{oldest: 1}
+	val, closer, err := r.Get(metaAppliedKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return m, nil, fmt.Errorf("storage: read applied state: %w", err)
+	default:
+		m, err = decodeMeta(val)
+		closer.Close()
+		if err != nil {
+			return m, nil, err
+		}
+	}
+	cs := &pb.ConfState{}
+	val, closer, err = r.Get(metaConfKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return m, nil, fmt.Errorf("storage: read conf state: %w", err)
+	default:
+		cs, err = decodeConf(val)
+		closer.Close()
+		if err != nil {
+			return m, nil, err
+		}
+	}
+	return m, cs, nil
+}
 
 // EventType says whether a change wrote or deleted a key.
 type EventType uint8
@@ -52,39 +163,179 @@ type ApplyOutput struct {
 	Changes []Revision // the revisions these entries created, in order
 }
 
-// Apply applies committed entries in order in one Pebble batch (not
-// synced: the log sync that follows covers it; the entries are in the
-// durable log anyway). cs, when non-nil, is the conf state after these
-// entries (raftnode has applied their conf changes). An entry whose
-// command carries an unknown format version stops the apply with
-// command.ErrVersion; a malformed one yields StatusInvalid.
-func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, error) {
-	panic("TODO")
-}
-
 // AppliedIndex returns the index of the last applied entry.
-func (sm *StateMachine) AppliedIndex() uint64 { panic("TODO") }
+func (sm *StateMachine) AppliedIndex() uint64 { return sm.appliedIndex.Load() }
 
 // Revision returns the current cell revision.
-func (sm *StateMachine) Revision() int64 { panic("TODO") }
+func (sm *StateMachine) Revision() int64 { return sm.revision.Load() }
 
-// ConfState returns the membership as of the applied index.
-func (sm *StateMachine) ConfState() *pb.ConfState { panic("TODO") }
+// ConfState returns the membership as of the applied index. The caller
+// owns the result.
+func (sm *StateMachine) ConfState() *pb.ConfState {
+	cs := sm.confState.Load()
+	if cs == nil {
+		return &pb.ConfState{}
+	}
+	return proto.CloneOf(cs)
+}
+
+// OldestRevision returns the oldest revision still in the history: the
+// oldest one History can return. While the history is empty it is the
+// revision the next write will create.
+func (sm *StateMachine) OldestRevision() int64 { return sm.oldest.Load() }
+
+// enter starts an operation that uses the database; the caller must call
+// sm.life.RUnlock when it returns nil.
+func (sm *StateMachine) enter() error {
+	sm.life.RLock()
+	if sm.closed {
+		sm.life.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
 
 // Get returns the key, or found=false.
-func (sm *StateMachine) Get(key string) (kv command.KV, found bool, err error) { panic("TODO") }
+func (sm *StateMachine) Get(key string) (kv command.KV, found bool, err error) {
+	if err := sm.enter(); err != nil {
+		return kv, false, err
+	}
+	defer sm.life.RUnlock()
+	val, closer, err := sm.db.Get(appendKVKey(nil, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return kv, false, nil
+	}
+	if err != nil {
+		return kv, false, fmt.Errorf("storage: get: %w", err)
+	}
+	defer closer.Close()
+	if err := decodeKVRecord(val, &kv); err != nil {
+		return command.KV{}, false, err
+	}
+	kv.Key = key
+	kv.Value = bytes.Clone(kv.Value)
+	return kv, true, nil
+}
 
 // List returns every key with the prefix, in key order, and the revision
 // the read saw.
-func (sm *StateMachine) List(prefix string) ([]command.KV, int64, error) { panic("TODO") }
+//
+// One Pebble iterator reads both the revision (in the meta record) and the
+// keys, so the two are from the same instant without holding any lock
+// that Apply needs.
+func (sm *StateMachine) List(prefix string) ([]command.KV, int64, error) {
+	if err := sm.enter(); err != nil {
+		return nil, 0, err
+	}
+	defer sm.life.RUnlock()
+	it, err := sm.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixStateMeta},
+		UpperBound: []byte{prefixKV + 1},
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("storage: list: %w", err)
+	}
+	defer it.Close()
+	m, err := iterMeta(it)
+	if err != nil {
+		return nil, 0, err
+	}
+	start := appendKVKey(nil, prefix)
+	var (
+		kvs   []command.KV
+		arena valueArena
+	)
+	for it.SeekGE(start); it.Valid() && bytes.HasPrefix(it.Key(), start); it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return nil, 0, fmt.Errorf("storage: list: %w", err)
+		}
+		var kv command.KV
+		if err := decodeKVRecord(val, &kv); err != nil {
+			return nil, 0, err
+		}
+		kv.Key = string(it.Key()[1:])
+		kv.Value = arena.copy(kv.Value)
+		kvs = append(kvs, kv)
+	}
+	if err := it.Error(); err != nil {
+		return nil, 0, fmt.Errorf("storage: list: %w", err)
+	}
+	return kvs, m.rev, nil
+}
 
-// History returns up to limit revisions after fromRev, in order. It
-// returns ErrCompacted (wrapped, with the oldest available revision)
-// when revisions after fromRev are no longer retained.
-func (sm *StateMachine) History(fromRev int64, limit int) ([]Revision, error) { panic("TODO") }
+// iterMeta reads the meta record through it, whose bounds must include it.
+func iterMeta(it *pebble.Iterator) (smMeta, error) {
+	if !it.SeekGE(metaAppliedKey) || !bytes.Equal(it.Key(), metaAppliedKey) {
+		if err := it.Error(); err != nil {
+			return smMeta{}, fmt.Errorf("storage: read applied state: %w", err)
+		}
+		return smMeta{oldest: 1}, nil
+	}
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return smMeta{}, fmt.Errorf("storage: read applied state: %w", err)
+	}
+	return decodeMeta(val)
+}
 
-// OldestRevision returns the oldest revision still in the history.
-func (sm *StateMachine) OldestRevision() int64 { panic("TODO") }
+// History returns up to limit revisions after fromRev, in order (limit <=
+// 0: all of them). It returns ErrCompacted (wrapped, with the oldest
+// available revision) when revisions after fromRev are no longer retained.
+func (sm *StateMachine) History(fromRev int64, limit int) ([]Revision, error) {
+	if err := sm.enter(); err != nil {
+		return nil, err
+	}
+	defer sm.life.RUnlock()
+	it, err := sm.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixStateMeta},
+		UpperBound: []byte{prefixHistory + 1},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: history: %w", err)
+	}
+	defer it.Close()
+	// The bound check uses the meta the same iterator sees, so a retention
+	// pass committed meanwhile cannot remove revisions this call promised.
+	m, err := iterMeta(it)
+	if err != nil {
+		return nil, err
+	}
+	fromRev = max(fromRev, 0)
+	if fromRev < m.oldest-1 {
+		return nil, fmt.Errorf("%w: oldest retained revision is %d", ErrCompacted, m.oldest)
+	}
+	if fromRev >= m.rev {
+		return nil, nil
+	}
+	var out []Revision
+	for it.SeekGE(appendHistoryKey(nil, fromRev+1)); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 9 || k[0] != prefixHistory {
+			break
+		}
+		rev := int64(readUint64(k[1:]))
+		if rev > m.rev {
+			break
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("storage: history: %w", err)
+		}
+		events, err := decodeHistoryRecord(rev, bytes.Clone(val))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Revision{Rev: rev, Events: events})
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("storage: history: %w", err)
+	}
+	return out, nil
+}
 
 // SessionInfo describes a live session.
 type SessionInfo struct {
@@ -92,36 +343,102 @@ type SessionInfo struct {
 	TTL int64 // nanoseconds
 }
 
-// Sessions returns every live session.
-func (sm *StateMachine) Sessions() ([]SessionInfo, error) { panic("TODO") }
-
-// snapshot returns a raft snapshot of the state as of the applied index
-// now, and keeps a Pebble snapshot of it open for OpenSnapshot.
-func (sm *StateMachine) snapshot() (*pb.Snapshot, error) { panic("TODO") }
-
-// SnapshotReader yields a snapshot's state in chunks.
-type SnapshotReader interface {
-	// Next returns the next chunk, or io.EOF after the last.
-	Next() ([]byte, error)
-	Close() error
+// Sessions returns every live session, in creation order.
+func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
+	if err := sm.enter(); err != nil {
+		return nil, err
+	}
+	defer sm.life.RUnlock()
+	it, err := sm.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixSession},
+		UpperBound: []byte{prefixSession + 1},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: sessions: %w", err)
+	}
+	defer it.Close()
+	var out []SessionInfo
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			return nil, fmt.Errorf("%w: session key %x", ErrCorrupt, k)
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("storage: sessions: %w", err)
+		}
+		ttl, err := decodeSessionRecord(val)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, SessionInfo{ID: int64(readUint64(k[1:])), TTL: ttl})
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("storage: sessions: %w", err)
+	}
+	return out, nil
 }
 
-// OpenSnapshot returns a reader of the state captured by the snapshot()
-// call that returned index; false if none is held for that index.
-func (sm *StateMachine) OpenSnapshot(index uint64) (SnapshotReader, bool) { panic("TODO") }
-
-// StageChunk stores chunk seq of the snapshot at index/term being received.
-func (sm *StateMachine) StageChunk(index, term uint64, seq int, data []byte, last bool) error {
-	panic("TODO")
+// bootstrap records cs as the membership at index 0, synced, so that a
+// founding member starts from it without synthetic log entries.
+func (sm *StateMachine) bootstrap(cs *pb.ConfState) error {
+	if err := sm.enter(); err != nil {
+		return err
+	}
+	defer sm.life.RUnlock()
+	sm.applyMu.Lock()
+	defer sm.applyMu.Unlock()
+	if sm.cur.index != 0 {
+		return fmt.Errorf("storage: bootstrap of a state machine that applied up to index %d", sm.cur.index)
+	}
+	conf, err := encodeConf(cs)
+	if err != nil {
+		return err
+	}
+	b := sm.db.NewBatch()
+	defer b.Close()
+	b.Set(metaAppliedKey, appendMeta(nil, sm.cur), nil)
+	b.Set(metaConfKey, conf, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("storage: bootstrap: %w", err)
+	}
+	sm.publish(sm.cur, proto.CloneOf(cs))
+	return nil
 }
 
-// StagedComplete reports whether every chunk of the snapshot at index/term arrived.
-func (sm *StateMachine) StagedComplete(index, term uint64) bool { panic("TODO") }
+// close releases the Pebble snapshots and iterators the state machine
+// holds; the Store closes the database afterwards. Operations after close
+// return ErrClosed.
+func (sm *StateMachine) close() {
+	sm.life.Lock()
+	defer sm.life.Unlock()
+	if sm.closed {
+		return
+	}
+	sm.closed = true
+	sm.snapMu.Lock()
+	defer sm.snapMu.Unlock()
+	for r := range sm.readers {
+		r.release()
+	}
+	for idx, h := range sm.snaps {
+		delete(sm.snaps, idx)
+		h.unref()
+	}
+}
 
-func (sm *StateMachine) bootstrap(cs *pb.ConfState) error { panic("TODO") }
+// valueArena copies values into shared slabs, so a List of many small
+// keys costs a few allocations rather than one per key.
+type valueArena struct{ slab []byte }
 
-func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error { panic("TODO") }
-
-func (sm *StateMachine) afterInstall(snap *pb.Snapshot) { panic("TODO") }
-
-func (sm *StateMachine) close() {}
+func (a *valueArena) copy(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	if len(v) > cap(a.slab)-len(a.slab) {
+		a.slab = make([]byte, 0, max(len(v), 16<<10))
+	}
+	n := len(a.slab)
+	a.slab = append(a.slab, v...)
+	return a.slab[n:len(a.slab):len(a.slab)]
+}

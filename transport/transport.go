@@ -27,7 +27,9 @@ type Transport interface {
 	// queued (the peer's queue is full, the peer is unknown or down) are
 	// dropped; Raft retransmits. Per destination, envelopes that are
 	// delivered arrive in the order they were sent, unless a test fault
-	// says otherwise. Send returns ErrClosed after Close.
+	// says otherwise. Send does not keep envs or their Data once it
+	// returns, so the caller may reuse its buffers. Send returns ErrClosed
+	// after Close.
 	Send(envs []Envelope) error
 	// Receive returns the channel on which envelopes addressed to this
 	// member arrive. It is closed after Close. The transport owns the

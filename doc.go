@@ -1,0 +1,61 @@
+// Package coord turns a set of Go processes into a coordination cell: a
+// small, strongly consistent, Raft-replicated key-value store living
+// inside the processes themselves, with no external server to run.
+//
+// # Lifecycle
+//
+// Each process opens its member with Open and leaves with Close:
+//
+//	n, err := coord.Open(ctx, coord.Config{
+//		Name:    "a",
+//		Addr:    "10.0.0.1:7001",
+//		Peers:   []coord.Peer{{"a", "10.0.0.1:7001"}, {"b", "10.0.0.2:7001"}, {"c", "10.0.0.3:7001"}},
+//		DataDir: "/var/lib/myservice/coord",
+//	})
+//	defer n.Close()
+//
+// Every founding member gets the same Peers. A member that restarts finds
+// its state in DataDir and rejoins. Tests use package coordtest, which
+// starts whole in-memory cells with fault injection in one line.
+//
+// # Consistency
+//
+// Writes (Put, Delete, Txn) are acknowledged once a majority of members
+// has them on disk (fsync) and this member has applied them: they survive
+// the crash of any minority and the restart of every member.
+//
+// Reads (Get, List) are linearizable by default on every member, not only
+// the leader: the member asks the leader for a read index (confirmed by a
+// heartbeat round, never by a clock-based lease) and waits until it has
+// applied that index. Serializable() trades that for a local read that
+// may be stale but needs no quorum.
+//
+// A member that cannot reach a quorum refuses writes and linearizable
+// reads with ErrNoQuorum rather than answer from stale state.
+//
+// # Failure semantics
+//
+// A write that certainly did not happen fails with ErrNoQuorum (or ErrClosed).
+// A write whose fate is unknown (it reached Raft, then the context ended
+// or leadership changed before it was seen to apply) fails with
+// ErrAmbiguous: it may have been applied; read before retrying. Both wrap
+// the context's error when the context was the cause, so errors.Is with
+// context.DeadlineExceeded works too. Bad input (oversized keys or values,
+// too many operations, over quota) fails with its own sentinel and
+// changes nothing.
+//
+// # Revisions and watches
+//
+// The cell has one revision counter that grows by one per committed
+// change; a transaction's writes share one revision. Every KV carries the
+// revision that created it and the one that last modified it. Watch
+// streams the changes under a prefix in revision order, each exactly once,
+// starting after any retained revision (FromRev), so List followed by
+// Watch(FromRev(rev)) never misses a change.
+//
+// # Concurrency
+//
+// A Node is safe for concurrent use by many goroutines. A Txn builder is
+// used by one goroutine. Channels returned by the package document who
+// closes them and whether they can lose values.
+package coord

@@ -1,0 +1,311 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/coordcell/coord/internal/command"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Apply applies committed entries in order in one Pebble batch (not
+// synced: the log sync that follows covers it; the entries are in the
+// durable log anyway). cs, when non-nil, is the conf state after these
+// entries (raftnode has applied their conf changes). An entry whose
+// command carries an unknown format version stops the apply with
+// command.ErrVersion; a malformed one yields StatusInvalid.
+//
+// When Apply returns an error nothing of this call is applied: the batch
+// is dropped and the applied index stays where it was, so a node that
+// halts on an unknown command replays it after an upgrade. Entries at or
+// below the applied index are skipped, so replaying is harmless.
+func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, error) {
+	if err := sm.enter(); err != nil {
+		return ApplyOutput{}, err
+	}
+	defer sm.life.RUnlock()
+	sm.applyMu.Lock()
+	defer sm.applyMu.Unlock()
+
+	var out ApplyOutput
+	a := &sm.ap
+	b := sm.db.NewIndexedBatch()
+	defer b.Close()
+	a.begin(sm, b, &out)
+	defer a.end()
+
+	for _, e := range ents {
+		idx := e.GetIndex()
+		if idx <= a.m.index {
+			continue
+		}
+		if idx != a.m.index+1 {
+			return ApplyOutput{}, fmt.Errorf("storage: apply: entry %d does not follow applied index %d", idx, a.m.index)
+		}
+		a.m.index, a.m.term = idx, e.GetTerm()
+		// Conf changes are raftnode's (it applies them to Raft and passes
+		// the outcome as cs); empty entries are new leaders' no-ops.
+		if e.GetType() != pb.EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		cmd, err := command.Decode(e.GetData())
+		if errors.Is(err, command.ErrVersion) {
+			return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
+		}
+		if err != nil {
+			out.Results = append(out.Results, Applied{Index: idx, Result: a.status(command.StatusInvalid)})
+			continue
+		}
+		res, err := a.exec(idx, cmd)
+		if err != nil {
+			return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
+		}
+		out.Results = append(out.Results, Applied{Index: idx, ID: cmd.ID, Result: res})
+	}
+
+	var newCS *pb.ConfState
+	if cs != nil && !proto.Equal(cs, sm.confState.Load()) {
+		newCS = proto.CloneOf(cs)
+		conf, err := encodeConf(newCS)
+		if err != nil {
+			return ApplyOutput{}, err
+		}
+		if err := b.Set(metaConfKey, conf, nil); err != nil {
+			return ApplyOutput{}, fmt.Errorf("storage: apply: %w", err)
+		}
+	}
+	if a.m == sm.cur && newCS == nil {
+		return out, nil // nothing new: no need to write
+	}
+	if err := a.pruneHistory(); err != nil {
+		return ApplyOutput{}, err
+	}
+	a.vbuf = appendMeta(a.vbuf[:0], a.m)
+	if err := b.Set(metaAppliedKey, a.vbuf, nil); err != nil {
+		return ApplyOutput{}, fmt.Errorf("storage: apply: %w", err)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return ApplyOutput{}, fmt.Errorf("storage: apply: commit: %w", err)
+	}
+	sm.publish(a.m, newCS)
+	return out, nil
+}
+
+// applier is the working state of one Apply call. It lives in the
+// StateMachine so its scratch buffers are reused from call to call: every
+// key and record is built in them, and Pebble copies what it keeps.
+type applier struct {
+	sm  *StateMachine
+	b   *pebble.Batch // indexed: reads see the writes of earlier entries
+	m   smMeta        // the state as of the entries applied so far
+	out *ApplyOutput
+
+	kbuf []byte // the KV key of the last getKV
+	ibuf []byte // index and history keys
+	vbuf []byte // records
+	hbuf []byte // history records
+}
+
+func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
+	a.sm, a.b, a.m, a.out = sm, b, sm.cur, out
+}
+
+// end drops the references of one call, keeping only the buffers.
+func (a *applier) end() { a.sm, a.b, a.out = nil, nil, nil }
+
+// status is the result of a command that changed nothing.
+func (a *applier) status(s command.Status) command.Result {
+	return command.Result{Status: s, Rev: a.m.rev}
+}
+
+func (a *applier) exec(idx uint64, cmd *command.Command) (command.Result, error) {
+	switch cmd.Kind {
+	case command.KindTxn:
+		t := cmd.Txn
+		if t == nil {
+			t = &command.Txn{}
+		}
+		return a.txn(t)
+	case command.KindSessionCreate:
+		return a.sessionCreate(idx, cmd.Session)
+	case command.KindSessionEnd:
+		return a.sessionEnd(cmd.Session)
+	case command.KindNoop:
+		return a.status(command.StatusOK), nil
+	}
+	return a.status(command.StatusInvalid), nil
+}
+
+// getKV reads key as of the entries applied so far, and its size for the
+// quota. The value is only returned (copied) when wantValue is set: the
+// batch's buffer it points into is released before getKV returns.
+// a.kbuf holds the storage key afterwards.
+func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, found bool, err error) {
+	a.kbuf = appendKVKey(a.kbuf[:0], key)
+	val, closer, err := a.b.Get(a.kbuf)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return kv, 0, false, nil
+	}
+	if err != nil {
+		return kv, 0, false, err
+	}
+	defer closer.Close()
+	if err := decodeKVRecord(val, &kv); err != nil {
+		return command.KV{}, 0, false, fmt.Errorf("key %q: %w", key, err)
+	}
+	kv.Key = key
+	size = int64(len(key) + len(kv.Value))
+	if wantValue {
+		kv.Value = bytes.Clone(kv.Value)
+	} else {
+		kv.Value = nil
+	}
+	return kv, size, true, nil
+}
+
+// has reports whether key exists as of the entries applied so far.
+func (a *applier) has(key []byte) (bool, error) {
+	_, closer, err := a.b.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	closer.Close()
+	return true, nil
+}
+
+// scan calls fn for every key under the KV prefix p, in key order, as of
+// the entries applied so far. fn's value aliases the iterator: it is only
+// valid during the call. The iterator does not see writes fn makes.
+func (a *applier) scan(prefix string, fn func(kv *command.KV) error) error {
+	lo := appendKVKey(nil, prefix)
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return err
+		}
+		var kv command.KV
+		if err := decodeKVRecord(val, &kv); err != nil {
+			it.Close()
+			return fmt.Errorf("key %q: %w", it.Key()[1:], err)
+		}
+		kv.Key = string(it.Key()[1:])
+		if err := fn(&kv); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// newRevision records the events of one new revision: its history record
+// goes into the batch and the revision into the output for the watch hub.
+func (a *applier) newRevision(events []Event) error {
+	a.m.rev++
+	a.hbuf = appendHistoryRecord(a.hbuf[:0], events)
+	a.ibuf = appendHistoryKey(a.ibuf[:0], a.m.rev)
+	if err := a.b.Set(a.ibuf, a.hbuf, nil); err != nil {
+		return err
+	}
+	a.out.Changes = append(a.out.Changes, Revision{Rev: a.m.rev, Events: events})
+	return nil
+}
+
+// pruneHistory drops the revisions that fell out of the retention window,
+// once per batch: a range deletion, whatever the number of revisions.
+func (a *applier) pruneHistory() error {
+	oldest := a.m.rev - a.sm.opts.HistoryRevisions + 1
+	if oldest <= a.m.oldest {
+		return nil
+	}
+	err := a.b.DeleteRange(appendHistoryKey(nil, a.m.oldest), appendHistoryKey(nil, oldest), nil)
+	if err != nil {
+		return fmt.Errorf("storage: apply: prune history: %w", err)
+	}
+	a.m.oldest = oldest
+	return nil
+}
+
+func (a *applier) sessionCreate(idx uint64, s *command.Session) (command.Result, error) {
+	if s == nil || s.TTL <= 0 {
+		return a.status(command.StatusInvalid), nil
+	}
+	// The entry index is unique forever and the same on every member.
+	id := int64(idx)
+	a.ibuf = appendSessionKey(a.ibuf[:0], id)
+	a.vbuf = appendSessionRecord(a.vbuf[:0], s.TTL)
+	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
+		return command.Result{}, err
+	}
+	res := a.status(command.StatusOK)
+	res.SessionID = id
+	return res, nil
+}
+
+// sessionEnd deletes the session and every key it owns, all in one
+// revision, so watchers see the expiry as one batch of events (invariant 5).
+// Ending an unknown session is a no-op: close and expiry may race.
+func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
+	if s == nil {
+		return a.status(command.StatusInvalid), nil
+	}
+	sessKey := appendSessionKey(nil, s.ID)
+	if ok, err := a.has(sessKey); err != nil || !ok {
+		return a.status(command.StatusOK), err
+	}
+	lo := appendOwnedKey(nil, s.ID, "")
+	hi := prefixEnd(lo)
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return command.Result{}, err
+	}
+	var owned []string
+	for it.First(); it.Valid(); it.Next() {
+		owned = append(owned, string(it.Key()[len(lo):]))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return command.Result{}, err
+	}
+
+	rev := a.m.rev + 1
+	events := make([]Event, 0, len(owned))
+	for _, key := range owned {
+		kv, size, found, err := a.getKV(key, false)
+		if err != nil {
+			return command.Result{}, err
+		}
+		// Puts keep the index in step with ownership, so this only guards
+		// against an index entry that outlived its key.
+		if !found || kv.Session != s.ID {
+			continue
+		}
+		if err := a.b.Delete(a.kbuf, nil); err != nil {
+			return command.Result{}, err
+		}
+		a.m.size -= size
+		kv.ModRev = rev
+		events = append(events, Event{Type: EventDelete, KV: kv})
+	}
+	if err := a.b.DeleteRange(lo, hi, nil); err != nil {
+		return command.Result{}, err
+	}
+	if err := a.b.Delete(sessKey, nil); err != nil {
+		return command.Result{}, err
+	}
+	if len(events) > 0 {
+		if err := a.newRevision(events); err != nil {
+			return command.Result{}, err
+		}
+	}
+	return a.status(command.StatusOK), nil
+}

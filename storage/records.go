@@ -1,0 +1,293 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/coordcell/coord/internal/command"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrCorrupt is returned when a record of a known format does not decode:
+// the disk (or a peer's snapshot) holds bytes this code never wrote.
+var ErrCorrupt = errors.New("storage: corrupt record")
+
+// Record formats. Every value the state machine persists or sends starts
+// with one of these bytes, so that a later layout can be told apart from
+// this one and a node refuses, clearly, a record it does not understand
+// (invariant 10 of DESIGN.md). They are hand-rolled varint encodings rather
+// than msgpack because KV and history records are written for every put.
+const (
+	metaFormat1     byte = 1
+	confFormat1     byte = 1
+	kvFormat1       byte = 1
+	sessionFormat1  byte = 1
+	historyFormat1  byte = 1
+	chunkFormat1    byte = 1
+	snapDataFormat1 byte = 1
+)
+
+// Meta keys, under prefixStateMeta. The applied record changes with every
+// Apply; the conf state only with membership, so it has its own key and is
+// rewritten only when it changes.
+var (
+	metaAppliedKey = []byte{prefixStateMeta, 'a'}
+	metaConfKey    = []byte{prefixStateMeta, 'c'}
+)
+
+// smMeta is the state machine's bookkeeping, stored under metaAppliedKey in
+// the same batch as the changes it describes.
+type smMeta struct {
+	index  uint64 // last applied raft index
+	term   uint64 // its term
+	rev    int64  // cell revision
+	size   int64  // Σ len(key)+len(value) over live keys, for the quota
+	oldest int64  // oldest revision retained in the history (rev+1 if none)
+}
+
+func appendMeta(dst []byte, m smMeta) []byte {
+	dst = append(dst, metaFormat1)
+	dst = binary.AppendUvarint(dst, m.index)
+	dst = binary.AppendUvarint(dst, m.term)
+	dst = binary.AppendUvarint(dst, uint64(m.rev))
+	dst = binary.AppendUvarint(dst, uint64(m.size))
+	return binary.AppendUvarint(dst, uint64(m.oldest))
+}
+
+func decodeMeta(b []byte) (smMeta, error) {
+	d, err := newDec(b, metaFormat1, "meta")
+	if err != nil {
+		return smMeta{}, err
+	}
+	m := smMeta{
+		index:  d.uvarint(),
+		term:   d.uvarint(),
+		rev:    int64(d.uvarint()),
+		size:   int64(d.uvarint()),
+		oldest: int64(d.uvarint()),
+	}
+	return m, d.done("meta")
+}
+
+func encodeConf(cs *pb.ConfState) ([]byte, error) {
+	if cs == nil {
+		cs = &pb.ConfState{}
+	}
+	// Deterministic so that every member writes identical bytes, and the
+	// state range of two members can be compared byte for byte.
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cs)
+	if err != nil {
+		return nil, fmt.Errorf("storage: encode conf state: %w", err)
+	}
+	return append([]byte{confFormat1}, b...), nil
+}
+
+func decodeConf(b []byte) (*pb.ConfState, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty conf state", ErrCorrupt)
+	}
+	if b[0] != confFormat1 {
+		return nil, fmt.Errorf("%w: conf state record format %d", ErrFormat, b[0])
+	}
+	cs := &pb.ConfState{}
+	if err := proto.Unmarshal(b[1:], cs); err != nil {
+		return nil, fmt.Errorf("%w: conf state: %v", ErrCorrupt, err)
+	}
+	return cs, nil
+}
+
+// appendKVKey appends the storage key of a user key.
+func appendKVKey(dst []byte, key string) []byte {
+	return append(append(dst, prefixKV), key...)
+}
+
+// appendKVRecord appends the stored form of kv. The value goes last and
+// unprefixed: it runs to the end of the record.
+func appendKVRecord(dst []byte, kv *command.KV) []byte {
+	dst = append(dst, kvFormat1)
+	dst = binary.AppendUvarint(dst, uint64(kv.Version))
+	dst = binary.AppendUvarint(dst, uint64(kv.CreateRev))
+	dst = binary.AppendUvarint(dst, uint64(kv.ModRev))
+	dst = binary.AppendUvarint(dst, uint64(kv.Session))
+	return append(dst, kv.Value...)
+}
+
+// decodeKVRecord fills every field of kv but Key from b. kv.Value aliases
+// b: callers copy it when b does not outlive them.
+func decodeKVRecord(b []byte, kv *command.KV) error {
+	d, err := newDec(b, kvFormat1, "kv")
+	if err != nil {
+		return err
+	}
+	kv.Version = int64(d.uvarint())
+	kv.CreateRev = int64(d.uvarint())
+	kv.ModRev = int64(d.uvarint())
+	kv.Session = int64(d.uvarint())
+	if d.bad {
+		return fmt.Errorf("%w: kv record", ErrCorrupt)
+	}
+	kv.Value = d.b[:len(d.b):len(d.b)]
+	return nil
+}
+
+// appendSessionKey appends the key of a session record: big-endian IDs
+// keep sessions in creation order.
+func appendSessionKey(dst []byte, id int64) []byte {
+	return appendUint64(append(dst, prefixSession), uint64(id))
+}
+
+// appendOwnedKey appends the key of one entry of the session→key index.
+func appendOwnedKey(dst []byte, id int64, key string) []byte {
+	return append(appendUint64(append(dst, prefixSessionKey), uint64(id)), key...)
+}
+
+func appendSessionRecord(dst []byte, ttl int64) []byte {
+	return binary.AppendUvarint(append(dst, sessionFormat1), uint64(ttl))
+}
+
+func decodeSessionRecord(b []byte) (ttl int64, err error) {
+	d, err := newDec(b, sessionFormat1, "session")
+	if err != nil {
+		return 0, err
+	}
+	ttl = int64(d.uvarint())
+	return ttl, d.done("session")
+}
+
+func appendHistoryKey(dst []byte, rev int64) []byte {
+	return appendUint64(append(dst, prefixHistory), uint64(rev))
+}
+
+// appendHistoryRecord appends the stored form of one revision's events.
+// ModRev is not stored: it is the revision itself, for puts and deletes
+// alike.
+func appendHistoryRecord(dst []byte, events []Event) []byte {
+	dst = append(dst, historyFormat1)
+	dst = binary.AppendUvarint(dst, uint64(len(events)))
+	for i := range events {
+		ev := &events[i]
+		dst = append(dst, byte(ev.Type))
+		dst = binary.AppendUvarint(dst, uint64(len(ev.KV.Key)))
+		dst = append(dst, ev.KV.Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(ev.KV.Value)))
+		dst = append(dst, ev.KV.Value...)
+		dst = binary.AppendUvarint(dst, uint64(ev.KV.Version))
+		dst = binary.AppendUvarint(dst, uint64(ev.KV.CreateRev))
+		dst = binary.AppendUvarint(dst, uint64(ev.KV.Session))
+	}
+	return dst
+}
+
+// decodeHistoryRecord decodes the events of revision rev. The values it
+// returns alias b, which the caller must own (not an iterator's buffer).
+func decodeHistoryRecord(rev int64, b []byte) ([]Event, error) {
+	d, err := newDec(b, historyFormat1, "history")
+	if err != nil {
+		return nil, err
+	}
+	n := d.uvarint()
+	// Each event takes at least 6 bytes; a count beyond that is corruption,
+	// and checking first keeps a bad count from sizing a huge allocation.
+	if d.bad || n > uint64(len(d.b))/6 {
+		return nil, fmt.Errorf("%w: history record of revision %d", ErrCorrupt, rev)
+	}
+	events := make([]Event, n)
+	for i := range events {
+		ev := &events[i]
+		ev.Type = EventType(d.byte())
+		ev.KV.Key = string(d.bytes())
+		if v := d.bytes(); len(v) > 0 {
+			ev.KV.Value = v
+		}
+		ev.KV.Version = int64(d.uvarint())
+		ev.KV.CreateRev = int64(d.uvarint())
+		ev.KV.Session = int64(d.uvarint())
+		ev.KV.ModRev = rev
+		if ev.Type != EventPut && ev.Type != EventDelete {
+			d.bad = true
+		}
+	}
+	if err := d.done("history"); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// dec reads the varint encodings above. Errors are sticky: after the first
+// short or bad read every read returns zero and bad stays set, so decoders
+// check once at the end.
+type dec struct {
+	b   []byte
+	bad bool
+}
+
+// newDec checks the leading format byte of a record named what.
+func newDec(b []byte, format byte, what string) (dec, error) {
+	if len(b) == 0 {
+		return dec{}, fmt.Errorf("%w: empty %s record", ErrCorrupt, what)
+	}
+	if b[0] != format {
+		return dec{}, fmt.Errorf("%w: %s record format %d, want %d", ErrFormat, what, b[0], format)
+	}
+	return dec{b: b[1:]}, nil
+}
+
+func (d *dec) uvarint() uint64 {
+	if d.bad {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) byte() byte {
+	if d.bad || len(d.b) == 0 {
+		d.bad = true
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+// bytes reads a length-prefixed byte string, capped so that appending to
+// it cannot overwrite what follows.
+func (d *dec) bytes() []byte {
+	n := d.uvarint()
+	if d.bad || n > uint64(len(d.b)) {
+		d.bad = true
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// done reports whether the record decoded exactly, with nothing left over.
+func (d *dec) done(what string) error {
+	if d.bad || len(d.b) != 0 {
+		return fmt.Errorf("%w: %s record", ErrCorrupt, what)
+	}
+	return nil
+}
+
+// prefixEnd returns the smallest key greater than every key starting with
+// p, or nil if there is none (p is all 0xff). Every key of ours starts with
+// a prefix byte below 0xff, so for them it is never nil.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

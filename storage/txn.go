@@ -1,0 +1,331 @@
+package storage
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// txn applies a transaction. Everything that can make it fail (a bad op,
+// a missing session, the quota) is checked before its first write, because
+// a Pebble batch cannot take back a write and a failed command must change
+// nothing (invariant 8).
+func (a *applier) txn(t *command.Txn) (command.Result, error) {
+	if !validTxn(t) {
+		return a.status(command.StatusInvalid), nil
+	}
+	ok := true
+	for i := range t.If {
+		c := &t.If[i]
+		kv, _, _, err := a.getKV(c.Key, c.Target == command.TargetValue)
+		if err != nil {
+			return command.Result{}, err
+		}
+		if !compare(&kv, c) {
+			ok = false
+			break
+		}
+	}
+	ops := t.Then
+	if !ok {
+		ops = t.Else
+	}
+	if st, err := a.precheck(ops); err != nil || st != command.StatusOK {
+		return a.status(st), err
+	}
+
+	// All writes of the transaction share the next revision; it only
+	// becomes current if something was written.
+	rev := a.m.rev + 1
+	res := command.Result{Succeeded: ok, Ops: make([]command.OpResult, len(ops))}
+	var events []Event
+	for i := range ops {
+		op := &ops[i]
+		r := &res.Ops[i]
+		var err error
+		switch {
+		case op.Type == command.OpGet && op.Prefix:
+			var arena valueArena
+			err = a.scan(op.Key, func(kv *command.KV) error {
+				kv.Value = arena.copy(kv.Value)
+				r.KVs = append(r.KVs, *kv)
+				return nil
+			})
+		case op.Type == command.OpGet:
+			var kv command.KV
+			var found bool
+			kv, _, found, err = a.getKV(op.Key, true)
+			if found {
+				r.KVs = []command.KV{kv}
+			}
+		case op.Type == command.OpPut:
+			var kv command.KV
+			kv, err = a.put(op, rev)
+			r.KVs = []command.KV{kv}
+			events = append(events, Event{Type: EventPut, KV: kv})
+		case op.Prefix: // delete
+			events, err = a.deletePrefix(op.Key, rev, events, &r.Deleted)
+		default: // delete
+			events, err = a.deleteKey(op.Key, rev, events, &r.Deleted)
+		}
+		if err != nil {
+			return command.Result{}, err
+		}
+	}
+	if len(events) > 0 {
+		if err := a.newRevision(events); err != nil {
+			return command.Result{}, err
+		}
+	}
+	res.Rev = a.m.rev
+	return res, nil
+}
+
+func validTxn(t *command.Txn) bool {
+	for _, c := range t.If {
+		if c.Target < command.TargetVersion || c.Target > command.TargetSession ||
+			c.Op < command.Equal || c.Op > command.Greater {
+			return false
+		}
+	}
+	for _, ops := range [2][]command.Op{t.Then, t.Else} {
+		for _, op := range ops {
+			if op.Type < command.OpGet || op.Type > command.OpDelete ||
+				op.Type == command.OpPut && op.Prefix {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// compare evaluates c against kv (the zero KV for an absent key).
+func compare(kv *command.KV, c *command.Compare) bool {
+	var r int
+	switch c.Target {
+	case command.TargetValue:
+		r = bytes.Compare(kv.Value, c.Value)
+	case command.TargetVersion:
+		r = cmpInt(kv.Version, c.Int)
+	case command.TargetCreateRev:
+		r = cmpInt(kv.CreateRev, c.Int)
+	case command.TargetModRev:
+		r = cmpInt(kv.ModRev, c.Int)
+	case command.TargetSession:
+		r = cmpInt(kv.Session, c.Int)
+	}
+	switch c.Op {
+	case command.Equal:
+		return r == 0
+	case command.NotEqual:
+		return r != 0
+	case command.Less:
+		return r < 0
+	case command.Greater:
+		return r > 0
+	}
+	return false
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// precheck decides whether ops may run: every ephemeral put's session
+// must exist, and the keyspace must not grow past the quota.
+func (a *applier) precheck(ops []command.Op) (command.Status, error) {
+	var grow int64
+	for i := range ops {
+		op := &ops[i]
+		if op.Type != command.OpPut {
+			continue
+		}
+		if op.Session != 0 {
+			a.ibuf = appendSessionKey(a.ibuf[:0], op.Session)
+			ok, err := a.has(a.ibuf)
+			if err != nil {
+				return command.StatusOK, err
+			}
+			if !ok {
+				return command.StatusNoSession, nil
+			}
+		}
+		grow += int64(len(op.Key) + len(op.Value))
+	}
+	// No transaction grows the keyspace by more than the sum of its puts,
+	// so the exact (and costlier) reckoning is only needed near the quota.
+	if a.m.size+grow <= a.sm.opts.QuotaBytes {
+		return command.StatusOK, nil
+	}
+	delta, err := a.sizeDelta(ops)
+	if err != nil {
+		return command.StatusOK, err
+	}
+	if delta > 0 && a.m.size+delta > a.sm.opts.QuotaBytes {
+		return command.StatusQuotaExceeded, nil
+	}
+	return command.StatusOK, nil
+}
+
+// sizeDelta computes, without writing, by how much ops would change the
+// keyspace size.
+func (a *applier) sizeDelta(ops []command.Op) (int64, error) {
+	// The size of each key ops touched, after the ops so far; -1 = absent.
+	after := make(map[string]int64)
+	sizeOf := func(key string) (int64, error) {
+		if s, ok := after[key]; ok {
+			return s, nil
+		}
+		_, s, found, err := a.getKV(key, false)
+		if !found {
+			s = -1
+		}
+		return s, err
+	}
+	var delta int64
+	for i := range ops {
+		op := &ops[i]
+		switch {
+		case op.Type == command.OpPut:
+			old, err := sizeOf(op.Key)
+			if err != nil {
+				return 0, err
+			}
+			delta += int64(len(op.Key)+len(op.Value)) - max(old, 0)
+			after[op.Key] = int64(len(op.Key) + len(op.Value))
+		case op.Type == command.OpDelete && op.Prefix:
+			for k, s := range after {
+				if s >= 0 && strings.HasPrefix(k, op.Key) {
+					delta -= s
+					after[k] = -1
+				}
+			}
+			err := a.scan(op.Key, func(kv *command.KV) error {
+				if _, seen := after[kv.Key]; !seen {
+					delta -= int64(len(kv.Key) + len(kv.Value))
+					after[kv.Key] = -1
+				}
+				return nil
+			})
+			if err != nil {
+				return 0, err
+			}
+		case op.Type == command.OpDelete:
+			old, err := sizeOf(op.Key)
+			if err != nil {
+				return 0, err
+			}
+			if old >= 0 {
+				delta -= old
+				after[op.Key] = -1
+			}
+		}
+	}
+	return delta, nil
+}
+
+// put writes op at revision rev and returns the key as written.
+func (a *applier) put(op *command.Op, rev int64) (command.KV, error) {
+	old, oldSize, found, err := a.getKV(op.Key, false)
+	if err != nil {
+		return command.KV{}, err
+	}
+	kv := command.KV{
+		Key: op.Key, Value: op.Value,
+		Version: 1, CreateRev: rev, ModRev: rev, Session: op.Session,
+	}
+	if found {
+		kv.Version = old.Version + 1
+		kv.CreateRev = old.CreateRev
+		a.m.size -= oldSize
+	}
+	a.m.size += int64(len(op.Key) + len(op.Value))
+	a.vbuf = appendKVRecord(a.vbuf[:0], &kv)
+	if err := a.b.Set(a.kbuf, a.vbuf, nil); err != nil {
+		return command.KV{}, err
+	}
+	if old.Session != kv.Session {
+		if err := a.setOwner(old.Session, kv.Session, op.Key); err != nil {
+			return command.KV{}, err
+		}
+	}
+	return kv, nil
+}
+
+// setOwner moves key's entry in the session→key index from session from
+// to session to (0 = none).
+func (a *applier) setOwner(from, to int64, key string) error {
+	if from != 0 {
+		a.ibuf = appendOwnedKey(a.ibuf[:0], from, key)
+		if err := a.b.Delete(a.ibuf, nil); err != nil {
+			return err
+		}
+	}
+	if to != 0 {
+		a.ibuf = appendOwnedKey(a.ibuf[:0], to, key)
+		if err := a.b.Set(a.ibuf, nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteKey deletes key, if present, at revision rev.
+func (a *applier) deleteKey(key string, rev int64, events []Event, deleted *int64) ([]Event, error) {
+	kv, size, found, err := a.getKV(key, false)
+	if err != nil || !found {
+		return events, err
+	}
+	if err := a.b.Delete(a.kbuf, nil); err != nil {
+		return events, err
+	}
+	if err := a.setOwner(kv.Session, 0, key); err != nil {
+		return events, err
+	}
+	a.m.size -= size
+	kv.ModRev = rev
+	*deleted++
+	return append(events, Event{Type: EventDelete, KV: kv}), nil
+}
+
+// deletePrefix deletes every key under prefix at revision rev.
+func (a *applier) deletePrefix(prefix string, rev int64, events []Event, deleted *int64) ([]Event, error) {
+	type victim struct {
+		kv   command.KV
+		size int64
+	}
+	// Collected first: the scan's iterator would not see the deletions
+	// anyway, and writing under an open iterator is harder to reason about.
+	var doomed []victim
+	err := a.scan(prefix, func(kv *command.KV) error {
+		size := int64(len(kv.Key) + len(kv.Value))
+		kv.Value = nil
+		doomed = append(doomed, victim{*kv, size})
+		return nil
+	})
+	if err != nil {
+		return events, err
+	}
+	for i := range doomed {
+		kv := doomed[i].kv
+		a.kbuf = appendKVKey(a.kbuf[:0], kv.Key)
+		if err := a.b.Delete(a.kbuf, nil); err != nil {
+			return events, err
+		}
+		if err := a.setOwner(kv.Session, 0, kv.Key); err != nil {
+			return events, err
+		}
+		a.m.size -= doomed[i].size
+		kv.ModRev = rev
+		events = append(events, Event{Type: EventDelete, KV: kv})
+	}
+	*deleted += int64(len(doomed))
+	return events, nil
+}
