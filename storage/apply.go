@@ -113,8 +113,17 @@ func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 	a.sm, a.b, a.m, a.out = sm, b, sm.cur, out
 }
 
-// end drops the references of one call, keeping only the buffers.
-func (a *applier) end() { a.sm, a.b, a.out = nil, nil, nil }
+// end drops the references of one call, keeping only the buffers, unless
+// an unusual command (a session end with many keys) grew one to a size
+// not worth keeping around.
+func (a *applier) end() {
+	a.sm, a.b, a.out = nil, nil, nil
+	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
+		if cap(*buf) > 1<<20 {
+			*buf = nil
+		}
+	}
+}
 
 // status is the result of a command that changed nothing.
 func (a *applier) status(s command.Status) command.Result {
@@ -221,14 +230,29 @@ func (a *applier) newRevision(events []Event) error {
 	return nil
 }
 
+// pointDeleteLimit is how many history records pruneHistory deletes one
+// by one before it uses a range deletion instead. Range tombstones are
+// cheap to write but not to read past: Pebble refragments those in the
+// memtable on reads, so one per Apply made every Get slower until a flush.
+// Point tombstones in the history range cost the key reads nothing.
+const pointDeleteLimit = 1024
+
 // pruneHistory drops the revisions that fell out of the retention window,
-// once per batch: a range deletion, whatever the number of revisions.
+// once per batch.
 func (a *applier) pruneHistory() error {
 	oldest := a.m.rev - a.sm.opts.HistoryRevisions + 1
 	if oldest <= a.m.oldest {
 		return nil
 	}
-	err := a.b.DeleteRange(appendHistoryKey(nil, a.m.oldest), appendHistoryKey(nil, oldest), nil)
+	var err error
+	if oldest-a.m.oldest > pointDeleteLimit {
+		err = a.b.DeleteRange(appendHistoryKey(nil, a.m.oldest), appendHistoryKey(nil, oldest), nil)
+	} else {
+		for rev := a.m.oldest; rev < oldest && err == nil; rev++ {
+			a.ibuf = appendHistoryKey(a.ibuf[:0], rev)
+			err = a.b.Delete(a.ibuf, nil)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("storage: apply: prune history: %w", err)
 	}
@@ -296,8 +320,12 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 		kv.ModRev = rev
 		events = append(events, Event{Type: EventDelete, KV: kv})
 	}
-	if err := a.b.DeleteRange(lo, hi, nil); err != nil {
-		return command.Result{}, err
+	// Point deletes rather than one range deletion: see pointDeleteLimit.
+	for _, key := range owned {
+		a.ibuf = appendOwnedKey(a.ibuf[:0], s.ID, key)
+		if err := a.b.Delete(a.ibuf, nil); err != nil {
+			return command.Result{}, err
+		}
 	}
 	if err := a.b.Delete(sessKey, nil); err != nil {
 		return command.Result{}, err

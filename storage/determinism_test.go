@@ -169,7 +169,7 @@ func randomLog(t *testing.T, rng *rand.Rand, n int) []*pb.Entry {
 			for range rng.IntN(3) {
 				txn.If = append(txn.If, command.Compare{
 					Key: pick(), Target: targets[rng.IntN(len(targets))],
-					Op:  command.CompareOp(1 + rng.IntN(4)), Int: rng.Int64N(5), Value: value(),
+					Op: command.CompareOp(1 + rng.IntN(4)), Int: rng.Int64N(5), Value: value(),
 				})
 			}
 			c = txnCmd(txn)

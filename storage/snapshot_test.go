@@ -33,6 +33,11 @@ func fillSM(t *testing.T, ts *testSM, n int) {
 // the transport does: the last chunk is known by reading one ahead.
 func transfer(t *testing.T, from, to *testSM, snap *pb.Snapshot) int {
 	t.Helper()
+	return transferSM(t, from.StateMachine, to.StateMachine, snap)
+}
+
+func transferSM(t *testing.T, from, to *StateMachine, snap *pb.Snapshot) int {
+	t.Helper()
 	index, term := snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 	r, ok := from.OpenSnapshot(index)
 	require.True(t, ok)
@@ -300,4 +305,55 @@ func TestSnapshotOversizedPair(t *testing.T) {
 	require.Greater(t, transfer(t, a, b, snap), 2)
 	install(t, b, snap)
 	require.Equal(t, a.dump(), b.dump())
+}
+
+// TestSMStoreInstallSnapshot runs a snapshot through the Store: taken by
+// the leader's RaftLog, installed by the follower's InstallSnapshot, and
+// still there after the follower restarts.
+func TestSMStoreInstallSnapshot(t *testing.T) {
+	leader, err := Open(Options{})
+	require.NoError(t, err)
+	defer leader.Close()
+	require.NoError(t, leader.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2}}))
+	lsm := leader.StateMachine()
+	var ents []*pb.Entry
+	for i := range 20 {
+		data, err := command.Encode(txnCmd(command.Txn{Then: []command.Op{putOp(fmt.Sprint("k", i), "v")}}))
+		require.NoError(t, err)
+		ents = append(ents, &pb.Entry{Index: new(uint64(i + 1)), Term: new(uint64(3)), Data: data})
+	}
+	require.NoError(t, leader.RaftLog().Append(&pb.HardState{Term: new(uint64(3)), Commit: new(uint64(20))}, ents, true))
+	_, err = lsm.Apply(ents, nil)
+	require.NoError(t, err)
+	snap, err := leader.RaftLog().Snapshot()
+	require.NoError(t, err)
+	require.EqualValues(t, 20, snap.GetMetadata().GetIndex())
+	require.EqualValues(t, 3, snap.GetMetadata().GetTerm())
+
+	disk := NewMemDisk()
+	follower, err := Open(Options{Disk: disk})
+	require.NoError(t, err)
+	require.True(t, follower.IsNew())
+	transferSM(t, lsm, follower.StateMachine(), snap)
+	require.NoError(t, follower.InstallSnapshot(snap))
+	want := dumpRange(t, leader.db, prefixStateFirst, prefixStateEnd)
+	require.Equal(t, want, dumpRange(t, follower.db, prefixStateFirst, prefixStateEnd))
+	require.False(t, follower.IsNew())
+	first, err := follower.RaftLog().FirstIndex()
+	require.NoError(t, err)
+	require.EqualValues(t, 21, first)
+	require.EqualValues(t, 20, follower.StateMachine().AppliedIndex())
+	require.NoError(t, follower.Close())
+
+	follower, err = Open(Options{Disk: disk.Crash(nil)})
+	require.NoError(t, err)
+	defer follower.Close()
+	require.Equal(t, want, dumpRange(t, follower.db, prefixStateFirst, prefixStateEnd))
+	_, cs, err := follower.RaftLog().InitialState()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2}, cs.GetVoters())
+	kv, ok, err := follower.StateMachine().Get("k7")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 8, kv.ModRev)
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -126,6 +127,12 @@ func Open(opts Options) (*Store, error) {
 	opts.setDefaults()
 	popts := &pebble.Options{
 		Logger: pebbleLogger{opts.Logger},
+		// Every put reads its key first (version, create revision): a
+		// modest block cache and bloom filters keep that off the disk.
+		CacheSize: 32 << 20,
+	}
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	dir := opts.Dir
 	if dir == "" {

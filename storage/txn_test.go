@@ -41,10 +41,10 @@ func TestTxnPutGetDelete(t *testing.T) {
 
 func TestTxnCompareTargets(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
-	ts.put("x", "old")                    // rev 1
-	ts.put("k", "m")                      // rev 2
-	ts.put("k", "m")                      // rev 3: k version 2, create 2, mod 3
-	sid := ts.newSession()                // index 4
+	ts.put("x", "old")                     // rev 1
+	ts.put("k", "m")                       // rev 2
+	ts.put("k", "m")                       // rev 3: k version 2, create 2, mod 3
+	sid := ts.newSession()                 // index 4
 	ts.txn(command.Txn{Then: []command.Op{ // rev 4
 		ephemeralPut("e", "v", sid),
 	}})
