@@ -142,6 +142,10 @@ func (a *applier) exec(idx uint64, cmd *command.Command) (command.Result, error)
 		return a.sessionCreate(idx, cmd.Session)
 	case command.KindSessionEnd:
 		return a.sessionEnd(cmd.Session)
+	case command.KindSessionSeen:
+		return a.sessionUnheard(cmd.Session, true)
+	case command.KindSessionCredit:
+		return a.sessionUnheard(cmd.Session, false)
 	case command.KindNoop:
 		return a.status(command.StatusOK), nil
 	}
@@ -267,13 +271,58 @@ func (a *applier) sessionCreate(idx uint64, s *command.Session) (command.Result,
 	// The entry index is unique forever and the same on every member.
 	id := int64(idx)
 	a.ibuf = appendSessionKey(a.ibuf[:0], id)
-	a.vbuf = appendSessionRecord(a.vbuf[:0], s.TTL)
+	a.vbuf = appendSessionRecord(a.vbuf[:0], s.TTL, 0)
 	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 		return command.Result{}, err
 	}
+	a.out.SessionsCreated = append(a.out.SessionsCreated, SessionInfo{ID: id, TTL: s.TTL})
 	res := a.status(command.StatusOK)
 	res.SessionID = id
 	return res, nil
+}
+
+// sessionUnheard resets (seen) or adds to (credit) the unheard time of
+// sessions. Unknown sessions are skipped: they may have ended meanwhile.
+func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result, error) {
+	if s == nil {
+		return a.status(command.StatusInvalid), nil
+	}
+	update := func(id, add int64) error {
+		a.ibuf = appendSessionKey(a.ibuf[:0], id)
+		val, closer, err := a.b.Get(a.ibuf)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ttl, unheard, err := decodeSessionRecord(val)
+		closer.Close()
+		if err != nil {
+			return err
+		}
+		if seen {
+			unheard = 0
+		} else if add > 0 {
+			unheard += add
+		}
+		a.vbuf = appendSessionRecord(a.vbuf[:0], ttl, unheard)
+		return a.b.Set(a.ibuf, a.vbuf, nil)
+	}
+	if seen {
+		for _, id := range s.IDs {
+			if err := update(id, 0); err != nil {
+				return command.Result{}, err
+			}
+		}
+	} else {
+		for _, c := range s.Credits {
+			if err := update(c.ID, c.Nanos); err != nil {
+				return command.Result{}, err
+			}
+		}
+	}
+	return a.status(command.StatusOK), nil
 }
 
 // sessionEnd deletes the session and every key it owns, all in one
@@ -330,6 +379,7 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	if err := a.b.Delete(sessKey, nil); err != nil {
 		return command.Result{}, err
 	}
+	a.out.SessionsEnded = append(a.out.SessionsEnded, s.ID)
 	if len(events) > 0 {
 		if err := a.newRevision(events); err != nil {
 			return command.Result{}, err

@@ -143,17 +143,21 @@ func appendOwnedKey(dst []byte, id int64, key string) []byte {
 	return append(appendUint64(append(dst, prefixSessionKey), uint64(id)), key...)
 }
 
-func appendSessionRecord(dst []byte, ttl int64) []byte {
-	return binary.AppendUvarint(append(dst, sessionFormat1), uint64(ttl))
+// appendSessionRecord encodes a session: its TTL and its unheard time
+// (both nanoseconds).
+func appendSessionRecord(dst []byte, ttl, unheard int64) []byte {
+	dst = binary.AppendUvarint(append(dst, sessionFormat1), uint64(ttl))
+	return binary.AppendUvarint(dst, uint64(unheard))
 }
 
-func decodeSessionRecord(b []byte) (ttl int64, err error) {
+func decodeSessionRecord(b []byte) (ttl, unheard int64, err error) {
 	d, err := newDec(b, sessionFormat1, "session")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	ttl = int64(d.uvarint())
-	return ttl, d.done("session")
+	unheard = int64(d.uvarint())
+	return ttl, unheard, d.done("session")
 }
 
 func appendHistoryKey(dst []byte, rev int64) []byte {

@@ -161,6 +161,10 @@ type Applied struct {
 type ApplyOutput struct {
 	Results []Applied  // one per command entry, in log order
 	Changes []Revision // the revisions these entries created, in order
+	// SessionsCreated and SessionsEnded report the sessions these entries
+	// opened and ended, so the member can track them without polling.
+	SessionsCreated []SessionInfo
+	SessionsEnded   []int64
 }
 
 // AppliedIndex returns the index of the last applied entry.
@@ -341,6 +345,9 @@ func (sm *StateMachine) History(fromRev int64, limit int) ([]Revision, error) {
 type SessionInfo struct {
 	ID  int64
 	TTL int64 // nanoseconds
+	// Unheard is how long (nanoseconds) leaders have held office without
+	// hearing from the session, since one last did.
+	Unheard int64
 }
 
 // Sessions returns every live session, in creation order.
@@ -367,11 +374,11 @@ func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("storage: sessions: %w", err)
 		}
-		ttl, err := decodeSessionRecord(val)
+		ttl, unheard, err := decodeSessionRecord(val)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, SessionInfo{ID: int64(readUint64(k[1:])), TTL: ttl})
+		out = append(out, SessionInfo{ID: int64(readUint64(k[1:])), TTL: ttl, Unheard: unheard})
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("storage: sessions: %w", err)

@@ -35,6 +35,18 @@ const (
 	KindSessionEnd
 	// KindNoop changes nothing; used to confirm leadership and to flush.
 	KindNoop
+	// KindSessionSeen records that the leader heard from the sessions in
+	// Session.IDs: their unheard time returns to zero. Proposed only for
+	// sessions whose unheard time is not already zero, so a cell whose
+	// sessions are all alive writes nothing.
+	KindSessionSeen
+	// KindSessionCredit adds to each listed session's unheard time the
+	// span during which a leader held office without hearing from it.
+	// A new leader grants a session only its TTL minus that time, so a
+	// dead session cannot be kept alive by leaders that keep changing.
+	KindSessionCredit
+
+	maxKind = KindSessionCredit
 )
 
 // OpType is the type of one operation inside a transaction.
@@ -113,6 +125,16 @@ type Session struct {
 	// Expired marks an end by expiry (decided by the leader) rather than
 	// by the holder's Close.
 	Expired bool `msgpack:"exp,omitempty"`
+	// IDs lists the sessions of a KindSessionSeen.
+	IDs []int64 `msgpack:"ids,omitempty"`
+	// Credits lists the unheard time of a KindSessionCredit.
+	Credits []Credit `msgpack:"cr,omitempty"`
+}
+
+// Credit is unheard time (nanoseconds) to add to one session.
+type Credit struct {
+	ID    int64 `msgpack:"id"`
+	Nanos int64 `msgpack:"ns"`
 }
 
 // Command is one replicated request.
@@ -149,7 +171,7 @@ func Decode(data []byte) (*Command, error) {
 	if err := msgpack.Unmarshal(data[1:], &c); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if c.Kind < KindTxn || c.Kind > KindNoop {
+	if c.Kind < KindTxn || c.Kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, c.Kind)
 	}
 	return &c, nil
