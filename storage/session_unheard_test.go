@@ -10,9 +10,9 @@ import (
 func TestSessionUnheardCreditAndSeen(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
 	a, b := ts.newSession(), ts.newSession()
-	rev := ts.sm.Revision()
+	rev := ts.StateMachine.Revision()
 	unheard := func() map[int64]int64 {
-		infos, err := ts.sm.Sessions()
+		infos, err := ts.StateMachine.Sessions()
 		require.NoError(t, err)
 		m := map[int64]int64{}
 		for _, s := range infos {
@@ -31,7 +31,7 @@ func TestSessionUnheardCreditAndSeen(t *testing.T) {
 	seen := &command.Command{Kind: command.KindSessionSeen, Session: &command.Session{IDs: []int64{a}}}
 	require.Equal(t, command.StatusOK, ts.do(seen).Status)
 	require.Equal(t, map[int64]int64{a: 0, b: 14}, unheard())
-	require.Equal(t, rev, ts.sm.Revision(), "bookkeeping of sessions is not a change to the keyspace")
+	require.Equal(t, rev, ts.StateMachine.Revision(), "bookkeeping of sessions is not a change to the keyspace")
 
 	ts.reopen()
 	require.Equal(t, map[int64]int64{a: 0, b: 14}, unheard(), "unheard time is durable")
