@@ -22,6 +22,9 @@ type Node struct {
 	sm    *storage.StateMachine
 	raft  *raftnode.Node
 	hub   *watch.Hub
+	// sessions keeps this member's sessions alive and, while it leads,
+	// every session's deadline.
+	sessions *sessionEngine
 	tr    transport.Transport
 	ownTr bool // we opened the transport, so we close it
 
@@ -95,6 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	// The in-memory window never reaches further back than the durable
 	// history, so ErrCompacted does not depend on what is in memory.
 	n.hub = watch.NewHub(n.sm, int(min(cfg.HistoryRevisions, 4096)))
+	n.sessions = newSessionEngine(n)
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
 		Members:        members,
@@ -107,14 +111,20 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		CompactEvery:   cfg.CompactEvery,
 		CatchUpEntries: cfg.CatchUpEntries,
 		MaxSizePerMsg:  1 << 20,
-		OnApply:        func(out storage.ApplyOutput) { n.hub.Publish(out.Changes) },
-		OnSnapshot:     n.hub.Reset,
+		OnApply: func(out storage.ApplyOutput) {
+			n.hub.Publish(out.Changes)
+			n.sessions.onApply(out)
+		},
+		OnSnapshot: n.hub.Reset,
+		OnLeader:   n.sessions.onLeader,
+		OnMessage:  n.sessions.onMessage,
 	})
 	if err != nil {
 		n.closeTransport()
 		store.Close()
 		return nil, err
 	}
+	n.sessions.start()
 	go func() {
 		// A member that fails (storage error, internal panic) ends its
 		// watches just as Close does.
@@ -131,6 +141,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.cancelClose()
+		n.sessions.close()
 		n.raft.Stop(true)
 		n.closeTransport()
 		n.closeErr = n.store.Close()
@@ -143,6 +154,7 @@ func (n *Node) Close() error {
 func (n *Node) crash() {
 	n.closeOnce.Do(func() {
 		n.cancelClose()
+		n.sessions.close()
 		n.raft.Stop(false)
 		n.closeTransport()
 		n.closeErr = n.store.Close()

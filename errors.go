@@ -41,4 +41,32 @@ var (
 	// ErrSessionExpired: the session is gone (expired or closed), so an
 	// ephemeral write naming it was refused.
 	ErrSessionExpired = errs.SessionExpired
+	// ErrSessionClosed: the session was closed by its holder.
+	ErrSessionClosed = errs.SessionClosed
+	// ErrInvalidTTL: a session TTL below the minimum (see WithTTL).
+	ErrInvalidTTL = errs.InvalidTTL
+	// ErrLocked: TryLock found the lock held (or queued for) by another.
+	ErrLocked = errs.Locked
+	// ErrNotHeld: Unlock, Resign or Proclaim on something this handle
+	// does not hold (never acquired, already released, or lost).
+	ErrNotHeld = errs.NotHeld
+	// ErrNoLeader: the election has no leader now.
+	ErrNoLeader = errs.NoLeader
+	// ErrNotLeader: Proclaim or Resign by a campaigner that does not lead.
+	ErrNotLeader = errs.NotLeader
+)
+
+// The sentinel errors of fencing (Fence, FileMarks, ParseToken).
+var (
+	// ErrStaleToken: a Fence refused a token lower than the highest it has
+	// admitted for the resource: the holder has lost its lock or
+	// leadership. The write must not happen.
+	ErrStaleToken = errs.StaleToken
+	// ErrInvalidToken: a fencing token is missing, malformed or not
+	// positive (0 means "no token").
+	ErrInvalidToken = errs.InvalidToken
+	// ErrMarksFormat: OpenFileMarks found a file it cannot use: not a marks
+	// file, an unknown format version, or damage before its last record
+	// (a torn last record, left by a crash mid-write, is not an error).
+	ErrMarksFormat = errs.MarksFormat
 )

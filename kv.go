@@ -59,6 +59,14 @@ func IfVersion(v int64) WriteOption {
 	return func(o *writeOptions) { o.ifVersion = &v }
 }
 
+// Ephemeral makes the written key belong to session s: it is deleted, in
+// the same committed change as the session's end, when s expires or is
+// closed. A write naming a session that already ended fails with
+// ErrSessionExpired.
+func Ephemeral(s *Session) WriteOption {
+	return func(o *writeOptions) { o.session = int64(s.id) }
+}
+
 func writeOpts(opts []WriteOption) writeOptions {
 	var o writeOptions
 	for _, f := range opts {

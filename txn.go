@@ -129,9 +129,11 @@ func OpGetPrefix(prefix string) Op {
 	return Op{command.Op{Type: command.OpGet, Key: prefix, Prefix: true}}
 }
 
-// OpPut writes value under key.
-func OpPut(key string, value []byte) Op {
-	return Op{command.Op{Type: command.OpPut, Key: key, Value: value}}
+// OpPut writes value under key. Of the write options only Ephemeral
+// applies inside a transaction (conditions go in If).
+func OpPut(key string, value []byte, opts ...WriteOption) Op {
+	o := writeOpts(opts)
+	return Op{command.Op{Type: command.OpPut, Key: key, Value: value, Session: o.session}}
 }
 
 // OpDelete deletes key.

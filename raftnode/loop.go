@@ -172,6 +172,9 @@ func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
 		ls.suspectSince = ls.tick
 	}
 	ls.lead, ls.term = lead, term
+	if n.cfg.OnLeader != nil {
+		n.cfg.OnLeader(lead, term)
+	}
 }
 
 // handleReady processes one Ready in the order Raft requires. It returns
@@ -338,5 +341,9 @@ func (n *Node) handleEnvelope(env transport.Envelope) {
 		}
 	case d.ack != nil:
 		n.senders.deliverAck(d.ack)
+	case d.app != nil:
+		if n.cfg.OnMessage != nil {
+			n.cfg.OnMessage(env.From, d.app)
+		}
 	}
 }

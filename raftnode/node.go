@@ -61,6 +61,12 @@ type Config struct {
 	// OnSnapshot is called on the apply goroutine after a snapshot from
 	// the leader replaced the state machine.
 	OnSnapshot func()
+	// OnLeader is called on the raft loop whenever the known leader or the
+	// term changes (lead 0 = none known). It must not block.
+	OnLeader func(lead, term uint64)
+	// OnMessage is called on the raft loop with each application message
+	// (see Node.SendApp). It must not block.
+	OnMessage func(from string, data []byte)
 }
 
 // Role is a member's Raft role.
@@ -175,6 +181,18 @@ func Start(cfg Config) (*Node, error) {
 
 // ID returns the member's Raft ID.
 func (n *Node) ID() uint64 { return n.id }
+
+// MemberName returns the name of the member with Raft ID id.
+func (n *Node) MemberName(id uint64) (string, bool) {
+	name, ok := n.cfg.Members[id]
+	return name, ok
+}
+
+// SendApp sends an application message to member to, delivered to its
+// Config.OnMessage. Like every message, it may be lost.
+func (n *Node) SendApp(to string, data []byte) error {
+	return n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: encodeApp(data)}})
+}
 
 // guard runs a goroutine and turns a panic (raft's invariants, Pebble
 // corruption) into the node's error instead of a crash of the process

@@ -20,6 +20,7 @@ const (
 	kindRaft     wireKind = 1 // a raftpb.Message
 	kindChunk    wireKind = 2 // one chunk of a snapshot's state
 	kindChunkAck wireKind = 3 // the receiver has staged a chunk
+	kindApp      wireKind = 4 // an application message (session keep-alives)
 )
 
 var errWire = errors.New("raftnode: malformed envelope")
@@ -79,11 +80,16 @@ func encodeAck(a *chunkAck) []byte {
 	return binary.AppendUvarint(buf, ok)
 }
 
+func encodeApp(data []byte) []byte {
+	return append([]byte{wireVersion, byte(kindApp)}, data...)
+}
+
 // decoded is one received envelope; exactly one field is set.
 type decoded struct {
 	raft  *pb.Message
 	chunk *chunk
 	ack   *chunkAck
+	app   []byte
 }
 
 func decodeEnvelope(data []byte) (decoded, error) {
@@ -114,6 +120,8 @@ func decodeEnvelope(data []byte) (decoded, error) {
 			return decoded{}, err
 		}
 		return decoded{ack: &chunkAck{From: v[0], Index: v[1], Term: v[2], Seq: v[3], OK: v[4] == 1}}, nil
+	case kindApp:
+		return decoded{app: body}, nil
 	default:
 		return decoded{}, fmt.Errorf("%w: unknown kind %d", errWire, data[1])
 	}

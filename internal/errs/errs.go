@@ -21,5 +21,18 @@ var (
 	InvalidKey     = errors.New("coord: invalid key")
 	InvalidConfig  = errors.New("coord: invalid config")
 	SessionExpired = errors.New("coord: session expired")
+	SessionClosed  = errors.New("coord: session closed")
+	InvalidTTL     = errors.New("coord: invalid session TTL")
+	Locked         = errors.New("coord: locked by another holder")
+	NotHeld        = errors.New("coord: not held")
+	NoLeader       = errors.New("coord: election has no leader")
+	NotLeader      = errors.New("coord: not the election's leader")
 	Internal       = errors.New("coord: internal error")
+)
+
+// Fencing (fencing.go in the root package).
+var (
+	StaleToken   = errors.New("coord: stale fencing token")
+	InvalidToken = errors.New("coord: invalid fencing token")
+	MarksFormat  = errors.New("coord: unusable fencing marks file")
 )

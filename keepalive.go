@@ -1,0 +1,502 @@
+package coord
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lease"
+	"github.com/coordcell/coord/storage"
+)
+
+// sessionEngine keeps this member's sessions alive and, while this
+// member leads, keeps every session's deadline and expires the dead ones.
+// One goroutine (run) drives both sides on a ticker; keep-alive traffic
+// and leadership changes arrive from the raft loop without blocking it.
+type sessionEngine struct {
+	n  *Node
+	et time.Duration // one election timeout
+
+	inbox chan inbound      // keep-alives and acks from other members
+	poke  chan struct{}     // leadership changed or a session was added: look now
+	stop  chan struct{}     // closed by Node.Close
+	wg    sync.WaitGroup    // run and the goroutines it starts
+	mu    sync.Mutex        // guards what follows
+	local map[SessionID]*Session
+	seq   uint64
+	sent  map[uint64]sentBatch // recent keep-alives awaiting an ack
+	lead  *leaderSessions      // non-nil while this member leads
+}
+
+type inbound struct {
+	from string
+	msg  *lease.Message
+}
+
+type sentBatch struct {
+	at  time.Time
+	ids []SessionID
+}
+
+// leaderSessions is the leader's side, for one term.
+type leaderSessions struct {
+	term   uint64
+	ready  bool // the table was loaded from the replicated state
+	table  *lease.Table
+	cancel context.CancelFunc
+}
+
+func newSessionEngine(n *Node) *sessionEngine {
+	return &sessionEngine{
+		n:     n,
+		et:    n.electionTimeout(),
+		inbox: make(chan inbound, 256),
+		poke:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		local: make(map[SessionID]*Session),
+		sent:  make(map[uint64]sentBatch),
+	}
+}
+
+// margin is how much earlier than the cell the holder counts its session
+// as expired: an election timeout (a deposed leader may credit unheard
+// time for up to that long before it steps down) plus 2% for clock rate.
+func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return e.et + ttl/50 }
+
+func (e *sessionEngine) start() {
+	e.wg.Add(1)
+	go e.run()
+}
+
+func (e *sessionEngine) close() {
+	close(e.stop)
+	e.wg.Wait()
+	e.mu.Lock()
+	local := slices.Collect(mapValues(e.local))
+	e.mu.Unlock()
+	for _, s := range local {
+		s.end(ErrClosed)
+	}
+}
+
+func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
+	return func(yield func(V) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+func (e *sessionEngine) add(s *Session) {
+	e.mu.Lock()
+	e.local[s.id] = s
+	e.mu.Unlock()
+}
+
+func (e *sessionEngine) remove(id SessionID) {
+	e.mu.Lock()
+	delete(e.local, id)
+	e.mu.Unlock()
+}
+
+func (e *sessionEngine) nudge() {
+	select {
+	case e.poke <- struct{}{}:
+	default:
+	}
+}
+
+// onLeader is raftnode's OnLeader hook (raft loop: must not block).
+func (e *sessionEngine) onLeader(lead, term uint64) { e.nudge() }
+
+// onMessage is raftnode's OnMessage hook (raft loop: must not block).
+// Keep-alives are periodic, so one dropped when the inbox is full costs
+// nothing but a retry.
+func (e *sessionEngine) onMessage(from string, data []byte) {
+	m, err := lease.Decode(data)
+	if err != nil {
+		e.n.cfg.Logger.Warn("dropped malformed session message", "from", from, "err", err)
+		return
+	}
+	select {
+	case e.inbox <- inbound{from: from, msg: m}:
+	default:
+	}
+}
+
+// onApply is called on the apply goroutine with what each batch did.
+func (e *sessionEngine) onApply(out storage.ApplyOutput) {
+	if len(out.SessionsCreated) == 0 && len(out.SessionsEnded) == 0 {
+		return
+	}
+	now := time.Now()
+	e.mu.Lock()
+	if l := e.lead; l != nil {
+		for _, c := range out.SessionsCreated {
+			l.table.Add(c.ID, time.Duration(c.TTL), now)
+		}
+		for _, id := range out.SessionsEnded {
+			l.table.Remove(id)
+		}
+	}
+	var ended []*Session
+	for _, id := range out.SessionsEnded {
+		if s, ok := e.local[SessionID(id)]; ok {
+			ended = append(ended, s)
+		}
+	}
+	e.mu.Unlock()
+	for _, s := range ended {
+		s.end(ErrSessionExpired)
+	}
+}
+
+func (e *sessionEngine) run() {
+	defer e.wg.Done()
+	tick := time.NewTicker(max(e.et/4, time.Millisecond))
+	defer tick.Stop()
+	var lastSend time.Time
+	for {
+		select {
+		case <-e.stop:
+			e.stepDown()
+			return
+		case <-tick.C:
+		case <-e.poke:
+			e.followLeadership()
+			lastSend = time.Time{} // a new leader hears from us at once
+		case in := <-e.inbox:
+			if in.msg.KeepAlive != nil {
+				e.handleKeepAlive(in.from, in.msg.KeepAlive)
+			} else {
+				e.handleAck(in.msg.Ack)
+			}
+			continue
+		}
+		now := time.Now()
+		e.followLeadership()
+		if e.sendDue(now, lastSend) {
+			lastSend = now
+		}
+		e.checkLocal(now)
+		e.leaderTick(now)
+	}
+}
+
+// --- the holder's side ---
+
+// sendDue sends one keep-alive for every automatic local session when
+// the most demanding of them is due (a third of its TTL since the last).
+func (e *sessionEngine) sendDue(now, last time.Time) bool {
+	e.mu.Lock()
+	var ids []SessionID
+	interval := time.Duration(1<<63 - 1)
+	for id, s := range e.local {
+		if s.manual {
+			continue
+		}
+		ids = append(ids, id)
+		interval = min(interval, s.ttl/3)
+	}
+	e.mu.Unlock()
+	if len(ids) == 0 || now.Sub(last) < interval {
+		return false
+	}
+	return e.send(now, ids)
+}
+
+// send sends a keep-alive for ids to the leader.
+func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
+	st := e.n.raft.Status()
+	if st.Leader == 0 {
+		return false
+	}
+	e.mu.Lock()
+	e.seq++
+	seq := e.seq
+	e.sent[seq] = sentBatch{at: now, ids: ids}
+	for s := range e.sent {
+		if now.Sub(e.sent[s].at) > 4*e.et+time.Second {
+			delete(e.sent, s) // unanswered: the leader moved on or the message was lost
+		}
+	}
+	for _, id := range ids {
+		if s, ok := e.local[id]; ok {
+			s.mu.Lock()
+			s.lastSent = now
+			s.mu.Unlock()
+		}
+	}
+	e.mu.Unlock()
+	ka := &lease.KeepAlive{Seq: seq, IDs: make([]int64, len(ids))}
+	for i, id := range ids {
+		ka.IDs[i] = int64(id)
+	}
+	if st.Leader == st.ID {
+		e.handleKeepAlive(e.n.cfg.Name, ka)
+		return true
+	}
+	to, ok := e.n.raft.MemberName(st.Leader)
+	if !ok {
+		return false
+	}
+	data, err := lease.Encode(&lease.Message{KeepAlive: ka})
+	if err != nil {
+		return false
+	}
+	_ = e.n.raft.SendApp(to, data)
+	return true
+}
+
+func (e *sessionEngine) handleAck(a *lease.Ack) {
+	e.mu.Lock()
+	b, ok := e.sent[a.Seq]
+	delete(e.sent, a.Seq)
+	var alive, gone []*Session
+	if ok {
+		for _, id := range a.Alive {
+			if s, ok := e.local[SessionID(id)]; ok {
+				alive = append(alive, s)
+			}
+		}
+		for _, id := range a.Gone {
+			if s, ok := e.local[SessionID(id)]; ok {
+				gone = append(gone, s)
+			}
+		}
+	}
+	e.mu.Unlock()
+	for _, s := range alive {
+		s.confirmed(b.at)
+	}
+	for _, s := range gone {
+		s.end(ErrSessionExpired)
+	}
+}
+
+// checkLocal moves local sessions into jeopardy or local expiry. A session
+// that expired here is also ended in the cell, so its locks pass on
+// without waiting for the leader to notice.
+func (e *sessionEngine) checkLocal(now time.Time) {
+	e.mu.Lock()
+	local := slices.Collect(mapValues(e.local))
+	e.mu.Unlock()
+	for _, s := range local {
+		if s.check(now) {
+			e.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
+				Session: &command.Session{ID: int64(s.id), Expired: true}})
+		}
+	}
+}
+
+// renew sends a keep-alive for one session now and waits until one is
+// confirmed, resending every half election timeout.
+func (e *sessionEngine) renew(ctx context.Context, s *Session) (time.Time, error) {
+	t := time.NewTicker(e.et / 2)
+	defer t.Stop()
+	for {
+		acked := s.ackChan()
+		e.send(time.Now(), []SessionID{s.id})
+		select {
+		case <-acked:
+			return s.Until(), nil
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-s.Done():
+			return time.Time{}, s.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// --- the leader's side ---
+
+// followLeadership starts or ends the leader's side as Raft's view changes.
+func (e *sessionEngine) followLeadership() {
+	st := e.n.raft.Status()
+	leading := st.Leader == st.ID && st.Role == "leader"
+	e.mu.Lock()
+	l := e.lead
+	e.mu.Unlock()
+	switch {
+	case leading && (l == nil || l.term != st.Term):
+		e.stepDown()
+		e.stepUp(st.Term)
+	case !leading && l != nil:
+		e.stepDown()
+	}
+}
+
+func (e *sessionEngine) stepDown() {
+	e.mu.Lock()
+	l := e.lead
+	e.lead = nil
+	e.mu.Unlock()
+	if l != nil {
+		l.cancel()
+	}
+}
+
+// stepUp begins a term as leader: the table starts empty (sessions created
+// from now on are added by onApply) and is loaded from the replicated
+// state once this leader has applied everything committed before it.
+func (e *sessionEngine) stepUp(term uint64) {
+	elected := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &leaderSessions{term: term, table: lease.New(elected, e.et), cancel: cancel}
+	e.mu.Lock()
+	e.lead = l
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for ctx.Err() == nil {
+			// A no-op of this term, once applied here, means every entry
+			// committed before the election has been applied too.
+			pctx, pcancel := context.WithTimeout(ctx, 2*e.et)
+			_, err := e.n.raft.Propose(pctx, &command.Command{Kind: command.KindNoop})
+			pcancel()
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-e.stop:
+					return
+				case <-time.After(e.et / 4):
+				}
+				continue
+			}
+			infos, err := e.n.sm.Sessions()
+			if err != nil {
+				return
+			}
+			e.mu.Lock()
+			if e.lead == l {
+				for _, si := range infos {
+					l.table.Load(si.ID, time.Duration(si.TTL), time.Duration(si.Unheard))
+				}
+				l.ready = true
+			}
+			e.mu.Unlock()
+			return
+		}
+	}()
+}
+
+// leaderTick credits unheard time and expires sessions past their deadline.
+func (e *sessionEngine) leaderTick(now time.Time) {
+	e.mu.Lock()
+	l := e.lead
+	if l == nil || !l.ready {
+		e.mu.Unlock()
+		return
+	}
+	credits := l.table.Credits(now, e.et)
+	due := l.table.Due(now, 2*e.et)
+	e.mu.Unlock()
+	if len(credits) > 0 {
+		c := &command.Session{Credits: make([]command.Credit, len(credits))}
+		for i, cr := range credits {
+			c.Credits[i] = command.Credit{ID: cr.ID, Nanos: int64(cr.Unheard)}
+		}
+		e.proposeAsync(&command.Command{Kind: command.KindSessionCredit, Session: c})
+	}
+	for _, id := range due {
+		e.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
+			Session: &command.Session{ID: id, Expired: true}})
+	}
+}
+
+// handleKeepAlive records a keep-alive at the leader and acknowledges it
+// once that is safe: after leadership is confirmed by a heartbeat round
+// that began after the keep-alive arrived (so no other leader was elected
+// before it was sent), and after the sessions' unheard time is committed
+// as zero (so later leaders grant them a full TTL from now).
+func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
+	now := time.Now()
+	e.mu.Lock()
+	l := e.lead
+	if l == nil || !l.ready {
+		e.mu.Unlock()
+		return // not (yet) leading: the holder retries
+	}
+	var alive, gone, seen []int64
+	for _, id := range ka.IDs {
+		known, needsSeen := l.table.Heard(id, now)
+		switch {
+		case !known:
+			gone = append(gone, id)
+		case needsSeen:
+			seen = append(seen, id)
+		default:
+			alive = append(alive, id)
+		}
+	}
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*e.et)
+		defer cancel()
+		go func() {
+			select {
+			case <-e.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if len(seen) > 0 {
+			_, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionSeen,
+				Session: &command.Session{IDs: seen}})
+			if err == nil {
+				e.mu.Lock()
+				if e.lead == l {
+					for _, id := range seen {
+						l.table.Seen(id)
+					}
+				}
+				e.mu.Unlock()
+				alive = append(alive, seen...)
+			}
+		}
+		if err := e.n.raft.ReadBarrier(ctx); err != nil {
+			return
+		}
+		e.mu.Lock()
+		still := e.lead == l
+		e.mu.Unlock()
+		if !still {
+			return
+		}
+		ack := &lease.Ack{Seq: ka.Seq, Alive: alive, Gone: gone}
+		if from == e.n.cfg.Name {
+			e.handleAck(ack)
+			return
+		}
+		if data, err := lease.Encode(&lease.Message{Ack: ack}); err == nil {
+			_ = e.n.raft.SendApp(from, data)
+		}
+	}()
+}
+
+// proposeAsync proposes a bookkeeping command without waiting: if it is
+// lost, the next tick proposes it again.
+func (e *sessionEngine) proposeAsync(cmd *command.Command) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*e.et)
+		defer cancel()
+		go func() {
+			select {
+			case <-e.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		_, _ = e.n.raft.Propose(ctx, cmd)
+	}()
+}

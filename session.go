@@ -1,0 +1,260 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// DefaultSessionTTL is the TTL of a session made without WithTTL.
+const DefaultSessionTTL = 10 * time.Second
+
+// Session is a holder's liveness in the cell: ephemeral keys, lock holds
+// and leaderships belong to a session and end with it.
+//
+// The member that created the session keeps it alive: once per TTL/3 it
+// sends one batched keep-alive for all its sessions to the leader (never
+// a Raft log write). When no keep-alive has been confirmed for a while the
+// session is in jeopardy (Jeopardy is closed): the holder should stop side
+// effects that depend on it. It becomes healthy again when a keep-alive
+// is confirmed, or expires. The holder's view of the deadline (Until) is
+// conservative: it passes before the cell can expire the session and hand
+// its locks to someone else.
+//
+// After its last keep-alive a session is gone from the cell within
+// 2×TTL + 2×election timeout, however often leadership changes (as long
+// as leaders hold office for a few election timeouts at a time), and a
+// change of leader never expires a session that was kept alive.
+//
+// A Session is safe for concurrent use.
+type Session struct {
+	n      *Node
+	id     SessionID
+	ttl    time.Duration
+	manual bool // kept alive only by renew (leases)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	err       error     // why it ended; nil while alive
+	until     time.Time // conservative local deadline (monotonic)
+	lastSent  time.Time // when its last keep-alive left this member
+	inJeopard bool
+	jeopardy  chan struct{} // closed while in jeopardy
+	healthy   chan struct{} // closed while healthy
+	acked     chan struct{} // closed (and replaced) at each confirmed keep-alive
+	closing   bool
+}
+
+// SessionOption configures NewSession.
+type SessionOption func(*sessionOptions)
+
+type sessionOptions struct {
+	ttl    time.Duration
+	manual bool
+}
+
+// WithTTL sets the session's time to live (default DefaultSessionTTL). It
+// must be at least three election timeouts (3s with the default timing);
+// NewSession rejects a shorter one with ErrInvalidTTL.
+func WithTTL(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.ttl = d }
+}
+
+// MinSessionTTL returns the shortest TTL this member accepts: three
+// election timeouts, so a session outlives a leader election with room
+// for its keep-alives to reach the new leader.
+func (n *Node) MinSessionTTL() time.Duration { return 3 * n.electionTimeout() }
+
+func (n *Node) electionTimeout() time.Duration {
+	return time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+}
+
+// NewSession creates a session in the cell (one log entry) and keeps it
+// alive from this member until Close, Orphan, or expiry.
+func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: DefaultSessionTTL}
+	for _, f := range opts {
+		f(&o)
+	}
+	return n.newSession(ctx, o)
+}
+
+func (n *Node) newSession(ctx context.Context, o sessionOptions) (*Session, error) {
+	if min := n.MinSessionTTL(); o.ttl < min {
+		return nil, fmt.Errorf("%w: %v is below the minimum %v (three election timeouts)", ErrInvalidTTL, o.ttl, min)
+	}
+	sent := time.Now()
+	res, err := n.propose(ctx, &command.Command{Kind: command.KindSessionCreate,
+		Session: &command.Session{TTL: int64(o.ttl)}})
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{n: n, id: SessionID(res.SessionID), ttl: o.ttl, manual: o.manual,
+		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{})}
+	close(s.healthy)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// The creation committed after sent, and every leader grants a new
+	// session a full TTL from its creation or election.
+	s.until = sent.Add(o.ttl - n.sessions.margin(o.ttl))
+	s.lastSent = sent
+	n.sessions.add(s)
+	return s, nil
+}
+
+// ID returns the session's ID, unique in the cell forever.
+func (s *Session) ID() SessionID { return s.id }
+
+// TTL returns the session's time to live.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Node returns the member the session lives on.
+func (s *Session) Node() *Node { return s.n }
+
+// Done is closed when the session has ended: expired, closed, or its
+// member closed. Err then says which.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Ctx returns a context cancelled when the session ends: pass it to work
+// that must stop when the session (and so every lock it holds) is gone.
+func (s *Session) Ctx() context.Context { return s.ctx }
+
+// Err returns nil while the session lives, then ErrSessionExpired,
+// ErrSessionClosed or ErrClosed.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Until returns the holder's conservative deadline: the session certainly
+// lives in the cell until then (unless closed). It moves forward with each
+// confirmed keep-alive.
+func (s *Session) Until() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.until
+}
+
+// Jeopardy returns a channel that is closed while the session is in
+// jeopardy: keep-alives are not being confirmed, so the cell may expire it
+// soon. Side effects that depend on the session should pause. A new
+// channel is returned once the session is healthy again.
+func (s *Session) Jeopardy() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jeopardy
+}
+
+// Healthy returns a channel that is closed while the session is healthy
+// (keep-alives confirmed). A new channel is returned once it enters
+// jeopardy; it is never closed after the session ended.
+func (s *Session) Healthy() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healthy
+}
+
+// Close ends the session in the cell: one committed change deletes all
+// its ephemeral keys (and so releases its locks). Close is idempotent.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		if err == ErrSessionClosed {
+			return nil
+		}
+		return err
+	}
+	s.closing = true
+	s.mu.Unlock()
+	_, err := s.n.propose(ctx, &command.Command{Kind: command.KindSessionEnd,
+		Session: &command.Session{ID: int64(s.id)}})
+	if err != nil {
+		s.mu.Lock()
+		s.closing = false
+		s.mu.Unlock()
+		return err
+	}
+	s.end(ErrSessionClosed)
+	return nil
+}
+
+// Orphan stops keeping the session alive without ending it: the cell
+// expires it after its TTL, so its locks pass on only then.
+func (s *Session) Orphan() {
+	s.n.sessions.remove(s.id)
+	s.end(ErrSessionClosed)
+}
+
+// end records why the session ended and releases everything waiting on it.
+func (s *Session) end(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if s.closing && err == ErrSessionExpired {
+		err = ErrSessionClosed
+	}
+	s.err = err
+	if !s.inJeopard {
+		s.healthy = make(chan struct{}) // never closed: it will not be healthy again
+	}
+	s.mu.Unlock()
+	s.n.sessions.remove(s.id)
+	s.cancel()
+}
+
+// confirmed records a keep-alive sent at sent and confirmed by the leader.
+func (s *Session) confirmed(sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	if u := sent.Add(s.ttl - s.n.sessions.margin(s.ttl)); u.After(s.until) {
+		s.until = u
+	}
+	close(s.acked)
+	s.acked = make(chan struct{})
+	if s.inJeopard && time.Now().Before(s.until) {
+		s.inJeopard = false
+		close(s.healthy)
+		s.jeopardy = make(chan struct{})
+	}
+}
+
+func (s *Session) ackChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked
+}
+
+// check updates jeopardy and local expiry at now; it returns true if the
+// session expired locally.
+func (s *Session) check(now time.Time) bool {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return false
+	}
+	expired := !now.Before(s.until)
+	// Jeopardy: the confirmed deadline is less than half a TTL away, so
+	// more than one keep-alive in a row went unconfirmed.
+	if !s.inJeopard && (expired || s.until.Sub(now) < s.ttl/2) {
+		s.inJeopard = true
+		close(s.jeopardy)
+		s.healthy = make(chan struct{})
+	}
+	s.mu.Unlock()
+	if expired {
+		s.end(ErrSessionExpired)
+	}
+	return expired
+}
