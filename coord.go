@@ -25,8 +25,8 @@ type Node struct {
 	// sessions keeps this member's sessions alive and, while it leads,
 	// every session's deadline.
 	sessions *sessionEngine
-	tr    transport.Transport
-	ownTr bool // we opened the transport, so we close it
+	tr       transport.Transport
+	ownTr    bool // we opened the transport, so we close it
 
 	// closing is cancelled when the node closes, ending its watches.
 	closing     context.Context

@@ -19,11 +19,11 @@ type sessionEngine struct {
 	n  *Node
 	et time.Duration // one election timeout
 
-	inbox chan inbound      // keep-alives and acks from other members
-	poke  chan struct{}     // leadership changed or a session was added: look now
-	stop  chan struct{}     // closed by Node.Close
-	wg    sync.WaitGroup    // run and the goroutines it starts
-	mu    sync.Mutex        // guards what follows
+	inbox chan inbound   // keep-alives and acks from other members
+	poke  chan struct{}  // leadership changed or a session was added: look now
+	stop  chan struct{}  // closed by Node.Close
+	wg    sync.WaitGroup // run and the goroutines it starts
+	mu    sync.Mutex     // guards what follows
 	local map[SessionID]*Session
 	seq   uint64
 	sent  map[uint64]sentBatch // recent keep-alives awaiting an ack
