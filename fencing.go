@@ -100,8 +100,11 @@ func (m *memMarks) Raise(resource string, t Token) (Token, error) {
 // lost its lock while paused, partitioned or slow) is refused with
 // ErrStaleToken.
 //
-// Resources are independent: each name has its own mark. A Fence is safe
-// for concurrent use by multiple goroutines. Create one with NewFence.
+// Admit is the bare check; Do and Middleware also order the writes
+// themselves (see Do). Resources are independent: each name has its own
+// mark, and Do keeps a few words of memory per resource it has seen.
+// A Fence is safe for concurrent use by multiple goroutines. Create one
+// with NewFence.
 type Fence struct {
 	store MarkStore
 

@@ -91,10 +91,13 @@ func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
 	}
 }
 
+// add starts keeping s alive; its first keep-alive goes out at once, so
+// a slow creation does not eat into its first TTL.
 func (e *sessionEngine) add(s *Session) {
 	e.mu.Lock()
 	e.local[s.id] = s
 	e.mu.Unlock()
+	e.nudge()
 }
 
 func (e *sessionEngine) remove(id SessionID) {
@@ -417,6 +420,11 @@ func (e *sessionEngine) leaderTick(now time.Time) {
 // as zero (so later leaders grant them a full TTL from now).
 func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
 	now := time.Now()
+	// A session's ID is the index of its creation, and onApply adds it to
+	// the table before the applied index moves past it: read the index
+	// first, so an unknown session at or below it has certainly ended
+	// (this leader may apply a creation later than the holder's member).
+	applied := e.n.raft.AppliedIndex()
 	e.mu.Lock()
 	l := e.lead
 	if l == nil || !l.ready {
@@ -427,8 +435,10 @@ func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
 	for _, id := range ka.IDs {
 		known, needsSeen := l.table.Heard(id, now)
 		switch {
-		case !known:
+		case !known && uint64(id) <= applied:
 			gone = append(gone, id)
+		case !known:
+			// Not applied here yet: neither alive nor gone.
 		case needsSeen:
 			seen = append(seen, id)
 		default:

@@ -92,3 +92,137 @@ func TestDeadHolderSessionExpires(t *testing.T) {
 	t.Logf("expired %v after the holder died (TTL %v)", elapsed, s.TTL())
 	require.Less(t, elapsed, 2*s.TTL()+2*time.Second)
 }
+
+func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	const sessions = 1000
+	ttl := 1500 * time.Millisecond
+	var all []*coord.Session
+	errc := make(chan error, sessions)
+	out := make(chan *coord.Session, sessions)
+	for i := range sessions {
+		go func() {
+			s, err := c.Node(i%3).NewSession(ctx, coord.WithTTL(ttl))
+			errc <- err
+			out <- s
+		}()
+	}
+	for range sessions {
+		require.NoError(t, <-errc)
+		all = append(all, <-out)
+	}
+	leader := c.Leader()
+	// Let keep-alives settle (every member's first round, any Seen entry).
+	time.Sleep(ttl) // a fixed window is the point of this test: the log must not move during it
+	before := leader.Status()
+	window := time.Now().Add(3 * ttl)
+	for time.Now().Before(window) {
+		for _, s := range all {
+			select {
+			case <-s.Done():
+				t.Fatalf("session %d ended while kept alive: %v", s.ID(), s.Err())
+			default:
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // sampling the sessions' state over the window
+	}
+	after := leader.Status()
+	require.Equal(t, before.LastIndex, after.LastIndex, "keep-alives of %d idle sessions wrote to the log", sessions)
+	require.Equal(t, before.Term, after.Term)
+}
+
+func TestSessionJeopardyThenExpiryWhenCutOff(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	leader := c.LeaderIndex()
+	holder := (leader + 1) % 3
+	s, err := c.Node(holder).NewSession(ctx, coord.WithTTL(time.Second))
+	require.NoError(t, err)
+	select {
+	case <-s.Healthy():
+	default:
+		t.Fatal("a new session is healthy")
+	}
+	c.Isolate(holder)
+	cut := time.Now()
+	select {
+	case <-s.Jeopardy():
+	case <-s.Done():
+		t.Fatal("expired without passing through jeopardy")
+	case <-ctx.Done():
+		t.Fatal("never in jeopardy")
+	}
+	require.True(t, time.Now().Before(s.Until()), "jeopardy comes before the local deadline")
+	<-s.Done()
+	require.ErrorIs(t, s.Err(), coord.ErrSessionExpired)
+	t.Logf("jeopardy then local expiry %v after the cut (TTL %v)", time.Since(cut), s.TTL())
+}
+
+func TestSessionRecoversFromJeopardy(t *testing.T) {
+	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {}))
+	ctx := ctxT(t, 20*time.Second)
+	leader := c.LeaderIndex()
+	holder := (leader + 1) % 3
+	s, err := c.Node(holder).NewSession(ctx, coord.WithTTL(2*time.Second))
+	require.NoError(t, err)
+	c.Isolate(holder)
+	<-s.Jeopardy()
+	c.Heal()
+	select {
+	case <-s.Healthy():
+	case <-s.Done():
+		t.Fatalf("expired instead of recovering: %v", s.Err())
+	}
+	require.NoError(t, s.Err())
+}
+
+func TestLeaderFlappingCannotKeepADeadSessionAlive(t *testing.T) {
+	c := coordtest.NewCluster(t, 5)
+	ctx := ctxT(t, 30*time.Second)
+	ttl := time.Second
+	leader := c.LeaderIndex()
+	holder := (leader + 1) % 5
+	s, err := c.Node(holder).NewSession(ctx, coord.WithTTL(ttl))
+	require.NoError(t, err)
+	kv, err := c.Node(holder).Put(ctx, "held", []byte("x"), coord.Ephemeral(s))
+	require.NoError(t, err)
+	c.Crash(holder)
+	died := time.Now()
+	var observer *coord.Node
+	for i := range 5 {
+		if i != holder {
+			observer = c.Node(i)
+			break
+		}
+	}
+	w := observer.Watch(ctx, "held", coord.FromRev(kv.ModRev))
+	// Depose every leader soon after it is elected: every term is shorter
+	// than the TTL, so granting each session a full TTL per new leader
+	// (what etcd does with leases) would keep it alive forever.
+	et := 200 * time.Millisecond
+	flaps := 0
+	for {
+		select {
+		case ev := <-w.Events():
+			require.Equal(t, coord.EventDelete, ev.Type)
+			elapsed := time.Since(died)
+			t.Logf("dead session expired %v after its holder died, through %d leader changes", elapsed, flaps)
+			require.Less(t, elapsed, 2*ttl+2*et+time.Second, "bound: 2xTTL + 2x election timeout (+ test slack)")
+			return
+		case <-ctx.Done():
+			t.Fatalf("the dead session outlived %d leader changes", flaps)
+		default:
+		}
+		l := c.LeaderIndex()
+		select {
+		case <-time.After(3 * et): // the term's length
+		case <-ctx.Done():
+		}
+		c.Isolate(l)
+		flaps++
+		for c.LeaderIndex() == l {
+		}
+		c.Heal()
+	}
+}

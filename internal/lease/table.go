@@ -32,6 +32,7 @@ type entry struct {
 	lastHeard     time.Time // the latest of: the election, a keep-alive, the creation
 	creditedUntil time.Time // the end of the span last credited
 	unheard       bool      // the replicated unheard time may be non-zero
+	heard         bool      // heard from (or created) during this term
 	expiring      time.Time // when its expiry was last proposed; zero = never
 }
 
@@ -66,7 +67,7 @@ func (t *Table) Load(id int64, ttl, unheard time.Duration) {
 
 // Add records a session created while this leader holds office.
 func (t *Table) Add(id int64, ttl time.Duration, now time.Time) {
-	t.m[id] = &entry{ttl: ttl, deadline: now.Add(ttl), lastHeard: now, creditedUntil: now}
+	t.m[id] = &entry{ttl: ttl, deadline: now.Add(ttl), lastHeard: now, creditedUntil: now, heard: true}
 }
 
 // Remove forgets a session that ended.
@@ -87,6 +88,7 @@ func (t *Table) Heard(id int64, now time.Time) (known, needsSeen bool) {
 		e.deadline = d
 	}
 	e.lastHeard = now
+	e.heard = true
 	e.expiring = time.Time{}
 	return true, e.unheard
 }
@@ -98,18 +100,27 @@ func (t *Table) Seen(id int64) {
 	}
 }
 
-// Credits returns, for every session not heard from for at least min,
-// the unheard time not yet credited, and marks it credited. Sessions
-// heard within min are left out, so a cell whose sessions are all alive
-// produces no credits (and no log writes).
-func (t *Table) Credits(now time.Time, min time.Duration) []Credit {
+// Credits returns, for every session silent for longer than a live
+// holder would be, the unheard time not yet credited, and marks it
+// credited. A live holder's member sends a keep-alive as soon as it sees
+// a new leader, then every third of the TTL: so a session is silent when
+// not heard within slack of the election, or within TTL/3 + slack of its
+// last keep-alive. Sessions that keep in touch are left out, so a cell
+// whose sessions are all alive produces no credits (and no log writes).
+func (t *Table) Credits(now time.Time, slack time.Duration) []Credit {
 	var out []Credit
 	for id, e := range t.m {
 		from := e.creditedUntil
 		if e.lastHeard.After(from) {
 			from = e.lastHeard
 		}
-		if span := now.Sub(from); span >= min && now.Sub(e.lastHeard) >= min {
+		quiet := slack
+		if e.heard {
+			quiet += e.ttl / 3
+		}
+		// Credit in spans of at least slack, so a dead session costs a
+		// log entry per election timeout, not per tick.
+		if span := now.Sub(from); span >= slack && now.Sub(e.lastHeard) >= quiet {
 			out = append(out, Credit{ID: id, Unheard: span})
 			e.creditedUntil = now
 			e.unheard = true

@@ -1,0 +1,80 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Unix(1000, 0)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func TestNewLeaderGrantsTTLMinusUnheard(t *testing.T) {
+	tb := New(at(0), time.Second)
+	tb.Load(1, 10*time.Second, 0)
+	tb.Load(2, 10*time.Second, 4*time.Second)
+	tb.Load(3, 10*time.Second, 30*time.Second)
+	d1, _ := tb.Deadline(1)
+	d2, _ := tb.Deadline(2)
+	d3, _ := tb.Deadline(3)
+	require.Equal(t, at(10*time.Second), d1, "a session heard lately gets a full TTL from the election")
+	require.Equal(t, at(6*time.Second), d2)
+	require.Equal(t, at(time.Second), d3, "never less than the grace period")
+	_, needsSeen := tb.Heard(2, at(time.Second))
+	require.True(t, needsSeen, "its unheard time must be committed as zero before an ack")
+	_, needsSeen = tb.Heard(1, at(time.Second))
+	require.False(t, needsSeen)
+}
+
+func TestHeardExtendsAndDueExpires(t *testing.T) {
+	tb := New(at(0), time.Second)
+	tb.Add(7, 3*time.Second, at(0))
+	require.Empty(t, tb.Due(at(2*time.Second), time.Second))
+	known, _ := tb.Heard(7, at(2*time.Second))
+	require.True(t, known)
+	require.Empty(t, tb.Due(at(4*time.Second), time.Second))
+	require.Equal(t, []int64{7}, tb.Due(at(5*time.Second), time.Second))
+	require.Empty(t, tb.Due(at(5500*time.Millisecond), time.Second), "not proposed again within retry")
+	require.Equal(t, []int64{7}, tb.Due(at(6100*time.Millisecond), time.Second))
+	known, _ = tb.Heard(99, at(0))
+	require.False(t, known)
+}
+
+func TestCreditsOnlyForSilentSessions(t *testing.T) {
+	tb := New(at(0), time.Second)
+	tb.Load(1, 3*time.Second, 0) // keeps in touch
+	tb.Load(2, 3*time.Second, 0) // silent
+	for s := time.Duration(0); s <= 6*time.Second; s += 500 * time.Millisecond {
+		tb.Heard(1, at(s))
+		for _, c := range tb.Credits(at(s), 500*time.Millisecond) {
+			require.Equal(t, int64(2), c.ID, "a session heard every keep-alive interval is never credited")
+		}
+	}
+	tb2 := New(at(0), time.Second)
+	tb2.Load(2, 3*time.Second, 0)
+	require.Empty(t, tb2.Credits(at(400*time.Millisecond), 500*time.Millisecond))
+	c := tb2.Credits(at(500*time.Millisecond), 500*time.Millisecond)
+	require.Equal(t, []Credit{{ID: 2, Unheard: 500 * time.Millisecond}}, c,
+		"not heard since the election: a live holder would have called at once")
+	c = tb2.Credits(at(2*time.Second), 500*time.Millisecond)
+	require.Equal(t, []Credit{{ID: 2, Unheard: 1500 * time.Millisecond}}, c, "each span is credited once")
+	tb2.Heard(2, at(2100*time.Millisecond))
+	require.Empty(t, tb2.Credits(at(3*time.Second), 500*time.Millisecond), "heard: silent only after TTL/3 + slack")
+	require.Empty(t, tb2.Credits(at(3100*time.Millisecond), 500*time.Millisecond))
+	c = tb2.Credits(at(3600*time.Millisecond), 500*time.Millisecond)
+	require.Equal(t, []Credit{{ID: 2, Unheard: 1500 * time.Millisecond}}, c)
+}
+
+func TestWireRoundTripAndMalformed(t *testing.T) {
+	b, err := Encode(&Message{KeepAlive: &KeepAlive{Seq: 3, IDs: []int64{1, 2}}})
+	require.NoError(t, err)
+	m, err := Decode(b)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), m.KeepAlive.Seq)
+	for _, bad := range [][]byte{nil, {9}, {wireVersion}, {wireVersion, 0x80}, append([]byte{wireVersion}, b[1:3]...)} {
+		_, err := Decode(bad)
+		require.ErrorIs(t, err, ErrMalformed)
+	}
+}
