@@ -25,10 +25,10 @@ func TestSessionKeepsEphemeralKeysUntilClose(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.Put(ctx, "eph/a", []byte("1"), coord.Ephemeral(s))
 	require.NoError(t, err)
-	_, err = n.Put(ctx, "eph/b", []byte("2"), coord.Ephemeral(s))
+	kv, err := n.Put(ctx, "eph/b", []byte("2"), coord.Ephemeral(s))
 	require.NoError(t, err)
 
-	w := c.Node(2).Watch(ctx, "eph/")
+	w := c.Node(2).Watch(ctx, "eph/", coord.FromRev(kv.ModRev))
 	// Several TTLs pass: keep-alives hold the session.
 	deadline := time.Now().Add(3 * s.TTL())
 	for time.Now().Before(deadline) {

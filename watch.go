@@ -67,9 +67,12 @@ type Watcher struct {
 	err    error
 }
 
-// Watch streams every change to keys under prefix, from now (or from
-// FromRev) until ctx ends or Close is called. Changes arrive in revision
-// order, each exactly once, with no gaps.
+// Watch streams every change to keys under prefix, from this member's
+// current revision (or from FromRev) until ctx ends or Close is called.
+// Changes arrive in revision order, each exactly once, with no gaps. A
+// member that lags the leader starts a little in the past, so nothing
+// after the call is missed; for an exact start, List and pass its
+// revision to FromRev.
 func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *Watcher {
 	var o watchOptions
 	for _, f := range opts {
