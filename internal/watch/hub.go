@@ -80,7 +80,13 @@ func (h *Hub) Reset() {
 func (h *Hub) read(from int64, limit int) ([]storage.Revision, <-chan struct{}, error) {
 	h.mu.RLock()
 	wake := h.wake
-	if n := len(h.recent); n > 0 && h.recent[0].Rev <= from+1 && from < h.recent[n-1].Rev {
+	if n := len(h.recent); n > 0 && h.recent[0].Rev <= from+1 {
+		if from >= h.recent[n-1].Rev {
+			// Caught up with what was published: anything newer is
+			// published (and wakes us) right after it is applied.
+			h.mu.RUnlock()
+			return nil, wake, nil
+		}
 		i := int(from + 1 - h.recent[0].Rev)
 		end := min(i+limit, n)
 		out := h.recent[i:end:end]
