@@ -353,7 +353,7 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	rev := a.m.rev + 1
 	events := make([]Event, 0, len(owned))
 	for _, key := range owned {
-		kv, size, found, err := a.getKV(key, false)
+		kv, size, found, err := a.getKV(key, true)
 		if err != nil {
 			return command.Result{}, err
 		}
@@ -366,8 +366,9 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 			return command.Result{}, err
 		}
 		a.m.size -= size
-		kv.ModRev = rev
-		events = append(events, Event{Type: EventDelete, KV: kv})
+		prev := kv
+		kv.Value, kv.ModRev = nil, rev
+		events = append(events, Event{Type: EventDelete, KV: kv, Prev: &prev})
 	}
 	// Point deletes rather than one range deletion: see pointDeleteLimit.
 	for _, key := range owned {

@@ -24,7 +24,8 @@ const (
 	confFormat1     byte = 1
 	kvFormat1       byte = 1
 	sessionFormat1  byte = 1
-	historyFormat1  byte = 1
+	historyFormat1  byte = 1 // events without their previous state
+	historyFormat2  byte = 2 // events with their previous state
 	chunkFormat1    byte = 1
 	snapDataFormat1 byte = 1
 )
@@ -164,11 +165,10 @@ func appendHistoryKey(dst []byte, rev int64) []byte {
 	return appendUint64(append(dst, prefixHistory), uint64(rev))
 }
 
-// appendHistoryRecord appends the stored form of one revision's events.
-// ModRev is not stored: it is the revision itself, for puts and deletes
-// alike.
+// appendHistoryRecord appends the stored form of one revision's events,
+// each with the key's previous state (for watches WithPrevKV).
 func appendHistoryRecord(dst []byte, events []Event) []byte {
-	dst = append(dst, historyFormat1)
+	dst = append(dst, historyFormat2)
 	dst = binary.AppendUvarint(dst, uint64(len(events)))
 	for i := range events {
 		ev := &events[i]
@@ -180,17 +180,34 @@ func appendHistoryRecord(dst []byte, events []Event) []byte {
 		dst = binary.AppendUvarint(dst, uint64(ev.KV.Version))
 		dst = binary.AppendUvarint(dst, uint64(ev.KV.CreateRev))
 		dst = binary.AppendUvarint(dst, uint64(ev.KV.Session))
+		if p := ev.Prev; p != nil {
+			dst = append(dst, 1)
+			dst = binary.AppendUvarint(dst, uint64(len(p.Value)))
+			dst = append(dst, p.Value...)
+			dst = binary.AppendUvarint(dst, uint64(p.Version))
+			dst = binary.AppendUvarint(dst, uint64(p.CreateRev))
+			dst = binary.AppendUvarint(dst, uint64(p.ModRev))
+			dst = binary.AppendUvarint(dst, uint64(p.Session))
+		} else {
+			dst = append(dst, 0)
+		}
 	}
 	return dst
 }
 
-// decodeHistoryRecord decodes the events of revision rev. The values it
-// returns alias b, which the caller must own (not an iterator's buffer).
+// decodeHistoryRecord decodes the events of revision rev, in either
+// format (records written before format 2 carry no previous state). The
+// values it returns alias b, which the caller must own (not an iterator's
+// buffer).
 func decodeHistoryRecord(rev int64, b []byte) ([]Event, error) {
-	d, err := newDec(b, historyFormat1, "history")
-	if err != nil {
-		return nil, err
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty history record", ErrCorrupt)
 	}
+	format := b[0]
+	if format != historyFormat1 && format != historyFormat2 {
+		return nil, fmt.Errorf("%w: history record format %d", ErrFormat, format)
+	}
+	d := dec{b: b[1:]}
 	n := d.uvarint()
 	// Each event takes at least 6 bytes; a count beyond that is corruption,
 	// and checking first keeps a bad count from sizing a huge allocation.
@@ -209,6 +226,17 @@ func decodeHistoryRecord(rev int64, b []byte) ([]Event, error) {
 		ev.KV.CreateRev = int64(d.uvarint())
 		ev.KV.Session = int64(d.uvarint())
 		ev.KV.ModRev = rev
+		if format == historyFormat2 && d.byte() == 1 {
+			p := &command.KV{Key: ev.KV.Key}
+			if v := d.bytes(); len(v) > 0 {
+				p.Value = v
+			}
+			p.Version = int64(d.uvarint())
+			p.CreateRev = int64(d.uvarint())
+			p.ModRev = int64(d.uvarint())
+			p.Session = int64(d.uvarint())
+			ev.Prev = p
+		}
 		if ev.Type != EventPut && ev.Type != EventDelete {
 			d.bad = true
 		}

@@ -142,6 +142,9 @@ const (
 type Event struct {
 	Type EventType
 	KV   command.KV
+	// Prev is the key as it was before this change (with its value), or
+	// nil when a put created it.
+	Prev *command.KV
 }
 
 // Revision is every change of one revision, in the order they applied.

@@ -37,8 +37,10 @@ func TestSessionEphemeralKeys(t *testing.T) {
 	out := ts.apply(&command.Command{ID: 77, Kind: command.KindSessionEnd, Session: &command.Session{ID: sid, Expired: true}})
 	require.Equal(t, []Applied{{Index: ts.AppliedIndex(), ID: 77, Result: command.Result{Rev: 4}}}, out.Results)
 	want := []Revision{{Rev: 4, Events: []Event{
-		{Type: EventDelete, KV: command.KV{Key: "locks/a", Version: 1, CreateRev: 2, ModRev: 4, Session: sid}},
-		{Type: EventDelete, KV: command.KV{Key: "locks/b", Version: 1, CreateRev: 2, ModRev: 4, Session: sid}},
+		{Type: EventDelete, KV: command.KV{Key: "locks/a", Version: 1, CreateRev: 2, ModRev: 4, Session: sid},
+			Prev: &command.KV{Key: "locks/a", Value: []byte("1"), Version: 1, CreateRev: 2, ModRev: 2, Session: sid}},
+		{Type: EventDelete, KV: command.KV{Key: "locks/b", Version: 1, CreateRev: 2, ModRev: 4, Session: sid},
+			Prev: &command.KV{Key: "locks/b", Value: []byte("2"), Version: 1, CreateRev: 2, ModRev: 2, Session: sid}},
 	}}}
 	require.Equal(t, want, out.Changes, "one revision, one record, for all of the session's keys")
 	hist, err := ts.History(3, 0)

@@ -61,9 +61,10 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 			}
 		case op.Type == command.OpPut:
 			var kv command.KV
-			kv, err = a.put(op, rev)
+			var prev *command.KV
+			kv, prev, err = a.put(op, rev)
 			r.KVs = []command.KV{kv}
-			events = append(events, Event{Type: EventPut, KV: kv})
+			events = append(events, Event{Type: EventPut, KV: kv, Prev: prev})
 		case op.Prefix: // delete
 			events, err = a.deletePrefix(op.Key, rev, events, &r.Deleted)
 		default: // delete
@@ -232,10 +233,10 @@ func (a *applier) sizeDelta(ops []command.Op) (int64, error) {
 }
 
 // put writes op at revision rev and returns the key as written.
-func (a *applier) put(op *command.Op, rev int64) (command.KV, error) {
-	old, oldSize, found, err := a.getKV(op.Key, false)
+func (a *applier) put(op *command.Op, rev int64) (command.KV, *command.KV, error) {
+	old, oldSize, found, err := a.getKV(op.Key, true)
 	if err != nil {
-		return command.KV{}, err
+		return command.KV{}, nil, err
 	}
 	kv := command.KV{
 		Key: op.Key, Value: op.Value,
@@ -249,14 +250,17 @@ func (a *applier) put(op *command.Op, rev int64) (command.KV, error) {
 	a.m.size += int64(len(op.Key) + len(op.Value))
 	a.vbuf = appendKVRecord(a.vbuf[:0], &kv)
 	if err := a.b.Set(a.kbuf, a.vbuf, nil); err != nil {
-		return command.KV{}, err
+		return command.KV{}, nil, err
 	}
 	if old.Session != kv.Session {
 		if err := a.setOwner(old.Session, kv.Session, op.Key); err != nil {
-			return command.KV{}, err
+			return command.KV{}, nil, err
 		}
 	}
-	return kv, nil
+	if !found {
+		return kv, nil, nil
+	}
+	return kv, &old, nil
 }
 
 // setOwner moves key's entry in the session→key index from session from
@@ -279,7 +283,7 @@ func (a *applier) setOwner(from, to int64, key string) error {
 
 // deleteKey deletes key, if present, at revision rev.
 func (a *applier) deleteKey(key string, rev int64, events []Event, deleted *int64) ([]Event, error) {
-	kv, size, found, err := a.getKV(key, false)
+	kv, size, found, err := a.getKV(key, true)
 	if err != nil || !found {
 		return events, err
 	}
@@ -290,9 +294,10 @@ func (a *applier) deleteKey(key string, rev int64, events []Event, deleted *int6
 		return events, err
 	}
 	a.m.size -= size
-	kv.ModRev = rev
+	prev := kv
+	kv.Value, kv.ModRev = nil, rev
 	*deleted++
-	return append(events, Event{Type: EventDelete, KV: kv}), nil
+	return append(events, Event{Type: EventDelete, KV: kv, Prev: &prev}), nil
 }
 
 // deletePrefix deletes every key under prefix at revision rev.
@@ -304,9 +309,10 @@ func (a *applier) deletePrefix(prefix string, rev int64, events []Event, deleted
 	// Collected first: the scan's iterator would not see the deletions
 	// anyway, and writing under an open iterator is harder to reason about.
 	var doomed []victim
+	var arena valueArena
 	err := a.scan(prefix, func(kv *command.KV) error {
 		size := int64(len(kv.Key) + len(kv.Value))
-		kv.Value = nil
+		kv.Value = arena.copy(kv.Value)
 		doomed = append(doomed, victim{*kv, size})
 		return nil
 	})
@@ -323,8 +329,9 @@ func (a *applier) deletePrefix(prefix string, rev int64, events []Event, deleted
 			return events, err
 		}
 		a.m.size -= doomed[i].size
-		kv.ModRev = rev
-		events = append(events, Event{Type: EventDelete, KV: kv})
+		prev := kv
+		kv.Value, kv.ModRev = nil, rev
+		events = append(events, Event{Type: EventDelete, KV: kv, Prev: &prev})
 	}
 	*deleted += int64(len(doomed))
 	return events, nil

@@ -182,7 +182,8 @@ func TestTxnMultiOpOneRevision(t *testing.T) {
 	want := []Revision{{Rev: 2, Events: []Event{
 		{Type: EventPut, KV: command.KV{Key: "a", Value: []byte("1"), Version: 1, CreateRev: 2, ModRev: 2}},
 		{Type: EventPut, KV: command.KV{Key: "b", Value: []byte("2"), Version: 1, CreateRev: 2, ModRev: 2}},
-		{Type: EventDelete, KV: command.KV{Key: "c", Version: 1, CreateRev: 1, ModRev: 2}},
+		{Type: EventDelete, KV: command.KV{Key: "c", Version: 1, CreateRev: 1, ModRev: 2},
+			Prev: &command.KV{Key: "c", Value: []byte("gone soon"), Version: 1, CreateRev: 1, ModRev: 1}},
 	}}}
 	require.Equal(t, want, out.Changes)
 	hist, err := ts.History(1, 0)
