@@ -95,9 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.tr, n.ownTr = tcp, true
 	}
-	// The in-memory window never reaches further back than the durable
-	// history, so ErrCompacted does not depend on what is in memory.
-	n.hub = watch.NewHub(n.sm, int(min(cfg.HistoryRevisions, 4096)))
+	n.hub = watch.NewHub(n.sm, 4096)
 	n.sessions = newSessionEngine(n)
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
@@ -115,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			n.hub.Publish(out.Changes)
 			n.sessions.onApply(out)
 		},
-		OnSnapshot: n.hub.Reset,
+		OnSnapshot: func() { n.hub.Reset(n.sm.Revision()) },
 		OnLeader:   n.sessions.onLeader,
 		OnMessage:  n.sessions.onMessage,
 	})

@@ -54,6 +54,10 @@ var (
 	ErrNoLeader = errs.NoLeader
 	// ErrNotLeader: Proclaim or Resign by a campaigner that does not lead.
 	ErrNotLeader = errs.NotLeader
+	// ErrSlowWatcher: a watch's consumer fell too far behind and the watch
+	// was ended; the error (a *SlowWatcherError) says the revision to
+	// resume from.
+	ErrSlowWatcher = errs.SlowWatcher
 )
 
 // The sentinel errors of fencing (Fence, FileMarks, ParseToken).
@@ -69,4 +73,11 @@ var (
 	// file, an unknown format version, or damage before its last record
 	// (a torn last record, left by a crash mid-write, is not an error).
 	ErrMarksFormat = errs.MarksFormat
+)
+
+// The sentinel errors of locks, semaphores and elections.
+var (
+	// ErrInvalidArgument: a recipe was given an argument it cannot work
+	// with, such as a Semaphore with fewer than one place.
+	ErrInvalidArgument = errs.InvalidArgument
 )

@@ -77,7 +77,7 @@ func (m *Mutex) TryLock(ctx context.Context) (Token, error) {
 // again. Any other error (ErrAmbiguous, ErrNoQuorum, a context error)
 // leaves the hold recorded: call Unlock again.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	return m.q.release(ctx, kindMutex)
+	return m.q.release(ctx, kindMutex, ErrNotHeld)
 }
 
 // Token returns the fencing token of the current hold, from Lock's

@@ -277,19 +277,19 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 
 // release ends the current hold with a delete guarded by its create
 // revision, so it can only ever delete this acquisition's key. On
-// ErrNotHeld the hold is gone (lost earlier, or released by an earlier
+// notHeld (ErrNotHeld or ErrNotLeader) the hold is gone (lost earlier, or released by an earlier
 // attempt whose reply was lost); on any other error it stays recorded so
 // the caller can retry.
-func (q *queue) release(ctx context.Context, kinds ...byte) error {
+func (q *queue) release(ctx context.Context, kind byte, notHeld error) error {
 	h := q.current()
-	if h == nil || !slices.Contains(kinds, h.kind) {
-		return fmt.Errorf("%w: %s", ErrNotHeld, strings.TrimSuffix(q.prefix, "/"))
+	if h == nil || h.kind != kind {
+		return fmt.Errorf("%w: %s", notHeld, strings.TrimSuffix(q.prefix, "/"))
 	}
 	if err := q.s.Err(); err != nil {
 		// The session's end deletes its keys in the cell: nothing is left
 		// to release.
 		q.drop(h)
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: %s: %w", notHeld, strings.TrimSuffix(q.prefix, "/"), err)
 	}
 	res, err := q.s.n.Txn(ctx).If(CreateRev(h.key).Eq(int64(h.token))).Then(OpDelete(h.key)).Commit()
 	if err != nil {
@@ -297,7 +297,7 @@ func (q *queue) release(ctx context.Context, kinds ...byte) error {
 	}
 	q.drop(h)
 	if !res.Succeeded {
-		return fmt.Errorf("%w: the hold with token %d had already ended", ErrNotHeld, h.token)
+		return fmt.Errorf("%w: %s: the hold with token %d had already ended", notHeld, strings.TrimSuffix(q.prefix, "/"), h.token)
 	}
 	return nil
 }
@@ -366,11 +366,11 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 			w.abandon()
 			return nil, fmt.Errorf("%w: %s", ErrLocked, strings.TrimSuffix(q.prefix, "/"))
 		}
-		probeNote(q.prefix, false)
+		probeNote(q.prefix, probeWait)
 		if err := w.await(ctx, wait, rev); err != nil {
 			return nil, err
 		}
-		probeNote(q.prefix, true)
+		probeNote(q.prefix, probeWake)
 		if list, rev, err = w.relist(ctx); err != nil {
 			return nil, err
 		}
@@ -637,23 +637,26 @@ var probes sync.Map // prefix -> *queueProbe
 
 type queueProbe struct {
 	mu      sync.Mutex
-	waits   int // a waiter found itself blocked and began watching
-	wakes   int // a watched blocker went, and the waiter re-read the queue
+	counts  [3]int // by probeEvent
 	changed chan struct{}
 }
 
-func probeNote(prefix string, wake bool) {
+type probeEvent int
+
+const (
+	probeWait   probeEvent = iota // a waiter found itself blocked and began watching
+	probeWake                     // a watched blocker went, and the waiter re-read the queue
+	probeRelist                   // Observe's watch ended and it read the group again
+)
+
+func probeNote(prefix string, ev probeEvent) {
 	v, ok := probes.Load(prefix)
 	if !ok {
 		return
 	}
 	p := v.(*queueProbe)
 	p.mu.Lock()
-	if wake {
-		p.wakes++
-	} else {
-		p.waits++
-	}
+	p.counts[ev]++
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()

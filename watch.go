@@ -2,8 +2,12 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/coordcell/coord/internal/watch"
 	"github.com/coordcell/coord/storage"
 )
 
@@ -17,6 +21,9 @@ const (
 	// EventDelete: the key was deleted (explicitly, or because its
 	// session ended).
 	EventDelete
+	// EventProgress is not a change: it says the watch has delivered
+	// every change up to Rev (see WithProgressNotify, RequestProgress).
+	EventProgress
 )
 
 func (t EventType) String() string {
@@ -25,46 +32,97 @@ func (t EventType) String() string {
 		return "PUT"
 	case EventDelete:
 		return "DELETE"
+	case EventProgress:
+		return "PROGRESS"
 	}
 	return "UNKNOWN"
 }
 
-// Event is one change to one key. The changes of one revision (one
-// transaction, one session expiry) arrive one after another, in the order
-// they were applied.
+// Event is one change to one key, or a progress report.
 type Event struct {
 	Type EventType
 	// KV is the key after a put; after a delete, the key with its last
-	// Version and CreateRev, an empty value, and ModRev = the delete's
-	// revision.
+	// Version and CreateRev, no value, and ModRev = the delete's revision.
 	KV KV
-	// Rev is the cell revision of the change.
+	// PrevKV is the key before the change (nil if a put created it). Set
+	// only for watches WithPrevKV.
+	PrevKV *KV
+	// Rev is the cell revision of the change (for a progress report: the
+	// revision the watch is current to).
 	Rev int64
+	// EndOfRev is true on the last event of its revision delivered to
+	// this watch: the changes of one transaction or one session expiry
+	// arrive together, and EndOfRev closes the batch.
+	EndOfRev bool
 }
+
+// CompactedError ends a watch that needed revisions older than the
+// retained history. It matches ErrCompacted with errors.Is; Oldest is the
+// oldest revision still available. ListWatch recovers from it for you.
+type CompactedError = watch.CompactedError
+
+// SlowWatcherError ends a watch whose consumer fell too far behind (see
+// WithMaxLag). It matches ErrSlowWatcher with errors.Is; resume with
+// FromRev(LastRev) to miss and repeat nothing.
+type SlowWatcherError = watch.SlowError
 
 // WatchOption configures a watch.
 type WatchOption func(*watchOptions)
 
 type watchOptions struct {
-	fromRev int64
-	set     bool
+	fromRev     int64
+	fromSet     bool
+	prevKV      bool
+	puts, dels  bool // filters: which types to deliver (both = all)
+	progress    time.Duration
+	maxLag      int64
+	maxLagSet   bool
+	channelSize int
 }
 
 // FromRev starts the watch after revision rev: the watcher receives every
 // change with a revision greater than rev. Pass the revision List
-// returned to continue gap-free from a listing. A rev older than the
-// retained history ends the watch with ErrCompacted.
+// returned to continue gap-free from a listing, or an event's Rev to
+// resume after it. A rev older than the retained history ends the watch
+// with a *CompactedError.
 func FromRev(rev int64) WatchOption {
-	return func(o *watchOptions) { o.fromRev, o.set = rev, true }
+	return func(o *watchOptions) { o.fromRev, o.fromSet = rev, true }
+}
+
+// WithPrevKV adds to each event the key as it was before the change.
+func WithPrevKV() WatchOption { return func(o *watchOptions) { o.prevKV = true } }
+
+// PutsOnly delivers only puts (and progress reports).
+func PutsOnly() WatchOption { return func(o *watchOptions) { o.puts, o.dels = true, false } }
+
+// DeletesOnly delivers only deletes (and progress reports).
+func DeletesOnly() WatchOption { return func(o *watchOptions) { o.puts, o.dels = false, true } }
+
+// WithProgressNotify makes the watch report, whenever nothing was
+// delivered for d, the revision it is current to (an EventProgress), so a
+// watcher of a quiet prefix knows it is not stale.
+func WithProgressNotify(d time.Duration) WatchOption {
+	return func(o *watchOptions) { o.progress = d }
+}
+
+// WithMaxLag ends the watch with a *SlowWatcherError when its consumer
+// stops reading and the watch falls more than revs revisions behind this
+// member's head. Default: half of Config.HistoryRevisions, so a slow
+// consumer hears of it while it can still resume. 0 disables the check.
+func WithMaxLag(revs int64) WatchOption {
+	return func(o *watchOptions) { o.maxLag, o.maxLagSet = revs, true }
 }
 
 // Watcher streams the changes under a prefix. It is served by the member
-// it was started on, from that member's applied state.
+// it was started on, from that member's applied state. Its methods are
+// safe for concurrent use.
 type Watcher struct {
-	events chan Event
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	err    error
+	events   chan Event
+	cancel   context.CancelFunc
+	progress chan struct{}
+	lastRev  atomic.Int64
+	mu       sync.Mutex
+	err      error
 }
 
 // Watch streams every change to keys under prefix, from this member's
@@ -73,29 +131,31 @@ type Watcher struct {
 // member that lags the leader starts a little in the past, so nothing
 // after the call is missed; for an exact start, List and pass its
 // revision to FromRev.
+//
+// Watchers cost the member little: one lookup per changed key finds the
+// watched prefixes it falls under, however many watchers share them, and
+// a slow consumer never slows writes or other watchers.
 func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *Watcher {
-	var o watchOptions
+	o := watchOptions{puts: true, dels: true, channelSize: 64}
 	for _, f := range opts {
 		f(&o)
 	}
-	if !o.set {
+	if !o.fromSet {
 		o.fromRev = n.sm.Revision()
+	}
+	if !o.maxLagSet {
+		o.maxLag = n.cfg.HistoryRevisions / 2
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	// The watch also ends when the node closes.
 	stop := context.AfterFunc(n.closing, cancel)
-	w := &Watcher{events: make(chan Event, 64), cancel: cancel}
+	w := &Watcher{events: make(chan Event, o.channelSize), cancel: cancel, progress: make(chan struct{}, 1)}
+	w.lastRev.Store(o.fromRev)
+	em := &emitter{w: w, o: &o, hub: n.hub}
 	go func() {
 		defer stop()
-		err := n.hub.Watch(ctx, prefix, o.fromRev, func(rev int64, ev storage.Event) bool {
-			select {
-			case w.events <- toEvent(rev, ev):
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		})
-		if n.closing.Err() != nil {
+		err := n.hub.Watch(ctx, prefix, o.fromRev, o.progress, em, w.progress)
+		if n.closing.Err() != nil && !errors.As(err, new(*SlowWatcherError)) {
 			err = ErrClosed
 		}
 		w.mu.Lock()
@@ -107,25 +167,154 @@ func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *W
 }
 
 // Events returns the channel of changes. It is buffered and lossless: a
-// consumer that falls behind holds back only its own watch. It is closed
-// when the watch ends; Err then says why.
+// consumer that falls behind holds back only its own watch (and, past
+// WithMaxLag, ends it). The watch's goroutine closes it when the watch
+// ends; Err then says why.
 func (w *Watcher) Events() <-chan Event { return w.events }
 
-// Err returns why the watch ended: the context's error, ErrCompacted, or
-// ErrClosed. nil while it runs.
+// Err returns why the watch ended: the context's error, ErrClosed, a
+// *CompactedError or a *SlowWatcherError. nil while it runs.
 func (w *Watcher) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.err
 }
 
+// LastRev returns the revision of the last complete revision delivered
+// (or the starting revision): FromRev(LastRev()) resumes the watch
+// without a gap or a repeat.
+func (w *Watcher) LastRev() int64 { return w.lastRev.Load() }
+
+// RequestProgress asks for an EventProgress as soon as the watch has
+// delivered everything up to this member's current revision.
+func (w *Watcher) RequestProgress() {
+	select {
+	case w.progress <- struct{}{}:
+	default: // one is already asked for
+	}
+}
+
 // Close ends the watch.
 func (w *Watcher) Close() { w.cancel() }
 
-func toEvent(rev int64, ev storage.Event) Event {
+// emitter turns the hub's events into the watcher's: filtered, with or
+// without the previous state, a revision's events released together.
+type emitter struct {
+	w       *Watcher
+	o       *watchOptions
+	hub     *watch.Hub
+	pending []Event
+	lag     *time.Ticker
+}
+
+func (e *emitter) Event(ctx context.Context, rev int64, ev *storage.Event, end bool) error {
+	want := (ev.Type == storage.EventPut && e.o.puts) || (ev.Type == storage.EventDelete && e.o.dels)
+	if want {
+		e.pending = append(e.pending, toEvent(rev, ev, e.o.prevKV))
+	}
+	if !end {
+		return nil
+	}
+	for i := range e.pending {
+		e.pending[i].EndOfRev = i == len(e.pending)-1
+		// Only between revisions may the watch end for being slow, so
+		// LastRev always names a complete revision.
+		if err := e.send(ctx, e.pending[i], i == 0); err != nil {
+			return err
+		}
+	}
+	e.pending = e.pending[:0]
+	e.w.lastRev.Store(rev)
+	return nil
+}
+
+func (e *emitter) Progress(ctx context.Context, rev int64) error {
+	e.w.lastRev.Store(rev)
+	return e.send(ctx, Event{Type: EventProgress, Rev: rev, EndOfRev: true}, false)
+}
+
+func (e *emitter) send(ctx context.Context, ev Event, mayEnd bool) error {
+	select {
+	case e.w.events <- ev:
+		return nil
+	default:
+	}
+	var lag <-chan time.Time
+	if mayEnd && e.o.maxLag > 0 {
+		if e.lag == nil {
+			e.lag = time.NewTicker(100 * time.Millisecond)
+		}
+		e.lag.Reset(100 * time.Millisecond)
+		defer e.lag.Stop()
+		lag = e.lag.C
+	}
+	for {
+		select {
+		case e.w.events <- ev:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-lag:
+			if behind := e.hub.Head() - e.w.lastRev.Load(); behind > e.o.maxLag {
+				return &SlowWatcherError{LastRev: e.w.lastRev.Load(), Lag: behind}
+			}
+		}
+	}
+}
+
+func toEvent(rev int64, ev *storage.Event, withPrev bool) Event {
 	t := EventPut
 	if ev.Type == storage.EventDelete {
 		t = EventDelete
 	}
-	return Event{Type: t, KV: fromCmdKV(ev.KV), Rev: rev}
+	out := Event{Type: t, KV: fromCmdKV(ev.KV), Rev: rev}
+	if withPrev && ev.Prev != nil {
+		p := fromCmdKV(*ev.Prev)
+		out.PrevKV = &p
+	}
+	return out
+}
+
+// ListWatch keeps the caller's view of a prefix consistent with the cell
+// without a hand-written resync loop: it lists prefix (linearizably) and
+// calls onList with the keys and the listing's revision, then watches from
+// that revision and calls onEvent with each change. When the watch cannot
+// go on (its history was compacted, or the consumer fell behind) it lists
+// again and calls onList again: treat each onList as a fresh start.
+// Callbacks run on the caller's goroutine, one at a time. ListWatch
+// returns when ctx ends, when a callback returns an error, or when the
+// member closes.
+func (n *Node) ListWatch(ctx context.Context, prefix string, onList func(kvs []KV, rev int64) error,
+	onEvent func(Event) error, opts ...WatchOption) error {
+	for {
+		kvs, rev, err := n.List(ctx, prefix)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return err
+			}
+			// No quorum for now: try again after an election timeout.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(n.electionTimeout()):
+			}
+			continue
+		}
+		if err := onList(kvs, rev); err != nil {
+			return err
+		}
+		w := n.Watch(ctx, prefix, append(opts, FromRev(rev))...)
+		for ev := range w.Events() {
+			if err := onEvent(ev); err != nil {
+				w.Close()
+				for range w.Events() {
+				}
+				return err
+			}
+		}
+		err = w.Err()
+		if !errors.Is(err, ErrCompacted) && !errors.Is(err, ErrSlowWatcher) {
+			return err
+		}
+	}
 }

@@ -27,6 +27,7 @@ var (
 	NotHeld        = errors.New("coord: not held")
 	NoLeader       = errors.New("coord: election has no leader")
 	NotLeader      = errors.New("coord: not the election's leader")
+	SlowWatcher    = errors.New("coord: watcher fell too far behind")
 	Internal       = errors.New("coord: internal error")
 )
 
@@ -35,4 +36,9 @@ var (
 	StaleToken   = errors.New("coord: stale fencing token")
 	InvalidToken = errors.New("coord: invalid fencing token")
 	MarksFormat  = errors.New("coord: unusable fencing marks file")
+)
+
+// Locks, semaphores and elections (queue.go and lock.go in the root package).
+var (
+	InvalidArgument = errors.New("coord: invalid argument")
 )

@@ -3,10 +3,13 @@
 // The change history in storage is the source of truth: a watcher reads
 // the revisions after the last one it delivered, so it can never skip or
 // repeat one, whatever the member goes through (restart, snapshot
-// install). The hub keeps the most recent revisions in memory so that
-// watchers keeping up never touch Pebble, and wakes them with one closed
-// channel per batch of revisions instead of a send per watcher, so the
-// apply loop never blocks on a watcher.
+// install). To make that cheap the hub keeps, per distinct watched
+// prefix (a group), the recent events under it in memory. Publishing a
+// revision costs one map lookup per prefix of each changed key, however
+// many watchers there are, and wakes only the groups whose prefix
+// matched; a watcher that keeps up never reads Pebble, and one that falls
+// behind the in-memory window reads the history instead. The apply loop
+// never waits for a watcher.
 package watch
 
 import (
@@ -15,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/storage"
@@ -23,113 +27,304 @@ import (
 // History is the durable change history the hub falls back to.
 type History interface {
 	History(fromRev int64, limit int) ([]storage.Revision, error)
+	OldestRevision() int64
 	Revision() int64
+}
+
+// CompactedError says a watch needed revisions older than the retained
+// history. It matches errs.Compacted with errors.Is.
+type CompactedError struct {
+	// Oldest is the oldest revision still available: a watch may resume
+	// from Oldest-1 or later.
+	Oldest int64
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("%v: the oldest revision still available is %d", errs.Compacted, e.Oldest)
+}
+
+// Is makes errors.Is(err, errs.Compacted) hold.
+func (e *CompactedError) Is(target error) bool { return target == errs.Compacted }
+
+// SlowError ends a watcher whose consumer fell too far behind.
+type SlowError struct {
+	// LastRev is the revision of the last event delivered: resume with a
+	// watch from it.
+	LastRev int64
+	// Lag is how many revisions behind the member's head it was.
+	Lag int64
+}
+
+func (e *SlowError) Error() string {
+	return fmt.Sprintf("%v: %d revisions behind; resume from revision %d", errs.SlowWatcher, e.Lag, e.LastRev)
+}
+
+// Is makes errors.Is(err, errs.SlowWatcher) hold.
+func (e *SlowError) Is(target error) bool { return target == errs.SlowWatcher }
+
+// item is one event in a group's window.
+type item struct {
+	rev int64
+	ev  *storage.Event
+	end bool // the last event of its revision under this prefix
+}
+
+// group is every watcher of one prefix.
+type group struct {
+	prefix string
+	refs   int
+	// items holds the events under prefix with revisions in
+	// (start, hub.head], oldest first.
+	items []item
+	start int64
+	wake  chan struct{} // closed and replaced when items grow
 }
 
 // Hub fans applied revisions out to the member's watchers.
 type Hub struct {
 	hist     History
-	capacity int
+	capacity int // events kept per group
 
 	mu     sync.RWMutex
-	recent []storage.Revision // consecutive revisions, oldest first
-	wake   chan struct{}      // closed and replaced on every publish
+	head   int64 // the last revision published
+	groups map[string]*group
 }
 
-// NewHub returns a hub over hist that keeps up to capacity recent
-// revisions in memory.
+// NewHub returns a hub over hist that keeps up to capacity recent events
+// per watched prefix in memory.
 func NewHub(hist History, capacity int) *Hub {
 	if capacity <= 0 {
 		capacity = 4096
 	}
-	return &Hub{hist: hist, capacity: capacity, wake: make(chan struct{})}
+	return &Hub{hist: hist, capacity: capacity, head: hist.Revision(), groups: make(map[string]*group)}
 }
 
-// Publish records newly applied revisions (in order) and wakes watchers.
-// It is called on the apply goroutine and never blocks on a watcher.
-func (h *Hub) Publish(revs []storage.Revision) {
-	h.mu.Lock()
-	if len(revs) > 0 {
-		if n := len(h.recent); n > 0 && h.recent[n-1].Rev+1 != revs[0].Rev {
-			h.recent = h.recent[:0] // not consecutive: start over
-		}
-		h.recent = append(h.recent, revs...)
-		if over := len(h.recent) - h.capacity; over > 0 {
-			// Copy down rather than reslice so the backing array does not
-			// keep growing.
-			h.recent = append(h.recent[:0], h.recent[over:]...)
-		}
-	}
-	close(h.wake)
-	h.wake = make(chan struct{})
-	h.mu.Unlock()
-}
-
-// Reset forgets the in-memory revisions (the state machine was replaced
-// by a snapshot) and wakes watchers to re-read from storage.
-func (h *Hub) Reset() {
-	h.mu.Lock()
-	h.recent = nil
-	close(h.wake)
-	h.wake = make(chan struct{})
-	h.mu.Unlock()
-}
-
-// read returns up to limit revisions after from, and a channel that is
-// closed when more may be available.
-func (h *Hub) read(from int64, limit int) ([]storage.Revision, <-chan struct{}, error) {
+// Head returns the last revision published.
+func (h *Hub) Head() int64 {
 	h.mu.RLock()
-	wake := h.wake
-	if n := len(h.recent); n > 0 && h.recent[0].Rev <= from+1 {
-		if from >= h.recent[n-1].Rev {
-			// Caught up with what was published: anything newer is
-			// published (and wakes us) right after it is applied.
-			h.mu.RUnlock()
-			return nil, wake, nil
-		}
-		i := int(from + 1 - h.recent[0].Rev)
-		end := min(i+limit, n)
-		out := h.recent[i:end:end]
-		h.mu.RUnlock()
-		return out, wake, nil
-	}
-	h.mu.RUnlock()
-	revs, err := h.hist.History(from, limit)
-	if errors.Is(err, storage.ErrCompacted) {
-		return nil, wake, fmt.Errorf("%w: %v", errs.Compacted, err)
-	}
-	return revs, wake, err
+	defer h.mu.RUnlock()
+	return h.head
 }
 
-// Watch hands the events under prefix with revision > from to emit, in
-// revision order, until ctx ends, emit returns false, or an error occurs;
-// it then returns the reason (ctx.Err() or ErrCompacted). emit may block:
-// only this watch waits for it.
-func (h *Hub) Watch(ctx context.Context, prefix string, from int64, emit func(rev int64, ev storage.Event) bool) error {
-	const batch = 256
+// Publish records newly applied revisions (in order) and wakes the
+// watchers they concern. It is called on the apply goroutine and never
+// blocks on a watcher.
+func (h *Hub) Publish(revs []storage.Revision) {
+	if len(revs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if revs[0].Rev != h.head+1 {
+		// Not consecutive (cannot happen short of a snapshot, which calls
+		// Reset): forget the windows rather than serve a gap.
+		h.resetLocked(revs[0].Rev - 1)
+	}
+	var touched []*group
+	for ri := range revs {
+		r := &revs[ri]
+		first := len(touched)
+		for ei := range r.Events {
+			ev := &r.Events[ei]
+			key := ev.KV.Key
+			for l := 0; l <= len(key); l++ {
+				g, ok := h.groups[key[:l]]
+				if !ok {
+					continue
+				}
+				if n := len(g.items); n > 0 && g.items[n-1].rev == r.Rev {
+					g.items[n-1].end = false
+				} else if !contains(touched[first:], g) {
+					touched = append(touched, g)
+				}
+				g.items = append(g.items, item{rev: r.Rev, ev: ev, end: true})
+			}
+		}
+		h.head = r.Rev
+	}
+	for _, g := range touched {
+		if over := len(g.items) - h.capacity; over > 0 {
+			g.start = g.items[over-1].rev
+			// Copy down rather than reslice so the array does not grow.
+			g.items = append(g.items[:0], g.items[over:]...)
+			// Keep whole revisions: a window never starts mid-revision.
+			for len(g.items) > 0 && g.items[0].rev == g.start {
+				g.items = g.items[1:]
+			}
+		}
+	}
+	woken := map[*group]bool{}
+	for _, g := range touched {
+		if !woken[g] {
+			woken[g] = true
+			close(g.wake)
+			g.wake = make(chan struct{})
+		}
+	}
+}
+
+func contains(gs []*group, g *group) bool {
+	for _, x := range gs {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// Reset forgets the in-memory windows: the state machine was replaced by
+// a snapshot at revision rev. Watchers re-read from storage.
+func (h *Hub) Reset(rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.resetLocked(rev)
+}
+
+func (h *Hub) resetLocked(rev int64) {
+	h.head = rev
+	for _, g := range h.groups {
+		g.items, g.start = nil, rev
+		close(g.wake)
+		g.wake = make(chan struct{})
+	}
+}
+
+func (h *Hub) join(prefix string) *group {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g, ok := h.groups[prefix]
+	if !ok {
+		g = &group{prefix: prefix, start: h.head, wake: make(chan struct{})}
+		h.groups[prefix] = g
+	}
+	g.refs++
+	return g
+}
+
+func (h *Hub) leave(g *group) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g.refs--; g.refs == 0 {
+		delete(h.groups, g.prefix)
+	}
+}
+
+// Emitter receives what a watch produces, in order, on the watch's
+// goroutine; an error from it ends the watch with that error. end marks
+// the last event of its revision under the watched prefix. ev is shared
+// with other watchers: read it, never change it.
+type Emitter interface {
+	Event(ctx context.Context, rev int64, ev *storage.Event, end bool) error
+	Progress(ctx context.Context, rev int64) error
+}
+
+// Watch delivers the events under prefix with revision > from, in
+// revision order, until ctx ends or the emitter or the history fails; it
+// then returns the reason. progressNow, when it receives, asks for a
+// progress report as soon as the watch is current.
+//
+// every, when positive, reports progress (the revision the watch is
+// current to) whenever nothing was delivered for that long.
+func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
+	g := h.join(prefix)
+	defer h.leave(g)
+	var progress <-chan time.Time
+	var timer *time.Timer
+	if every > 0 {
+		timer = time.NewTimer(every)
+		defer timer.Stop()
+		progress = timer.C
+	}
+	wantProgress := false
 	for {
-		revs, wake, err := h.read(from, batch)
+		items, wake, current, err := h.read(g, prefix, from)
 		if err != nil {
 			return err
 		}
-		for _, r := range revs {
-			for _, ev := range r.Events {
-				if !strings.HasPrefix(ev.KV.Key, prefix) {
-					continue
-				}
-				if !emit(r.Rev, ev) {
-					return ctx.Err()
-				}
+		for _, it := range items {
+			if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
+				return err
 			}
-			from = r.Rev
+			from = it.rev
+			if timer != nil {
+				timer.Reset(every)
+			}
 		}
-		if len(revs) > 0 {
+		if len(items) > 0 {
 			continue
+		}
+		// Caught up: every event under prefix up to current was delivered.
+		from = max(from, current)
+		if wantProgress {
+			wantProgress = false
+			if err := e.Progress(ctx, from); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-wake:
+		case <-progress:
+			wantProgress = true
+			timer.Reset(every)
+		case <-progressNow:
+			wantProgress = true
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// read returns the events under prefix after from: from the group's
+// window when it covers from, else from the history. With nothing to
+// deliver it returns the revision the watch is current to and the channel
+// that says when there may be more.
+func (h *Hub) read(g *group, prefix string, from int64) ([]item, <-chan struct{}, int64, error) {
+	h.mu.RLock()
+	wake, head := g.wake, h.head
+	if from >= g.start {
+		// Find the first item after from (items are in revision order).
+		i := len(g.items)
+		for i > 0 && g.items[i-1].rev > from {
+			i--
+		}
+		out := g.items[i:len(g.items):len(g.items)]
+		h.mu.RUnlock()
+		return out, wake, head, nil
+	}
+	h.mu.RUnlock()
+	const batch = 256
+	for {
+		revs, err := h.hist.History(from, batch)
+		if errors.Is(err, storage.ErrCompacted) {
+			return nil, wake, 0, &CompactedError{Oldest: h.hist.OldestRevision()}
+		}
+		if err != nil {
+			return nil, wake, 0, err
+		}
+		if len(revs) == 0 {
+			// The history has nothing after from yet (the window lags the
+			// history only while a publish is on its way).
+			return nil, wake, from, nil
+		}
+		var out []item
+		for ri := range revs {
+			r := &revs[ri]
+			n := len(out)
+			for ei := range r.Events {
+				if strings.HasPrefix(r.Events[ei].KV.Key, prefix) {
+					out = append(out, item{rev: r.Rev, ev: &r.Events[ei]})
+				}
+			}
+			if len(out) > n {
+				out[len(out)-1].end = true
+			}
+			from = r.Rev
+		}
+		if len(out) > 0 {
+			return out, wake, from, nil
+		}
+		if from >= head {
+			return nil, wake, from, nil
 		}
 	}
 }

@@ -1,0 +1,263 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// electionPrefix is the queue of group: elections/{group}/.
+func electionPrefix(group string) string { return "elections/" + group + "/" }
+
+// Election is a session's candidacy in a leader election. The leader is
+// the candidate that has waited longest (the lowest create revision among
+// the group's candidates, exactly as for a Mutex); its Token is its
+// epoch, strictly greater for every new leader of the group, so fence the
+// leader's writes with it. Candidates queue fairly and each watches only
+// the one ahead of it.
+//
+// An Election is one candidacy at a time: Campaign while this Election
+// campaigns or leads blocks until Resign. Its methods are safe for
+// concurrent use by multiple goroutines. Leadership ends with Resign, or
+// is lost when the session ends or the key is deleted (Done says when);
+// after a loss call Resign (it returns ErrNotLeader) before campaigning
+// again with the same Election.
+type Election struct {
+	q     *queue
+	group string
+}
+
+// Leader is the state of an election at one revision.
+type Leader struct {
+	// Value is the leader's value, from Campaign or the latest Proclaim.
+	Value string
+	// Token is the leader's fencing token: its candidacy's create
+	// revision, strictly greater for every new leader.
+	Token Token
+	// Session is the leader's session.
+	Session SessionID
+	// Key is the leader's candidacy key, under elections/{group}/.
+	Key string
+	// Vacant is true when there is no leader (no candidates); the other
+	// fields are then zero.
+	Vacant bool
+}
+
+// NewElection returns session s's candidacy in group, not yet
+// campaigning. The group's candidates are the keys under
+// elections/{group}/; an empty group is refused by Campaign.
+func NewElection(s *Session, group string) *Election {
+	q := newQueue(s, electionPrefix(group), false)
+	if group == "" {
+		q.err = fmt.Errorf("%w: empty election group", ErrInvalidKey)
+	}
+	return &Election{q: q, group: group}
+}
+
+// Campaign joins the candidates with value and waits until this
+// candidacy leads, then returns its token. Context, session and
+// unreachable-cell behaviour are as for Mutex.Lock: in particular a
+// candidate whose session ends returns at once, and one whose ctx ends
+// withdraws.
+func (e *Election) Campaign(ctx context.Context, value string) (Token, error) {
+	return e.q.acquire(ctx, kindLeader, []byte(value), false)
+}
+
+// TryCampaign leads with value if the group has no other candidate, and
+// reports whether it did; if not, it withdraws again and returns false
+// with a nil error. It also returns false while this Election already
+// campaigns or leads. This is elect(group) -> {isLeader, token}.
+func (e *Election) TryCampaign(ctx context.Context, value string) (bool, Token, error) {
+	t, err := e.q.acquire(ctx, kindLeader, []byte(value), true)
+	if errors.Is(err, ErrLocked) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	return true, t, nil
+}
+
+// Resign gives up the leadership with a delete guarded by the token, so
+// a delayed or retried Resign never removes a later candidacy. It returns
+// an error wrapping ErrNotLeader if this Election does not lead, or had
+// already lost the leadership; this Election is free to campaign again
+// then. On any other error the leadership stays recorded: try again.
+func (e *Election) Resign(ctx context.Context) error {
+	return e.q.release(ctx, kindLeader, ErrNotLeader)
+}
+
+// Proclaim changes the leader's value without giving up the leadership.
+// The write is guarded by the token: it happens only while this
+// candidacy still leads, otherwise Proclaim returns ErrNotLeader.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	h := e.q.current()
+	if h == nil {
+		return fmt.Errorf("%w: %q", ErrNotLeader, e.group)
+	}
+	if err := e.q.s.Err(); err != nil {
+		return fmt.Errorf("%w: %q: %w", ErrNotLeader, e.group, err)
+	}
+	res, err := e.q.s.n.Txn(ctx).
+		If(CreateRev(h.key).Eq(int64(h.token))).
+		Then(OpPut(h.key, []byte(value), Ephemeral(e.q.s))).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if !res.Succeeded {
+		return fmt.Errorf("%w: %q: the leadership with token %d has ended", ErrNotLeader, e.group, h.token)
+	}
+	return nil
+}
+
+// Token returns the token of this Election's leadership, from Campaign's
+// return until Resign; 0 when it does not lead.
+func (e *Election) Token() Token { return e.q.token() }
+
+// Done returns a channel that is closed when this Election's leadership
+// ends for any reason (Resign, the session's end, the key deleted); a
+// closed channel when it does not lead. It is only ever closed.
+func (e *Election) Done() <-chan struct{} { return e.q.done() }
+
+// Leader returns the group's current leader, read linearizably. When the
+// group has no leader it returns a Leader with Vacant set and an error
+// wrapping ErrNoLeader.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if e.q.err != nil {
+		return Leader{}, e.q.err
+	}
+	kvs, _, err := e.q.s.n.List(ctx, e.q.prefix)
+	if err != nil {
+		return Leader{}, err
+	}
+	l := leaderOf(parseQueue(e.q.prefix, false, kvs))
+	if l.Vacant {
+		return l, fmt.Errorf("%w: %q", ErrNoLeader, e.group)
+	}
+	return l, nil
+}
+
+func leaderOf(q []entry) Leader {
+	if len(q) == 0 {
+		return Leader{Vacant: true}
+	}
+	kv := q[0].kv
+	return Leader{Value: string(kv.Value), Token: Token(kv.CreateRev), Session: kv.Session, Key: kv.Key}
+}
+
+// Observe streams the group's leadership: first the current state (read
+// linearizably), then every change in revision order, including the
+// group becoming vacant (Vacant set) and the leader's value changing by
+// Proclaim. A state is never sent twice in a row, and every state sent is
+// one the group really had at some revision, as this member applied it.
+//
+// The channel is unbuffered and lossless: Observe waits for the receiver,
+// and the watch behind it holds the changes meanwhile. Only a receiver
+// so slow that the member's retained history (Config.HistoryRevisions)
+// moves past the changes it has not taken yet misses states: Observe
+// then reads the group again and goes on from its state then. Observe
+// closes the channel when ctx ends or the member closes; the caller
+// should keep receiving until then (or end ctx) so its goroutine ends.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch := make(chan Leader)
+	go e.observe(ctx, ch)
+	return ch
+}
+
+func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
+	defer close(ch)
+	if e.q.err != nil {
+		return
+	}
+	n, prefix := e.q.s.n, e.q.prefix
+	var last Leader
+	sent := false
+	send := func(l Leader) bool {
+		if sent && l == last {
+			return true
+		}
+		select {
+		case ch <- l:
+			last, sent = l, true
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		// (Re)start from a linearizable listing.
+		var (
+			kvs []KV
+			rev int64
+			err error
+		)
+		for {
+			if kvs, rev, err = n.List(ctx, prefix); err == nil {
+				break
+			}
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) || n.backoffNode(ctx) != nil {
+				return
+			}
+		}
+		state := map[string]KV{}
+		for _, kv := range kvs {
+			state[kv.Key] = kv
+		}
+		if !send(leaderFrom(prefix, state)) {
+			return
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		w := n.Watch(wctx, prefix, FromRev(rev))
+		ok := e.follow(w, state, send)
+		cancel()
+		if !ok || ctx.Err() != nil || errors.Is(w.Err(), ErrClosed) {
+			return
+		}
+		// The watch could not go on (it fell behind the retained history,
+		// or the receiver fell too far behind): read the group again.
+		probeNote(prefix, probeRelist)
+	}
+}
+
+// follow applies w's events to state and sends the state at the end of
+// each revision (EndOfRev): one change, such as a session's end, can touch
+// several candidacies, and the state half-way through it never existed.
+// It returns false if send gave up (ctx ended), true when the watch ended.
+func (e *Election) follow(w *Watcher, state map[string]KV, send func(Leader) bool) bool {
+	for ev := range w.Events() {
+		switch ev.Type {
+		case EventPut:
+			state[ev.KV.Key] = ev.KV
+		case EventDelete:
+			delete(state, ev.KV.Key)
+		default:
+			continue
+		}
+		if ev.EndOfRev && !send(leaderFrom(e.q.prefix, state)) {
+			return false
+		}
+	}
+	return true
+}
+
+func leaderFrom(prefix string, state map[string]KV) Leader {
+	kvs := make([]KV, 0, len(state))
+	for _, kv := range state {
+		kvs = append(kvs, kv)
+	}
+	return leaderOf(parseQueue(prefix, false, kvs))
+}
+
+// backoffNode waits a quarter election timeout, or until ctx ends.
+func (n *Node) backoffNode(ctx context.Context) error {
+	t := time.NewTimer(n.electionTimeout() / 4)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,60 @@
+package coord
+
+import "context"
+
+// QueueProbe counts the waits and wake-ups of the waiters of one lock or
+// election queue, so tests can show that a release wakes one waiter and
+// wait for a waiter to be parked without sleeping.
+type QueueProbe struct {
+	prefix string
+	p      *queueProbe
+}
+
+// ProbeLock starts counting for lock name; Close stops.
+func ProbeLock(name string) *QueueProbe { return newProbe(lockPrefix(name)) }
+
+// ProbeElection starts counting for election group; Close stops.
+func ProbeElection(group string) *QueueProbe { return newProbe(electionPrefix(group)) }
+
+func newProbe(prefix string) *QueueProbe {
+	p := &queueProbe{changed: make(chan struct{})}
+	probes.Store(prefix, p)
+	return &QueueProbe{prefix: prefix, p: p}
+}
+
+// Close stops counting.
+func (p *QueueProbe) Close() { probes.Delete(p.prefix) }
+
+// Counts returns how often a waiter began waiting (found itself blocked
+// and started watching) and woke up (a watched blocker went, so it read
+// the queue again).
+func (p *QueueProbe) Counts() (waits, wakes int) {
+	p.p.mu.Lock()
+	defer p.p.mu.Unlock()
+	return p.p.counts[probeWait], p.p.counts[probeWake]
+}
+
+// Relists returns how often Observe's watch ended and it read the group
+// again (history compacted, or it fell behind).
+func (p *QueueProbe) Relists() int {
+	p.p.mu.Lock()
+	defer p.p.mu.Unlock()
+	return p.p.counts[probeRelist]
+}
+
+// WaitFor waits until cond holds for the counts, or ctx ends.
+func (p *QueueProbe) WaitFor(ctx context.Context, cond func(waits, wakes int) bool) error {
+	for {
+		p.p.mu.Lock()
+		ok, changed := cond(p.p.counts[probeWait], p.p.counts[probeWake]), p.p.changed
+		p.p.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
