@@ -123,3 +123,33 @@ func BenchmarkGet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPutWithStuckWatchers compares puts on a one-member in-memory
+// cell with no watchers and with 1,000 watchers of the written prefix
+// whose consumers never read: they must not slow the writes.
+func BenchmarkPutWithStuckWatchers(b *testing.B) {
+	for _, watchers := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
+			n, err := coord.Open(context.Background(), coord.Config{Name: "solo", Addr: "127.0.0.1:0"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer n.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for range watchers {
+				n.Watch(ctx, "hot/", coord.WithMaxLag(0))
+			}
+			value := make([]byte, 100)
+			if _, err := n.Put(ctx, "warmup", value); err != nil { // waits for the election
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := n.Put(ctx, fmt.Sprintf("hot/%d", i%64), value); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

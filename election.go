@@ -154,12 +154,13 @@ func leaderOf(q []entry) Leader {
 // one the group really had at some revision, as this member applied it.
 //
 // The channel is unbuffered and lossless: Observe waits for the receiver,
-// and the watch behind it holds the changes meanwhile. Only a receiver
-// so slow that the member's retained history (Config.HistoryRevisions)
-// moves past the changes it has not taken yet misses states: Observe
-// then reads the group again and goes on from its state then. Observe
-// closes the channel when ctx ends or the member closes; the caller
-// should keep receiving until then (or end ctx) so its goroutine ends.
+// and the watch behind it holds the changes meanwhile. Only when the
+// changes not yet taken have left the member's retained history
+// (Config.HistoryRevisions; a member that caught up by a snapshot has
+// lost them too) does Observe miss states: it then reads the group again
+// and goes on from the state it finds, which it reports unless it equals
+// the last one sent. Observe closes the channel when ctx ends or the
+// member closes; end ctx when done receiving, so its goroutine ends.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	go e.observe(ctx, ch)
@@ -209,7 +210,9 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			return
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		w := n.Watch(wctx, prefix, FromRev(rev))
+		// No lag limit: the receiver sets the pace, and the member keeps
+		// what it has not taken yet (within the retained history).
+		w := n.Watch(wctx, prefix, FromRev(rev), WithMaxLag(0))
 		ok := e.follow(w, state, send)
 		cancel()
 		if !ok || ctx.Err() != nil || errors.Is(w.Err(), ErrClosed) {

@@ -1,0 +1,67 @@
+package report
+
+import "fmt"
+
+// target is one of issue 5's targets: a bound on the ratio coord/etcd,
+// or (etcd having no counterpart) on coord's own figure.
+type target struct {
+	// ratio: bound the ratio; otherwise bound coord's value.
+	ratio   bool
+	atLeast bool    // ">=" rather than "<="
+	bound   float64 // the bound
+	strict  bool    // "<" rather than "<="
+}
+
+// targets are issue 5's, keyed by figure name.
+var targets = map[string]target{
+	"put.c64.rate":               {ratio: true, atLeast: true, bound: 3.0},
+	"put.c16.p99":                {ratio: true, bound: 0.5},
+	"lock.contended.rate":        {ratio: true, atLeast: true, bound: 5.0},
+	"lock.uncontended.rate":      {ratio: true, atLeast: true, bound: 2.0},
+	"get.linearizable.rate":      {ratio: true, atLeast: true, bound: 2.0},
+	"failover.write.p50":         {ratio: true, bound: 1.0},
+	"watch.all.p99":              {ratio: true, bound: 1.0},
+	"rss.peak":                   {ratio: true, bound: 0.5},
+	"sessions.expired":           {bound: 0},
+	"sessions-large.expired":     {bound: 0},
+	"sessions-large.log_entries": {bound: 0},
+	// The process runs all three members, so under one core for the
+	// process means under one core for the leader.
+	"sessions-large.cores": {bound: 1, strict: true},
+}
+
+func (t target) String() string {
+	op := "<="
+	switch {
+	case t.atLeast:
+		op = ">="
+	case t.strict:
+		op = "<"
+	}
+	if t.ratio {
+		return fmt.Sprintf("%s %.1fx", op, t.bound)
+	}
+	return fmt.Sprintf("coord %s %g", op, t.bound)
+}
+
+// judge sets r's target and verdict when it has one.
+func judge(r *Row) {
+	t, ok := targets[r.Name]
+	if !ok {
+		return
+	}
+	v := r.Coord
+	if t.ratio {
+		v = r.Ratio
+	}
+	r.Target = t.String()
+	switch {
+	case v == nil:
+		r.Verdict = "n/a"
+	case t.atLeast && *v >= t.bound, !t.atLeast && t.strict && *v < t.bound,
+		!t.atLeast && !t.strict && *v <= t.bound:
+		r.Verdict = "meets"
+	default:
+		r.Verdict = "MISSES"
+	}
+}

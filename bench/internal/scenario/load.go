@@ -1,0 +1,106 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// opTimeout bounds one operation of a load.
+const opTimeout = 10 * time.Second
+
+// loadResult is the outcome of one closed-loop load point.
+type loadResult struct {
+	ops      int             // operations completed in the measured window
+	errs     int             // of which failed
+	elapsed  time.Duration   // the measured window
+	lat      []time.Duration // latency of each successful one, sorted
+	firstErr error
+}
+
+func (r loadResult) rate() float64 { return float64(r.ops-r.errs) / r.elapsed.Seconds() }
+
+// metrics returns the load's throughput, p50 and p99 under name and
+// label, with unit the throughput's unit.
+func (r loadResult) metrics(name, label, unit string) []Metric {
+	out := []Metric{
+		{Name: name + ".rate", Label: label + ": throughput", Unit: unit, Value: r.rate(), HigherIsBetter: true},
+		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(percentile(r.lat, 50))},
+		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(percentile(r.lat, 99))},
+	}
+	if r.errs > 0 {
+		out = append(out, Metric{Name: name + ".errors", Label: label + ": errors", Unit: "ops", Value: float64(r.errs)})
+	}
+	return out
+}
+
+// runLoad runs clients workers, each calling op (with its worker number
+// and a per-worker sequence number) one call after another: for warmup
+// unmeasured, then for dur measured. Calls that start in the measured
+// window count. It fails only when every measured call failed.
+func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
+	op func(ctx context.Context, worker, seq int) error) (loadResult, error) {
+	var measuring, stop atomic.Bool
+	var mu sync.Mutex
+	res := loadResult{elapsed: dur}
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			var lat []time.Duration
+			ops, errs := 0, 0
+			var firstErr error
+			for seq := 0; !stop.Load() && ctx.Err() == nil; seq++ {
+				counted := measuring.Load()
+				start := time.Now()
+				octx, cancel := context.WithTimeout(ctx, opTimeout)
+				err := op(octx, w, seq)
+				cancel()
+				if !counted {
+					continue
+				}
+				ops++
+				if err != nil {
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				lat = append(lat, time.Since(start))
+			}
+			mu.Lock()
+			res.ops += ops
+			res.errs += errs
+			res.lat = append(res.lat, lat...)
+			if res.firstErr == nil {
+				res.firstErr = firstErr
+			}
+			mu.Unlock()
+		})
+	}
+	sleep(ctx, warmup)
+	measuring.Store(true)
+	sleep(ctx, dur)
+	stop.Store(true)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	res.lat = sortedCopy(res.lat)
+	if res.ops > 0 && res.errs == res.ops {
+		return res, fmt.Errorf("every operation failed, the first with: %w", res.firstErr)
+	}
+	return res, nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,55 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/coordcell/coord/bench/internal/cell"
+)
+
+// lockSessionTTL is the TTL of the lock holders' sessions.
+const lockSessionTTL = 10 * time.Second
+
+// Lock measures Lock+Unlock cycles by cfg.LockHolders holders, each with
+// its own session on member h%3: all on one lock (contended), then each
+// on its own lock (uncontended).
+func Lock(ctx context.Context, env Env, cfg Config) ([]Metric, error) {
+	return withCell(ctx, env, func(c cell.Cell) (out []Metric, err error) {
+		sessions := make([]cell.Session, cfg.LockHolders)
+		defer func() {
+			for _, s := range sessions {
+				if s != nil {
+					err = errors.Join(err, s.Close(ctx))
+				}
+			}
+		}()
+		for h := range sessions {
+			if sessions[h], err = c.NewSession(ctx, h%cell.Members, lockSessionTTL); err != nil {
+				return nil, fmt.Errorf("lock holder %d's session: %w", h, err)
+			}
+		}
+		for _, contended := range []bool{true, false} {
+			kind, name := "uncontended", func(h int) string { return "bench-" + strconv.Itoa(h) }
+			if contended {
+				kind, name = "contended", func(int) string { return "bench" }
+			}
+			res, err := runLoad(ctx, cfg.LockHolders, cfg.Warmup, cfg.Duration, func(ctx context.Context, h, _ int) error {
+				m := sessions[h].NewMutex(name(h))
+				if err := m.Lock(ctx); err != nil {
+					return err
+				}
+				return m.Unlock(ctx)
+			})
+			if err != nil {
+				return out, fmt.Errorf("%s lock: %w", kind, err)
+			}
+			env.log("%s lock, %d holders: %.0f cycles/s", kind, cfg.LockHolders, res.rate())
+			out = append(out, res.metrics("lock."+kind,
+				fmt.Sprintf("lock+unlock %s, %d holders", kind, cfg.LockHolders), "cycles/s")...)
+		}
+		return out, nil
+	})
+}

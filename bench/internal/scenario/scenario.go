@@ -1,0 +1,150 @@
+// Package scenario holds the bench's scenarios. Each runs against a
+// cell.Cell, so the same code measures coord and etcd; each returns its
+// figures as Metrics.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/coordcell/coord/bench/internal/cell"
+)
+
+// Config holds the sizes of every scenario (the program's flags).
+type Config struct {
+	// Duration is the measured time of each load point (put, get, lock);
+	// Warmup runs before it, unmeasured.
+	Duration time.Duration
+	Warmup   time.Duration
+	// PutClients are the concurrencies of the put scenario.
+	PutClients []int
+	// GetClients is the concurrency of the get scenario, GetKeys the
+	// number of keys it reads from.
+	GetClients int
+	GetKeys    int
+	// LockHolders is the number of lock holders (and of locks, when
+	// uncontended).
+	LockHolders int
+	// ValueSize is the size of every value written.
+	ValueSize int
+	// Sessions is the number of sessions of the sessions scenario on both
+	// sides, SessionsLarge that of the coord-only sessions-large one.
+	Sessions      int
+	SessionsLarge int
+	// SessionTTL is their TTL, KeepAlive how long they are kept alive
+	// while measured, CreateWorkers how many create them concurrently.
+	SessionTTL    time.Duration
+	KeepAlive     time.Duration
+	CreateWorkers int
+	// ElectionTTL is the session TTL of the election hand-over.
+	ElectionTTL time.Duration
+	// StopMode is how the failover scenario stops the leader, and
+	// FailoverRounds how many times (each on a fresh cell).
+	StopMode       cell.StopMode
+	FailoverRounds int
+	// Watchers is the number of watchers of the watch scenario, WatchPuts
+	// the number of measured puts they all receive.
+	Watchers  int
+	WatchPuts int
+}
+
+// Env is what a scenario runs in.
+type Env struct {
+	// Open starts a fresh cell of the side under test.
+	Open func(ctx context.Context) (cell.Cell, error)
+	// Logf receives progress lines; nil = discard.
+	Logf func(format string, args ...any)
+}
+
+func (e Env) log(format string, args ...any) {
+	if e.Logf != nil {
+		e.Logf(format, args...)
+	}
+}
+
+// Metric is one figure of a scenario.
+type Metric struct {
+	// Name identifies the figure across sides and runs, e.g. "put.c16.p99".
+	Name string `json:"name"`
+	// Label describes it for the table.
+	Label string `json:"label"`
+	// Unit is the unit of Value ("ops/s", "ms", "MB", ...).
+	Unit  string  `json:"unit"`
+	Value float64 `json:"value"`
+	// HigherIsBetter says which way is better ("" when neither).
+	HigherIsBetter bool `json:"higher_is_better,omitempty"`
+}
+
+// Scenario is one runnable scenario.
+type Scenario struct {
+	Name string
+	// Doc says what it measures, for -help.
+	Doc string
+	// CoordOnly scenarios have no etcd counterpart.
+	CoordOnly bool
+	Run       func(ctx context.Context, env Env, cfg Config) ([]Metric, error)
+}
+
+// All lists the scenarios in the order a full run takes them.
+var All = []Scenario{
+	{Name: "put", Doc: "put of ValueSize-byte values at each PutClients concurrency: ops/s, p50, p99", Run: Put},
+	{Name: "get", Doc: "linearizable and serializable get, GetClients clients: ops/s, p50, p99", Run: Get},
+	{Name: "lock", Doc: "Lock+Unlock cycles, contended (one lock) and uncontended (one lock per holder)", Run: Lock},
+	{Name: "sessions", Doc: "create Sessions sessions, keep them alive: CPU, memory, log entries, expiries", Run: Sessions},
+	{Name: "sessions-large", Doc: "the sessions scenario with SessionsLarge sessions (coord only)", CoordOnly: true, Run: SessionsLarge},
+	{Name: "failover", Doc: "stop the leader: time to a new leader and a write; election hand-over after a holder dies", Run: Failover},
+	{Name: "watch", Doc: "Watchers watchers on one prefix, one put at a time: time until all received it", Run: Watch},
+}
+
+// ByName returns the scenario called name.
+func ByName(name string) (Scenario, error) {
+	for _, s := range All {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Scenario{}, fmt.Errorf("unknown scenario %q", name)
+}
+
+// withCell opens a cell, runs f on it and closes it.
+func withCell(ctx context.Context, env Env, f func(c cell.Cell) ([]Metric, error)) ([]Metric, error) {
+	c, err := env.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := f(c)
+	if cerr := c.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close the cell: %w", cerr)
+	}
+	return ms, err
+}
+
+// percentile returns the p-th percentile (0..100) of sorted, by nearest
+// rank; 0 for an empty slice.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// sortedCopy returns ds sorted, leaving ds as it was.
+func sortedCopy(ds []time.Duration) []time.Duration {
+	out := slices.Clone(ds)
+	slices.Sort(out)
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// value returns a value of n bytes.
+func value(n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = 'a' + byte(i%26)
+	}
+	return v
+}
