@@ -37,9 +37,15 @@ type Config struct {
 	// passes an in-memory transport.
 	Transport transport.Transport
 	// Peers are the founding voters, the same list (including this member)
-	// on every founding member. Empty = a cell of this member alone.
-	// Ignored once the member has state on disk.
+	// on every founding member. Empty = a cell of this member alone. Once
+	// the member has state on disk, the cell's own record of its members
+	// (kept through every membership change) takes precedence.
 	Peers []Peer
+	// Join starts a member that was added to an existing cell (AddLearner)
+	// instead of founding one: it starts empty and catches up from the
+	// leader. Peers then lists (some of) the cell's current members, so it
+	// can reach them.
+	Join bool
 
 	// TickInterval is the Raft tick. Default 100ms.
 	TickInterval time.Duration
@@ -101,7 +107,7 @@ func (c *Config) validate() error {
 		seen[p.Name] = true
 		self = self || p.Name == c.Name
 	}
-	if len(c.Peers) > 0 && !self {
+	if len(c.Peers) > 0 && !self && !c.Join {
 		return bad("Peers must include this member (%q)", c.Name)
 	}
 	if c.Transport == nil && c.Addr == "" {

@@ -25,8 +25,10 @@ type Node struct {
 	// sessions keeps this member's sessions alive and, while it leads,
 	// every session's deadline.
 	sessions *sessionEngine
-	tr       transport.Transport
-	ownTr    bool // we opened the transport, so we close it
+	// admin carries membership requests to the leader.
+	admin *adminRPC
+	tr    transport.Transport
+	ownTr bool // we opened the transport, so we close it
 
 	// closing is cancelled when the node closes, ending its watches.
 	closing     context.Context
@@ -60,22 +62,35 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	members := map[uint64]string{}
 	peers := cfg.Peers
 	if len(peers) == 0 {
 		peers = []Peer{{Name: cfg.Name, Addr: cfg.Addr}}
 	}
+	// The members to reach at start: the peers given, then whatever the
+	// replicated address book knows (it wins: it saw every change since).
+	members := map[uint64]storage.MemberInfo{}
 	cs := &pb.ConfState{}
+	var book []storage.MemberInfo
 	for _, p := range peers {
 		id := raftnode.IDFromName(p.Name)
-		members[id] = p.Name
+		m := storage.MemberInfo{ID: id, Name: p.Name, Addr: p.Addr}
+		members[id] = m
+		book = append(book, m)
 		cs.Voters = append(cs.Voters, id)
 	}
-	if store.IsNew() {
-		if err := store.Bootstrap(cs); err != nil {
+	if store.IsNew() && !cfg.Join {
+		if err := store.Bootstrap(cs, book); err != nil {
 			store.Close()
 			return nil, err
 		}
+	}
+	known, err := store.StateMachine().Members()
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	for _, m := range known {
+		members[m.ID] = m
 	}
 	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport}
 	n.closing, n.cancelClose = context.WithCancel(context.Background())
@@ -97,6 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.hub = watch.NewHub(n.sm, 4096)
 	n.sessions = newSessionEngine(n)
+	n.admin = newAdminRPC(n)
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
 		Members:        members,
@@ -115,7 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		},
 		OnSnapshot: func() { n.hub.Reset(n.sm.Revision()) },
 		OnLeader:   n.sessions.onLeader,
-		OnMessage:  n.sessions.onMessage,
+		OnMessage:  n.onAppMessage,
 	})
 	if err != nil {
 		n.closeTransport()
@@ -140,6 +156,7 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.cancelClose()
 		n.sessions.close()
+		n.admin.close()
 		n.raft.Stop(true)
 		n.closeTransport()
 		n.closeErr = n.store.Close()
@@ -153,6 +170,7 @@ func (n *Node) crash() {
 	n.closeOnce.Do(func() {
 		n.cancelClose()
 		n.sessions.close()
+		n.admin.close()
 		n.raft.Stop(false)
 		n.closeTransport()
 		n.closeErr = n.store.Close()
@@ -211,16 +229,12 @@ func (n *Node) Status() Status {
 		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
 		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
 	}
-	for _, p := range n.cfg.Peers {
-		if raftnode.IDFromName(p.Name) == rs.Leader {
-			st.Leader = p.Name
-		}
-		st.Members = append(st.Members, p.Name)
+	if rs.Leader != 0 {
+		st.Leader, _ = n.raft.MemberName(rs.Leader)
 	}
-	if len(n.cfg.Peers) == 0 {
-		st.Members = []string{n.cfg.Name}
-		if rs.Leader == rs.ID {
-			st.Leader = n.cfg.Name
+	if ms, err := n.members(); err == nil {
+		for _, m := range ms {
+			st.Members = append(st.Members, m.Name)
 		}
 	}
 	return st

@@ -58,6 +58,14 @@ var (
 	// was ended; the error (a *SlowWatcherError) says the revision to
 	// resume from.
 	ErrSlowWatcher = errs.SlowWatcher
+	// ErrMemberExists: AddLearner named a current member, or the name of a
+	// removed one (Raft IDs, derived from names, are never reused).
+	ErrMemberExists = errs.MemberExists
+	// ErrUnknownMember: no member has that name.
+	ErrUnknownMember = errs.UnknownMember
+	// ErrNotCaughtUp: Promote of a learner whose log is still well behind
+	// the leader's; try again once it has caught up.
+	ErrNotCaughtUp = errs.NotCaughtUp
 )
 
 // The sentinel errors of fencing (Fence, FileMarks, ParseToken).

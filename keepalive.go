@@ -251,7 +251,7 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 	if err != nil {
 		return false
 	}
-	_ = e.n.raft.SendApp(to, data)
+	_ = e.n.sendApp(to, appSessions, data)
 	return true
 }
 
@@ -487,7 +487,7 @@ func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
 			return
 		}
 		if data, err := lease.Encode(&lease.Message{Ack: ack}); err == nil {
-			_ = e.n.raft.SendApp(from, data)
+			_ = e.n.sendApp(from, appSessions, data)
 		}
 	}()
 }

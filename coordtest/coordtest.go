@@ -135,26 +135,61 @@ func (c *Cluster) start(i int) {
 	cfg := c.configs[i]
 	cfg.Disk = c.disks[i]
 	c.mu.Unlock()
-	tr := c.net.Join(c.names[i])
+	tr := c.net.Join(cfg.Name)
 	cfg.Transport = tr
 	node, err := coord.Open(context.Background(), cfg)
 	if err != nil {
 		tr.Close()
-		c.t.Fatalf("coordtest: open member %s: %v (seed %d)", c.names[i], err, c.opts.seed)
+		c.t.Fatalf("coordtest: open member %s: %v (seed %d)", cfg.Name, err, c.opts.seed)
 	}
 	c.mu.Lock()
 	c.nodes[i], c.trs[i] = node, tr
 	c.mu.Unlock()
 }
 
+// Join starts a new member named name that joins the running cell (with
+// Config.Join): it starts empty and catches up once a member adds it, e.g.
+// c.Leader().AddLearner(ctx, name, name). It returns the new member's
+// index.
+func (c *Cluster) Join(name string) int {
+	c.t.Helper()
+	c.mu.Lock()
+	var peers []coord.Peer
+	for _, n := range c.names {
+		peers = append(peers, coord.Peer{Name: n, Addr: n})
+	}
+	cfg := c.configs[0]
+	cfg.Name, cfg.Peers, cfg.Join = name, peers, true
+	if c.opts.configure != nil {
+		c.opts.configure(len(c.names), &cfg)
+	}
+	i := len(c.names)
+	c.names = append(c.names, name)
+	c.nodes = append(c.nodes, nil)
+	c.disks = append(c.disks, storage.NewMemDisk())
+	c.trs = append(c.trs, nil)
+	c.configs = append(c.configs, cfg)
+	c.mu.Unlock()
+	c.start(i)
+	return i
+}
+
 // Seed returns the seed the cluster runs with.
 func (c *Cluster) Seed() int64 { return c.opts.seed }
 
-// Size returns the number of members.
-func (c *Cluster) Size() int { return len(c.names) }
+// Size returns the number of members started (including crashed ones).
+func (c *Cluster) Size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.names)
+}
 
 // Name returns member i's name.
-func (c *Cluster) Name(i int) string { return c.names[i] }
+func (c *Cluster) Name(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.names[i]
+}
 
 // Node returns member i, or nil while it is crashed.
 func (c *Cluster) Node(i int) *coord.Node {
@@ -194,6 +229,7 @@ func (c *Cluster) LeaderIndex() int {
 func (c *Cluster) agreedLeader() (int, bool) {
 	c.mu.Lock()
 	nodes := slices.Clone(c.nodes)
+	names := slices.Clone(c.names)
 	c.mu.Unlock()
 	best, bestTerm := -1, uint64(0)
 	for i, n := range nodes {
@@ -212,7 +248,7 @@ func (c *Cluster) agreedLeader() (int, bool) {
 		if n == nil {
 			continue
 		}
-		if st := n.Status(); st.Leader == c.names[best] && st.Term == bestTerm {
+		if st := n.Status(); st.Leader == names[best] && st.Term == bestTerm {
 			votes++
 		}
 	}
@@ -225,14 +261,14 @@ func (c *Cluster) Partition(groups ...[]int) {
 	named := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
-			named[g] = append(named[g], c.names[i])
+			named[g] = append(named[g], c.Name(i))
 		}
 	}
 	c.net.Partition(named...)
 }
 
 // Isolate cuts member i off from every other member.
-func (c *Cluster) Isolate(i int) { c.net.Isolate(c.names[i]) }
+func (c *Cluster) Isolate(i int) { c.net.Isolate(c.Name(i)) }
 
 // Heal removes every partition and isolation (drop and delay settings stay).
 func (c *Cluster) Heal() { c.net.Heal() }
@@ -254,7 +290,7 @@ func (c *Cluster) Crash(i int) {
 	c.nodes[i] = nil
 	c.mu.Unlock()
 	if node == nil {
-		c.t.Fatalf("coordtest: member %s is already crashed", c.names[i])
+		c.t.Fatalf("coordtest: member %s is already crashed", c.Name(i))
 	}
 	// Cutting the transport first means nothing leaves the member after
 	// the instant of the crash; the member stops on its closed transport.
@@ -273,7 +309,7 @@ func (c *Cluster) Restart(i int) {
 	running := c.nodes[i] != nil
 	c.mu.Unlock()
 	if running {
-		c.t.Fatalf("coordtest: member %s is running", c.names[i])
+		c.t.Fatalf("coordtest: member %s is running", c.Name(i))
 	}
 	c.start(i)
 }

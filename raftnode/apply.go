@@ -82,6 +82,7 @@ func (n *Node) applyLoop() {
 			close(job.barrier)
 		case job.snap != nil:
 			idx := job.snap.GetMetadata().GetIndex()
+			n.reloadMembers()
 			n.applied.set(idx)
 			lastCompact = idx
 			if n.cfg.OnSnapshot != nil {
@@ -92,6 +93,10 @@ func (n *Node) applyLoop() {
 			if err != nil {
 				n.fail(err)
 				return
+			}
+			if out.MembersChanged {
+				n.reloadMembers()
+				n.confs.applied(job.ents)
 			}
 			if n.cfg.OnApply != nil {
 				n.cfg.OnApply(out)

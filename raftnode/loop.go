@@ -293,7 +293,7 @@ func (n *Node) send(msgs []*pb.Message) {
 	}
 	envs := make([]transport.Envelope, 0, len(msgs))
 	for _, m := range msgs {
-		to, ok := n.cfg.Members[m.GetTo()]
+		to, ok := n.MemberName(m.GetTo())
 		if !ok {
 			continue
 		}

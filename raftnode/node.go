@@ -14,7 +14,10 @@ package raftnode
 import (
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +42,11 @@ func IDFromName(name string) uint64 {
 // Config configures a Node. Every duration is wall time measured with
 // the monotonic clock.
 type Config struct {
-	Name      string
-	Members   map[uint64]string // Raft ID -> member name, for addressing
+	Name string
+	// Members names (and, for transports that need them, addresses) the
+	// members known at start, by Raft ID. Membership changes applied from
+	// the log update it.
+	Members   map[uint64]storage.MemberInfo
 	Store     *storage.Store
 	Transport transport.Transport
 	Logger    *slog.Logger
@@ -91,6 +97,7 @@ type Status struct {
 	Applied   uint64
 	LastIndex uint64
 	Voters    []uint64
+	Learners  []uint64
 	// LogSyncs counts the fsyncs of the Raft log since Start, and
 	// LogEntries the entries they made durable: their ratio is the group
 	// commit factor.
@@ -119,6 +126,9 @@ type Node struct {
 	wg      sync.WaitGroup
 
 	waiters  waiters
+	confs    confWaiters
+	memMu    sync.RWMutex
+	members  map[uint64]storage.MemberInfo
 	applied  appliedIndex
 	status   atomic.Pointer[Status]
 	senders  snapshotSenders
@@ -149,6 +159,9 @@ func Start(cfg Config) (*Node, error) {
 		electTTL: time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
 	}
 	n.waiters.init()
+	n.confs.init()
+	n.members = make(map[uint64]storage.MemberInfo)
+	n.setMembers(maps.Values(cfg.Members))
 	n.applied.init(n.sm.AppliedIndex())
 	n.senders.init()
 	rn, err := raft.NewRawNode(&raft.Config{
@@ -184,8 +197,38 @@ func (n *Node) ID() uint64 { return n.id }
 
 // MemberName returns the name of the member with Raft ID id.
 func (n *Node) MemberName(id uint64) (string, bool) {
-	name, ok := n.cfg.Members[id]
-	return name, ok
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	m, ok := n.members[id]
+	return m.Name, ok
+}
+
+// setMembers adds members to the address book and tells the transport
+// their addresses.
+func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
+	adder, _ := n.tr.(transport.PeerAdder)
+	n.memMu.Lock()
+	defer n.memMu.Unlock()
+	for m := range ms {
+		if old, ok := n.members[m.ID]; ok && old == m {
+			continue
+		}
+		n.members[m.ID] = m
+		if adder != nil && m.Name != n.cfg.Name && m.Addr != "" {
+			adder.AddPeer(m.Name, m.Addr)
+		}
+	}
+}
+
+// reloadMembers refreshes the address book from the replicated state,
+// after a membership change or a snapshot.
+func (n *Node) reloadMembers() {
+	ms, err := n.sm.Members()
+	if err != nil {
+		n.log.Warn("read members", "err", err)
+		return
+	}
+	n.setMembers(slices.Values(ms))
 }
 
 // SendApp sends an application message to member to, delivered to its
@@ -299,7 +342,7 @@ func (n *Node) publishStatus() {
 	n.status.Store(&Status{
 		ID: n.id, Name: n.cfg.Name, Role: roleOf(bs.RaftState), Leader: bs.Lead,
 		Term: bs.HardState.GetTerm(), Commit: bs.HardState.GetCommit(), LastIndex: last,
-		Voters: n.sm.ConfState().GetVoters(),
+		Voters: n.sm.ConfState().GetVoters(), Learners: n.sm.ConfState().GetLearners(),
 	})
 }
 

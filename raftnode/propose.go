@@ -160,3 +160,7 @@ func (w *waiters) stillWaiting(ps []*proposal) []*proposal {
 	clear(ps[len(keep):])
 	return keep
 }
+
+// NewRequestID returns an ID unique to this member's incarnation, for
+// requests that need to match their answers.
+func (n *Node) NewRequestID() uint64 { return n.waiters.newID() }

@@ -156,7 +156,7 @@ func (n *Node) receiveChunks() {
 		if err != nil {
 			n.log.Debug("refused snapshot chunk", "seq", c.Seq, "err", err)
 		}
-		to, ok := n.cfg.Members[c.From]
+		to, ok := n.MemberName(c.From)
 		if !ok {
 			continue
 		}

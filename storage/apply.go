@@ -46,9 +46,16 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 			return ApplyOutput{}, fmt.Errorf("storage: apply: entry %d does not follow applied index %d", idx, a.m.index)
 		}
 		a.m.index, a.m.term = idx, e.GetTerm()
-		// Conf changes are raftnode's (it applies them to Raft and passes
-		// the outcome as cs); empty entries are new leaders' no-ops.
-		if e.GetType() != pb.EntryNormal || len(e.GetData()) == 0 {
+		// Conf changes go to Raft through raftnode (which passes the
+		// outcome as cs); here they update the address book. Empty
+		// entries are new leaders' no-ops.
+		if e.GetType() != pb.EntryNormal {
+			if err := a.applyConfChange(e); err != nil {
+				return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
+			}
+			continue
+		}
+		if len(e.GetData()) == 0 {
 			continue
 		}
 		cmd, err := command.Decode(e.GetData())
@@ -77,7 +84,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 			return ApplyOutput{}, fmt.Errorf("storage: apply: %w", err)
 		}
 	}
-	if a.m == sm.cur && newCS == nil {
+	if a.m == sm.cur && newCS == nil && !out.MembersChanged {
 		return out, nil // nothing new: no need to write
 	}
 	if err := a.pruneHistory(); err != nil {

@@ -444,6 +444,21 @@ func (l *RaftLog) resetTo(b *pebble.Batch, meta *pb.SnapshotMetadata) {
 	}
 }
 
+// bootstrap adds to b a log that starts after meta with hard state hs.
+func (l *RaftLog) bootstrap(b *pebble.Batch, meta *pb.SnapshotMetadata, hs *pb.HardState) {
+	l.resetTo(b, meta)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.setHardState(b, hs)
+}
+
+func (l *RaftLog) afterBootstrap(meta *pb.SnapshotMetadata, hs *pb.HardState) {
+	l.afterReset(meta)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hardState = hs
+}
+
 // afterReset updates the in-memory state once resetTo's batch committed.
 func (l *RaftLog) afterReset(meta *pb.SnapshotMetadata) {
 	l.mu.Lock()

@@ -74,7 +74,7 @@ func install(t *testing.T, ts *testSM, snap *pb.Snapshot) {
 func TestSnapshotRoundTrip(t *testing.T) {
 	a := openTestSM(t, nil, Options{HistoryRevisions: 30})
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
-	require.NoError(t, a.bootstrap(cs))
+	require.NoError(t, a.bootstrap(cs, nil))
 	fillSM(t, a, 60)
 	a.chunkSize = 512 // many chunks
 
@@ -144,7 +144,7 @@ func TestSnapshotUnavailableBeforeFirstApply(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
 	_, err := ts.snapshot()
 	require.ErrorIs(t, err, raft.ErrSnapshotTemporarilyUnavailable)
-	require.NoError(t, ts.bootstrap(&pb.ConfState{Voters: []uint64{1}}))
+	require.NoError(t, ts.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	_, err = ts.snapshot()
 	require.ErrorIs(t, err, raft.ErrSnapshotTemporarilyUnavailable)
 	_, ok := ts.OpenSnapshot(0)
@@ -226,7 +226,7 @@ func TestSnapshotChunksRejected(t *testing.T) {
 
 func TestSnapshotStagedStateMustMatchMetadata(t *testing.T) {
 	a := openTestSM(t, nil, Options{})
-	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}))
+	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	fillSM(t, a, 3)
 	snap, err := a.snapshot()
 	require.NoError(t, err)
@@ -295,7 +295,7 @@ func TestSnapshotHeldSnapshots(t *testing.T) {
 // still travels, alone in its chunk.
 func TestSnapshotOversizedPair(t *testing.T) {
 	a := openTestSM(t, nil, Options{})
-	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}))
+	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	a.put("small", "s")
 	a.put("big", string(make([]byte, 3000)))
 	a.chunkSize = 1000
@@ -314,13 +314,14 @@ func TestSMStoreInstallSnapshot(t *testing.T) {
 	leader, err := Open(Options{})
 	require.NoError(t, err)
 	defer leader.Close()
-	require.NoError(t, leader.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2}}))
+	require.NoError(t, leader.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2}}, nil))
 	lsm := leader.StateMachine()
 	var ents []*pb.Entry
-	for i := range 20 {
+	// Bootstrap is a snapshot at index 1: the log starts at 2.
+	for i := range 19 {
 		data, err := command.Encode(txnCmd(command.Txn{Then: []command.Op{putOp(fmt.Sprint("k", i), "v")}}))
 		require.NoError(t, err)
-		ents = append(ents, &pb.Entry{Index: new(uint64(i + 1)), Term: new(uint64(3)), Data: data})
+		ents = append(ents, &pb.Entry{Index: new(uint64(i + 2)), Term: new(uint64(3)), Data: data})
 	}
 	require.NoError(t, leader.RaftLog().Append(&pb.HardState{Term: new(uint64(3)), Commit: new(uint64(20))}, ents, true))
 	_, err = lsm.Apply(ents, nil)

@@ -168,6 +168,9 @@ type ApplyOutput struct {
 	// opened and ended, so the member can track them without polling.
 	SessionsCreated []SessionInfo
 	SessionsEnded   []int64
+	// MembersChanged reports that a membership change updated the
+	// address book (see Members).
+	MembersChanged bool
 }
 
 // AppliedIndex returns the index of the last applied entry.
@@ -391,29 +394,50 @@ func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
 
 // bootstrap records cs as the membership at index 0, synced, so that a
 // founding member starts from it without synthetic log entries.
-func (sm *StateMachine) bootstrap(cs *pb.ConfState) error {
-	if err := sm.enter(); err != nil {
+func (sm *StateMachine) bootstrap(cs *pb.ConfState, members []MemberInfo) error {
+	b := sm.db.NewBatch()
+	defer b.Close()
+	m, err := sm.bootstrapInto(b, cs, members, 0, 0)
+	if err != nil {
 		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("storage: bootstrap: %w", err)
+	}
+	sm.afterBootstrap(m, cs)
+	return nil
+}
+
+// bootstrapInto adds to b the founding state: nothing but the membership,
+// as if entries up to index (of term) had been applied.
+func (sm *StateMachine) bootstrapInto(b *pebble.Batch, cs *pb.ConfState, members []MemberInfo, index, term uint64) (smMeta, error) {
+	if err := sm.enter(); err != nil {
+		return smMeta{}, err
 	}
 	defer sm.life.RUnlock()
 	sm.applyMu.Lock()
 	defer sm.applyMu.Unlock()
 	if sm.cur.index != 0 {
-		return fmt.Errorf("storage: bootstrap of a state machine that applied up to index %d", sm.cur.index)
+		return smMeta{}, fmt.Errorf("storage: bootstrap of a state machine that applied up to index %d", sm.cur.index)
 	}
 	conf, err := encodeConf(cs)
 	if err != nil {
-		return err
+		return smMeta{}, err
 	}
-	b := sm.db.NewBatch()
-	defer b.Close()
-	b.Set(metaAppliedKey, appendMeta(nil, sm.cur), nil)
+	m := sm.cur
+	m.index, m.term = index, term
+	b.Set(metaAppliedKey, appendMeta(nil, m), nil)
 	b.Set(metaConfKey, conf, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("storage: bootstrap: %w", err)
+	for _, mem := range members {
+		b.Set(memberKey(mem.ID), appendMemberRecord(nil, mem), nil)
 	}
-	sm.publish(sm.cur, proto.CloneOf(cs))
-	return nil
+	return m, nil
+}
+
+func (sm *StateMachine) afterBootstrap(m smMeta, cs *pb.ConfState) {
+	sm.applyMu.Lock()
+	defer sm.applyMu.Unlock()
+	sm.publish(m, proto.CloneOf(cs))
 }
 
 // close releases the Pebble snapshots and iterators the state machine

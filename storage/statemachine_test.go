@@ -219,7 +219,7 @@ func revsOf(rs []Revision) []int64 {
 func TestStateMachineRestart(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
-	require.NoError(t, ts.bootstrap(cs))
+	require.NoError(t, ts.bootstrap(cs, nil))
 	sid := ts.newSession()
 	ts.txn(command.Txn{Then: []command.Op{putOp("a", "1"), ephemeralPut("e", "2", sid)}})
 	ts.put("a", "3")
@@ -271,7 +271,7 @@ func TestStateMachineBootstrap(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
 	require.Empty(t, ts.ConfState().GetVoters())
 	cs := &pb.ConfState{Voters: []uint64{7, 8}}
-	require.NoError(t, ts.bootstrap(cs))
+	require.NoError(t, ts.bootstrap(cs, nil))
 	cs.Voters[0] = 99 // the state machine keeps its own copy
 	require.Equal(t, []uint64{7, 8}, ts.ConfState().GetVoters())
 	require.EqualValues(t, 0, ts.AppliedIndex())
@@ -280,7 +280,7 @@ func TestStateMachineBootstrap(t *testing.T) {
 	require.EqualValues(t, 0, ts.AppliedIndex())
 
 	ts.put("a", "b")
-	require.Error(t, ts.bootstrap(cs), "bootstrap after applying entries")
+	require.Error(t, ts.bootstrap(cs, nil), "bootstrap after applying entries")
 }
 
 func TestStateMachineUnknownCommandVersion(t *testing.T) {

@@ -201,11 +201,27 @@ func (s *Store) IsNew() bool {
 	return s.sm.AppliedIndex() == 0 && s.log.lastIndexNoErr() == 0 && len(s.sm.ConfState().GetVoters()) == 0
 }
 
-// Bootstrap records the founding membership of a new cell as the state at
-// index 0, so every founding member starts from the same configuration
-// without synthetic log entries.
-func (s *Store) Bootstrap(cs *pb.ConfState) error {
-	return s.sm.bootstrap(cs)
+// Bootstrap records the founding membership of a new cell (Raft's conf
+// state and the address book) as a snapshot at index 1, term 1, the same
+// on every founding member. The log starts after it, so a member that
+// joins later cannot replay its way to the membership: it gets a
+// snapshot, which carries the conf state.
+func (s *Store) Bootstrap(cs *pb.ConfState, members []MemberInfo) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	m, err := s.sm.bootstrapInto(b, cs, members, 1, 1)
+	if err != nil {
+		return err
+	}
+	meta := &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1))}
+	hs := &pb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}
+	s.log.bootstrap(b, meta, hs)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("storage: bootstrap: %w", err)
+	}
+	s.log.afterBootstrap(meta, hs)
+	s.sm.afterBootstrap(m, cs)
+	return nil
 }
 
 // InstallSnapshot replaces the state machine with the staged snapshot

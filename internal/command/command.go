@@ -226,3 +226,37 @@ type Result struct {
 	// SessionID is the ID of a session created by KindSessionCreate.
 	SessionID int64
 }
+
+// Member describes a member in a membership change: it travels as the
+// Context of a Raft ConfChangeV2, so every member learns the new member's
+// name and address from the log, and Req lets the proposer recognise the
+// change when it applies (a change Raft dropped never does).
+type Member struct {
+	Req  uint64 `msgpack:"r"`
+	Name string `msgpack:"n"`
+	Addr string `msgpack:"a"`
+}
+
+// EncodeMember returns the versioned encoding of m.
+func EncodeMember(m *Member) ([]byte, error) {
+	b, err := msgpack.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{Version}, b...), nil
+}
+
+// DecodeMember parses an encoded Member; it never panics on bad input.
+func DecodeMember(data []byte) (*Member, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty member", ErrMalformed)
+	}
+	if data[0] != Version {
+		return nil, fmt.Errorf("%w: %d", ErrVersion, data[0])
+	}
+	var m Member
+	if err := msgpack.Unmarshal(data[1:], &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return &m, nil
+}

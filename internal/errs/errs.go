@@ -28,6 +28,9 @@ var (
 	NoLeader       = errors.New("coord: election has no leader")
 	NotLeader      = errors.New("coord: not the election's leader")
 	SlowWatcher    = errors.New("coord: watcher fell too far behind")
+	MemberExists   = errors.New("coord: member already exists")
+	UnknownMember  = errors.New("coord: no such member")
+	NotCaughtUp    = errors.New("coord: learner has not caught up with the leader")
 	Internal       = errors.New("coord: internal error")
 )
 

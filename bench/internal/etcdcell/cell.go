@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // ClientMode is how the bench talks to each etcd member.
@@ -51,6 +54,11 @@ type Cell struct {
 	clients [cell.Members]*clientv3.Client
 	curls   [cell.Members]string
 
+	// logLevel is the members' log level: errors while the cell runs,
+	// nothing once it closes (a closing member logs its listeners' ends
+	// as errors).
+	logLevel zap.AtomicLevel
+
 	mu      sync.Mutex
 	stopped [cell.Members]bool
 	closed  bool
@@ -76,7 +84,9 @@ func Open(ctx context.Context, opts cell.Options, mode ClientMode) (cell.Cell, e
 	for i := range cell.Members {
 		initial = append(initial, fmt.Sprintf("%s=http://%s", memberName(i), addrs[i]))
 	}
-	c := &Cell{}
+	c := &Cell{logLevel: zap.NewAtomicLevelAt(zap.ErrorLevel)}
+	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
+		zapcore.Lock(os.Stderr), c.logLevel))
 	var wg sync.WaitGroup
 	var errs [cell.Members]error
 	for i := range cell.Members {
@@ -89,8 +99,7 @@ func Open(ctx context.Context, opts cell.Options, mode ClientMode) (cell.Cell, e
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 		cfg.InitialCluster = strings.Join(initial, ",")
 		cfg.InitialClusterToken = "coord-bench"
-		cfg.LogLevel = "error"
-		cfg.LogOutputs = []string{"stderr"}
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.With(zap.String("member", cfg.Name)))
 		c.curls[i] = client.String()
 		// The members of a new cluster wait for each other, so they
 		// start together.
@@ -275,7 +284,9 @@ func (c *Cell) Watch(ctx context.Context, m int, prefix string, fn func(key stri
 	return nil
 }
 
-// Close closes the clients and every member.
+// Close closes the clients and every member. It hard-stops every member
+// first: a graceful stop of the leader while its peers stop too would
+// wait for a leadership transfer that cannot happen (7s per close).
 func (c *Cell) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -285,15 +296,23 @@ func (c *Cell) Close() error {
 	c.closed = true
 	stopped := c.stopped
 	c.mu.Unlock()
-	var wg sync.WaitGroup
-	for i, e := range c.members {
-		if e == nil {
-			continue
-		}
-		if cl := c.clients[i]; cl != nil && !stopped[i] {
+	c.logLevel.SetLevel(zap.FatalLevel)
+	for i, cl := range c.clients {
+		if cl != nil && !stopped[i] {
 			cl.Close()
 		}
-		wg.Go(e.Close)
+	}
+	var wg sync.WaitGroup
+	for _, e := range c.members {
+		if e != nil {
+			wg.Go(e.Server.HardStop)
+		}
+	}
+	wg.Wait()
+	for _, e := range c.members {
+		if e != nil {
+			wg.Go(e.Close)
+		}
 	}
 	wg.Wait()
 	return nil

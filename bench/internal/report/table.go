@@ -10,7 +10,7 @@ import (
 // WriteTable prints rows as an aligned table, a blank line between
 // scenarios, then the targets with their verdicts.
 func WriteTable(w io.Writer, rows []Row) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tunit\tcoord\tetcd\tcoord/etcd\ttarget\t")
 	last := ""
 	for _, r := range rows {

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/coordcell/coord/bench/internal/cell"
+	"github.com/coordcell/coord/bench/internal/coordcell"
+	"github.com/coordcell/coord/bench/internal/etcdcell"
+	"github.com/coordcell/coord/bench/internal/proc"
+	"github.com/coordcell/coord/bench/internal/report"
+	"github.com/coordcell/coord/bench/internal/scenario"
+)
+
+// runChild runs the one scenario on the one side that o.child names
+// ("side:scenario") and writes a report.Child as JSON to stdout. A
+// failing scenario is reported in the JSON, not by the exit code.
+func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
+	side, name, _ := strings.Cut(o.child, ":")
+	sc, err := scenario.ByName(name)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench child:", err)
+		return 2
+	}
+	open, err := opener(side, o.etcdClient)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench child:", err)
+		return 2
+	}
+	start := time.Now()
+	var dirs []string
+	env := scenario.Env{
+		Open: func(ctx context.Context) (cell.Cell, error) {
+			dir, err := os.MkdirTemp(o.dir, "coord-bench-"+side+"-")
+			if err != nil {
+				return nil, err
+			}
+			dirs = append(dirs, dir)
+			return open(ctx, cell.Options{Dir: dir})
+		},
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "   [%s %s] "+format+"\n", append([]any{side, name}, args...)...)
+		},
+	}
+	metrics, err := sc.Run(ctx, env, o.cfg)
+	res := report.Child{Side: side, Scenario: name, Metrics: metrics,
+		WallSeconds: time.Since(start).Seconds(), CPUSeconds: proc.CPU().Seconds()}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if mem, err := proc.ReadMemory(); err == nil {
+		res.VmHWM = mem.PeakRSS
+	}
+	for _, d := range dirs {
+		os.RemoveAll(d)
+	}
+	if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		fmt.Fprintln(stderr, "bench child:", err)
+		return 1
+	}
+	return 0
+}
+
+// opener returns the cell opener of side.
+func opener(side string, mode etcdcell.ClientMode) (cell.Opener, error) {
+	switch side {
+	case "coord":
+		return coordcell.Open, nil
+	case "etcd":
+		return etcdcell.Opener(mode), nil
+	}
+	return nil, fmt.Errorf("unknown side %q", side)
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coordcell/coord/bench/internal/cell"
+	"github.com/coordcell/coord/bench/internal/etcdcell"
+	"github.com/coordcell/coord/bench/internal/scenario"
+)
+
+// childFlag is the hidden flag with which the program re-executes itself
+// to run one scenario on one side: -child side:scenario.
+const childFlag = "child"
+
+// options are the program's flags.
+type options struct {
+	scenarios  []string
+	sides      []string
+	out        string
+	dir        string
+	etcdClient etcdcell.ClientMode
+	cfg        scenario.Config
+	child      string
+}
+
+// parseFlags parses args (without the program name).
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	c := &o.cfg
+	scen := fs.String("scenario", "all", "scenarios to run, comma-separated, or all: "+scenarioNames())
+	sides := fs.String("sides", "coord,etcd", "sides to run, comma-separated")
+	fs.StringVar(&o.out, "out", "results.json", "the JSON results file")
+	fs.StringVar(&o.dir, "dir", os.TempDir(), "where the members' data directories go (must be a real disk: fsync is measured)")
+	etcdClient := fs.String("etcd-client", string(etcdcell.InProcess),
+		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")
+
+	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measured time of each put, get and lock point")
+	fs.DurationVar(&c.Warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each put, get and lock point")
+	clients := fs.String("clients", "1,16,64", "put: concurrent clients of each point")
+	fs.IntVar(&c.ValueSize, "value-size", 100, "put, get: value size in bytes")
+	fs.IntVar(&c.GetClients, "get-clients", 16, "get: concurrent clients")
+	fs.IntVar(&c.GetKeys, "get-keys", 1000, "get: keys read")
+	fs.IntVar(&c.LockHolders, "lock-holders", 16, "lock: holders (one lock contended; one lock each uncontended)")
+	fs.IntVar(&c.Sessions, "sessions", 10_000, "sessions: sessions created on each side")
+	fs.IntVar(&c.SessionsLarge, "sessions-large", 100_000, "sessions-large: sessions created on coord (0 skips the scenario)")
+	fs.DurationVar(&c.SessionTTL, "session-ttl", 10*time.Second, "sessions: TTL")
+	fs.DurationVar(&c.KeepAlive, "keepalive", 30*time.Second, "sessions: measured keep-alive window")
+	fs.IntVar(&c.CreateWorkers, "create-workers", 64, "sessions: concurrent creators")
+	fs.DurationVar(&c.ElectionTTL, "election-ttl", 5*time.Second, "failover: session TTL of the election hand-over (both sides)")
+	stop := fs.String("failover-stop", string(cell.Crash),
+		"failover: how the leader is stopped: crash (coord: transport cut; etcd: HardStop) or graceful (Close on both)")
+	fs.IntVar(&c.FailoverRounds, "failover-rounds", 3, "failover: rounds, each on a fresh cell")
+	fs.IntVar(&c.Watchers, "watchers", 1000, "watch: watchers on one prefix")
+	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch: measured puts")
+	fs.StringVar(&o.child, childFlag, "", "")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: go run ./bench [flags]\n\n"+
+			"Runs each scenario on coord and on embedded etcd, each side in its own child process,\n"+
+			"and prints both with the ratio coord/etcd. Scenarios:\n")
+		for _, s := range scenario.All {
+			fmt.Fprintf(stderr, "  %-15s %s\n", s.Name, s.Doc)
+		}
+		fmt.Fprintf(stderr, "Every run also reports each side's peak RSS (scenario 7).\n\nFlags:\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == childFlag {
+				return
+			}
+			fmt.Fprintf(stderr, "  -%s (default %q)\n    \t%s\n", f.Name, f.DefValue, f.Usage)
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var err error
+	if o.scenarios, err = parseScenarios(*scen, c.SessionsLarge > 0); err != nil {
+		return nil, err
+	}
+	if o.sides, err = parseSides(*sides); err != nil {
+		return nil, err
+	}
+	if o.etcdClient, err = etcdcell.ParseClientMode(*etcdClient); err != nil {
+		return nil, err
+	}
+	if c.StopMode, err = cell.ParseStopMode(*stop); err != nil {
+		return nil, err
+	}
+	if c.PutClients, err = parseInts(*clients); err != nil {
+		return nil, fmt.Errorf("-clients: %w", err)
+	}
+	for name, v := range map[string]int{"get-clients": c.GetClients, "get-keys": c.GetKeys,
+		"lock-holders": c.LockHolders, "create-workers": c.CreateWorkers, "failover-rounds": c.FailoverRounds,
+		"watchers": c.Watchers, "watch-puts": c.WatchPuts, "sessions": c.Sessions} {
+		if v < 1 {
+			return nil, fmt.Errorf("-%s must be at least 1", name)
+		}
+	}
+	return o, nil
+}
+
+func scenarioNames() string {
+	var names []string
+	for _, s := range scenario.All {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// parseScenarios expands "all" (which includes sessions-large only when
+// large is set) and checks the names.
+func parseScenarios(s string, large bool) ([]string, error) {
+	if s == "all" {
+		var out []string
+		for _, sc := range scenario.All {
+			if sc.Name != "sessions-large" || large {
+				out = append(out, sc.Name)
+			}
+		}
+		return out, nil
+	}
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		if _, err := scenario.ByName(name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+func parseSides(s string) ([]string, error) {
+	var out []string
+	for _, side := range strings.Split(s, ",") {
+		if side != "coord" && side != "etcd" {
+			return nil, fmt.Errorf("unknown side %q: want coord or etcd", side)
+		}
+		out = append(out, side)
+	}
+	return out, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

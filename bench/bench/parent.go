@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coordcell/coord/bench/internal/proc"
+	"github.com/coordcell/coord/bench/internal/report"
+	"github.com/coordcell/coord/bench/internal/scenario"
+)
+
+// childLimit bounds one child process.
+const childLimit = 20 * time.Minute
+
+// results is the JSON file's content.
+type results struct {
+	Command         string          `json:"command"`
+	Started         time.Time       `json:"started"`
+	DurationSeconds float64         `json:"duration_seconds"`
+	Machine         machine         `json:"machine"`
+	EtcdClient      string          `json:"etcd_client"`
+	Config          scenario.Config `json:"config"`
+	Rows            []report.Row    `json:"rows"`
+	Children        []report.Child  `json:"children"`
+}
+
+// runParent runs every scenario on every side, one child process at a
+// time, then prints the table and writes the JSON file. It returns 1 if
+// a child failed.
+func runParent(ctx context.Context, o *options, args []string, stdout, stderr io.Writer) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	res := results{
+		Command:    strings.Join(append([]string{"go run ./bench"}, args...), " "),
+		Started:    time.Now(),
+		Machine:    readMachine(),
+		EtcdClient: string(o.etcdClient),
+		Config:     o.cfg,
+	}
+	fmt.Fprintf(stderr, "bench: %s; %d CPUs (%s); data under %s\n",
+		res.Command, res.Machine.NumCPU, res.Machine.CPUModel, o.dir)
+	failed := false
+	for _, name := range o.scenarios {
+		sc, _ := scenario.ByName(name)
+		for _, side := range o.sides {
+			if sc.CoordOnly && side != "coord" {
+				continue
+			}
+			ch := runOne(ctx, exe, args, side, name, stderr)
+			if ch.Error != "" {
+				failed = true
+				fmt.Fprintf(stderr, "== %s %s FAILED: %s\n", side, name, ch.Error)
+			}
+			res.Children = append(res.Children, ch)
+			if ctx.Err() != nil {
+				return 1
+			}
+		}
+	}
+	res.DurationSeconds = time.Since(res.Started).Seconds()
+	res.Rows = report.Rows(o.scenarios, res.Children)
+	fmt.Fprintln(stdout)
+	if err := report.WriteTable(stdout, res.Rows); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "\nrun took %.0fs; results in %s\n", res.DurationSeconds, o.out)
+	if err := writeJSON(o.out, res); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// runOne runs one child and returns its report, with the CPU time and
+// peak RSS of its rusage.
+func runOne(ctx context.Context, exe string, args []string, side, name string, stderr io.Writer) report.Child {
+	fmt.Fprintf(stderr, "== %s %s\n", side, name)
+	ctx, cancel := context.WithTimeout(ctx, childLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, append(slices.Clone(args), "-"+childFlag, side+":"+name)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, stderr
+	start := time.Now()
+	runErr := cmd.Run()
+	ch := report.Child{Side: side, Scenario: name}
+	if err := json.Unmarshal(out.Bytes(), &ch); err != nil {
+		ch = report.Child{Side: side, Scenario: name,
+			Error: fmt.Sprintf("child reported nothing usable (exit: %v; decode: %v)", runErr, err)}
+	}
+	ch.WallSeconds = time.Since(start).Seconds()
+	if cmd.ProcessState != nil {
+		u := proc.ChildUsage(cmd.ProcessState)
+		ch.CPUSeconds, ch.PeakRSS = u.CPU.Seconds(), u.PeakRSS
+	}
+	fmt.Fprintf(stderr, "== %s %s: %.1fs, CPU %.1fs, peak RSS %.0f MB\n",
+		side, name, ch.WallSeconds, ch.CPUSeconds, float64(ch.PeakRSS)/(1<<20))
+	return ch
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

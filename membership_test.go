@@ -1,0 +1,120 @@
+package coord_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/coordtest"
+	"github.com/stretchr/testify/require"
+)
+
+func memberNames(t *testing.T, n *coord.Node, ctx context.Context) map[string]bool {
+	t.Helper()
+	ms, err := n.Members(ctx)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for _, m := range ms {
+		out[m.Name] = m.Learner
+	}
+	return out
+}
+
+func TestLearnerCatchesUpBySnapshotAndServes(t *testing.T) {
+	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
+		cfg.CompactEvery = 50
+		cfg.CatchUpEntries = 10
+	}))
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.Leader()
+	for i := range 200 {
+		_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, leader.AddLearner(ctx, "learner", "learner"))
+	require.ErrorIs(t, leader.AddLearner(ctx, "learner", "learner"), coord.ErrMemberExists)
+	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": true}, memberNames(t, leader, ctx))
+	// Not started yet: it cannot have caught up.
+	require.ErrorIs(t, c.Node(1).Promote(ctx, "learner"), coord.ErrNotCaughtUp)
+
+	li := c.Join("learner")
+	l := c.Node(li)
+	require.Eventually(t, func() bool {
+		kvs, _, err := l.List(ctx, "k/", coord.Serializable())
+		return err == nil && len(kvs) == 200
+	}, 20*time.Second, 10*time.Millisecond, "the learner catches up (by snapshot: the log was compacted)")
+	got, err := l.Get(ctx, "k/199")
+	require.NoError(t, err, "linearizable reads on a learner")
+	require.Equal(t, "199", string(got.Value))
+	w := l.Watch(ctx, "k/")
+	kv, err := leader.Put(ctx, "k/new", []byte("x"))
+	require.NoError(t, err)
+	ev := nextEvent(t, w)
+	require.Equal(t, kv.ModRev, ev.Rev, "watches on a learner")
+
+	require.Eventually(t, func() bool { return c.Node(2).Promote(ctx, "learner") == nil }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, l, ctx))
+	require.ErrorIs(t, leader.Promote(ctx, "nobody"), coord.ErrUnknownMember)
+}
+
+func TestReplaceAVoterWithoutDowntime(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	leaderIdx := c.LeaderIndex()
+	old := (leaderIdx + 1) % 3 // a follower is replaced
+	writer := c.Node((leaderIdx + 2) % 3)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []string
+	var failures []error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := fmt.Sprintf("w/%05d", i)
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := writer.Put(wctx, key, []byte(key))
+			cancel()
+			mu.Lock()
+			if err != nil {
+				failures = append(failures, err)
+			} else {
+				acked = append(acked, key)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	require.NoError(t, c.Leader().AddLearner(ctx, "n3", "n3"))
+	c.Join("n3")
+	require.Eventually(t, func() bool { return c.Leader().Promote(ctx, "n3") == nil }, 20*time.Second, 50*time.Millisecond)
+	require.NoError(t, c.Leader().RemoveMember(ctx, c.Name(old)))
+	require.ErrorIs(t, c.Leader().AddLearner(ctx, c.Name(old), "x"), coord.ErrMemberExists, "a removed member's name is never reused")
+	names := memberNames(t, writer, ctx)
+	require.NotContains(t, names, c.Name(old))
+	require.Contains(t, names, "n3")
+	time.Sleep(200 * time.Millisecond) // keep writing a little after the change: the point is continuity
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, failures, "every write succeeded while the voter was replaced")
+	require.NotEmpty(t, acked)
+	n3 := c.Node(3)
+	for _, key := range acked {
+		kv, err := n3.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, key, string(kv.Value))
+	}
+}
