@@ -178,6 +178,7 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 				for ctx.Err() == nil && s.Err() == nil {
 					tok, err := m.Lock(ctx)
 					if err != nil {
+						pace(10 * time.Millisecond)
 						continue
 					}
 					if tok <= 0 {
@@ -203,10 +204,15 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 		}()
 	}
 
-	// The nemesis.
+	// The nemesis. Once a fifth of the run has passed it leaves the cell
+	// healthy until the first pause has happened, so every run has one.
 	for ctx.Err() == nil {
 		nemesisMu.Lock()
-		switch rng.IntN(6) {
+		action := rng.IntN(6)
+		if pauses.Load() == 0 && time.Since(start) > duration/5 {
+			action = 5
+		}
+		switch action {
 		case 0:
 			perm := rng.Perm(c.Size())
 			cut := 1 + rng.IntN(c.Size()-1)
@@ -236,7 +242,7 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 	t.Logf("%d grants, %d fenced writes accepted, %d refused as stale, %d pauses (%d with a takeover)",
 		len(grants), counter, staleRefused, pauses.Load(), takeovers)
 	require.Empty(t, violations, "the fence admitted a stale token (seed %d)", seed)
-	require.GreaterOrEqual(t, len(grants), 10, "too few grants to say anything (seed %d)", seed)
+	require.GreaterOrEqual(t, len(grants), 5, "too few grants to say anything (seed %d)", seed)
 	require.Positive(t, takeovers, "no pause saw its lock pass on (seed %d)", seed)
 
 	// Replay the lock's history from the cell: the head of the queue
