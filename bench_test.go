@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/coordtest"
 )
 
 // diskCell starts a 3-member cell over TCP on loopback with data on disk
@@ -152,4 +157,136 @@ func BenchmarkPutWithStuckWatchers(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWatchFanout measures the time from a put to its arrival at
+// every one of N watchers of the key on one member (a 3-member in-memory
+// cell; the put goes through another member), with p50/p99/max across
+// watchers, and the heap each watcher costs.
+func BenchmarkWatchFanout(b *testing.B) {
+	for _, watchers := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
+			c := coordtest.NewCluster(b, 3)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			writer, server := c.Node(0), c.Node(1)
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			ws := make([]*coord.Watcher, watchers)
+			for i := range ws {
+				ws[i] = server.Watch(ctx, "fan/key")
+			}
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			perWatcher := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(watchers)
+			// Every watcher is current before timing starts.
+			if _, err := writer.Put(ctx, "fan/key", []byte("warmup")); err != nil {
+				b.Fatal(err)
+			}
+			var mu sync.Mutex
+			var lat []time.Duration
+			var started atomic.Pointer[time.Time]
+			var pending sync.WaitGroup
+			pending.Add(watchers)
+			for _, w := range ws {
+				go func() {
+					for range w.Events() {
+						if t0 := started.Load(); t0 != nil {
+							d := time.Since(*t0)
+							mu.Lock()
+							lat = append(lat, d)
+							mu.Unlock()
+						}
+						pending.Done()
+					}
+				}()
+			}
+			pending.Wait()
+			b.ResetTimer()
+			for range b.N {
+				pending.Add(watchers)
+				t0 := time.Now()
+				started.Store(&t0)
+				if _, err := writer.Put(ctx, "fan/key", []byte("v")); err != nil {
+					b.Fatal(err)
+				}
+				pending.Wait()
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(perWatcher, "B/watcher")
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+		})
+	}
+}
+
+// BenchmarkWatchThroughput measures how many events one watcher consumes
+// per second when it starts far behind (served from the history).
+func BenchmarkWatchThroughput(b *testing.B) {
+	n, err := coord.Open(context.Background(), coord.Config{Name: "solo", Addr: "127.0.0.1:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	ctx := context.Background()
+	const batch = 100
+	first := n.Status().Revision
+	for i := range 5000 / batch {
+		txn := n.Txn(ctx)
+		var ops []coord.Op
+		for j := range batch {
+			ops = append(ops, coord.OpPut(fmt.Sprintf("t/%d", j), []byte(fmt.Sprint(i))))
+		}
+		if _, err := txn.Then(ops...).Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	events := 0
+	for range b.N {
+		wctx, cancel := context.WithCancel(ctx)
+		w := n.Watch(wctx, "t/", coord.FromRev(first))
+		for range 5000 {
+			<-w.Events()
+			events++
+		}
+		cancel()
+	}
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkLearnerSerializableGet measures serializable reads served by a
+// learner of a 3-voter in-memory cell, 16 concurrent readers.
+func BenchmarkLearnerSerializableGet(b *testing.B) {
+	c := coordtest.NewCluster(b, 3)
+	ctx := context.Background()
+	leader := c.Leader()
+	if _, err := leader.Put(ctx, "key", make([]byte, 100)); err != nil {
+		b.Fatal(err)
+	}
+	if err := leader.AddLearner(ctx, "learner", "learner"); err != nil {
+		b.Fatal(err)
+	}
+	l := c.Node(c.Join("learner"))
+	for {
+		if _, err := l.Get(ctx, "key", coord.Serializable()); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond) // waiting for the learner's catch-up
+	}
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := l.Get(ctx, "key", coord.Serializable()); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // electionPrefix is the queue of group: elections/{group}/.
@@ -80,10 +79,11 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (bool, Token, 
 }
 
 // Resign gives up the leadership with a delete guarded by the token, so
-// a delayed or retried Resign never removes a later candidacy. It returns
-// an error wrapping ErrNotLeader if this Election does not lead, or had
-// already lost the leadership; this Election is free to campaign again
-// then. On any other error the leadership stays recorded: try again.
+// a delayed or retried Resign never removes a later candidacy. Like
+// Mutex.Unlock it retries while the cell is unreachable until ctx ends,
+// always frees this Election, and on an error other than ErrNotLeader
+// goes on in the background. It returns an error wrapping ErrNotLeader if
+// this Election did not lead, or had already lost the leadership.
 func (e *Election) Resign(ctx context.Context) error {
 	return e.q.release(ctx, kindLeader, ErrNotLeader)
 }
@@ -198,7 +198,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			if kvs, rev, err = n.List(ctx, prefix); err == nil {
 				break
 			}
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) || n.backoffNode(ctx) != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) || n.backoff(ctx, nil) != nil {
 				return
 			}
 		}
@@ -251,16 +251,4 @@ func leaderFrom(prefix string, state map[string]KV) Leader {
 		kvs = append(kvs, kv)
 	}
 	return leaderOf(parseQueue(prefix, false, kvs))
-}
-
-// backoffNode waits a quarter election timeout, or until ctx ends.
-func (n *Node) backoffNode(ctx context.Context) error {
-	t := time.NewTimer(n.electionTimeout() / 4)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -16,6 +16,7 @@ import (
 // the leader and by a follower, Resign, and a waiting candidate taking
 // over; every new leader's token is greater than the last.
 func TestElectionCampaignResignProclaim(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	const group = "g"
@@ -94,8 +95,11 @@ func TestElectionCampaignResignProclaim(t *testing.T) {
 // and is never reported); a burst of changes while the observer is not
 // receiving (reported in order, losslessly); and the observer's member
 // coming back by a snapshot after the changes it missed left the short
-// history: Observe reads the group again and goes on.
+// history: Observe reads the group again and goes on. (etcd's Observe
+// never reports vacancy, can report a wrong leader (etcd#18163) and dies
+// on compaction (etcd#7815).)
 func TestElectionObserve(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	const history = 16
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.HistoryRevisions = history

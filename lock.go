@@ -35,8 +35,7 @@ func newLockQueue(s *Session, name string) *queue {
 // A hold ends with Unlock, or when it is lost: the session ends (expired
 // or closed) or someone deletes its key. Done says when; the holder must
 // still call Unlock (which then returns ErrNotHeld) before this Mutex
-// can be locked again, so that a holder that has not noticed the loss
-// can never release a newer hold by mistake.
+// can be locked again, as with sync.Mutex.
 type Mutex struct {
 	q *queue
 }
@@ -69,13 +68,15 @@ func (m *Mutex) TryLock(ctx context.Context) (Token, error) {
 
 // Unlock releases the hold. The delete is guarded by the hold's token
 // (its key's create revision), so a retried or delayed Unlock can never
-// release a newer hold, even one by the same session.
+// release a newer hold, even one by the same session. While the cell is
+// unreachable Unlock keeps trying, until ctx ends.
 //
-// It returns an error wrapping ErrNotHeld when this Mutex does not hold
-// the lock, or when the hold had already been lost (or released by an
-// earlier Unlock whose reply was lost); either way the Mutex is free
-// again. Any other error (ErrAmbiguous, ErrNoQuorum, a context error)
-// leaves the hold recorded: call Unlock again.
+// Unlock always frees this Mutex for the next Lock. It returns nil once
+// the release is confirmed; an error wrapping ErrNotHeld when this Mutex
+// held nothing, or its hold had already been lost; and otherwise (ctx
+// ended first, the node closed) the error, having left the release to go
+// on in the background until it succeeds or the session ends: the lock
+// may stay held in the cell until then.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	return m.q.release(ctx, kindMutex, ErrNotHeld)
 }

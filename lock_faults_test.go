@@ -22,9 +22,10 @@ import (
 // touching nothing) for longer than their TTL, then write as if they
 // still held the lock.
 //
-// It checks invariant 1 from both sides: the Fence never admits a token
-// lower than one it admitted before (also checked by an independent
-// high-water mark), every paused holder whose lock passed on is refused;
+// It checks invariant 1 from both sides (the two holders after a network
+// blip of etcd#10811): the Fence never admits a token lower than one it
+// admitted before (also checked by an independent high-water mark), and
+// every paused holder whose lock passed on is refused;
 // and, replaying the lock's history from the cell, every token Lock
 // returned belonged to the entry at the head of the queue at some
 // revision, so no two holders ever held at the same revision.
@@ -103,6 +104,7 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var pauses atomic.Int32
+	var lastPause atomic.Int64 // when the last pause ended, since start
 
 	// pause: the holder's member is cut off and the holder does nothing
 	// until another holder has written (which needs the cell to have
@@ -115,6 +117,7 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 			return
 		}
 		pauses.Add(1)
+		defer func() { lastPause.Store(int64(time.Since(start))) }()
 		healAll()
 		c.Isolate(member)
 		defer c.Heal()
@@ -188,8 +191,10 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 					grants = append(grants, tok)
 					mu.Unlock()
 					fencedWrite(tok)
-					// Pause now and then, and at least once early in the run.
-					if wrng.IntN(20) == 0 || (pauses.Load() == 0 && time.Since(start) > duration/5) {
+					// Pause now and then (leaving the nemesis some time in
+					// between), and at least once early in the run.
+					sinceLast := time.Since(start) - time.Duration(lastPause.Load())
+					if (wrng.IntN(10) == 0 && sinceLast > 2*ttl) || (pauses.Load() == 0 && time.Since(start) > duration/5) {
 						pause(member, tok)
 					}
 					fencedWrite(tok)

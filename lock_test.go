@@ -77,6 +77,7 @@ func lockKey(t *testing.T, ctx context.Context, n *coord.Node, name string, toke
 // one waiter. A waiter that watched the whole queue (the herd) would wake
 // at every release and the wake count would be quadratic.
 func TestMutexFIFOAndNoHerd(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	const name, waiters = "herd", 100
@@ -191,6 +192,7 @@ func TestMutexPassesOnWhenHolderDies(t *testing.T) {
 // (etcd#22082), because every acquisition has its own key and the delete
 // is guarded by the hold's create revision.
 func TestMutexStaleUnlockDoesNotReleaseNewerHold(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(0)
@@ -231,6 +233,7 @@ func TestMutexStaleUnlockDoesNotReleaseNewerHold(t *testing.T) {
 // acquisitions and exclude each other (etcd#11360); one Mutex used by two
 // goroutines behaves like sync.Mutex.
 func TestTwoMutexesOnOneSessionExclude(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(1)
@@ -273,6 +276,7 @@ func TestTwoMutexesOnOneSessionExclude(t *testing.T) {
 // held by someone else (etcd#19597): closed, and expired while its member
 // is cut off.
 func TestLockWaiterReturnsWhenItsSessionEnds(t *testing.T) {
+	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	const name = "ends"
@@ -316,6 +320,7 @@ func TestLockWaiterReturnsWhenItsSessionEnds(t *testing.T) {
 // TestLockNeedsALiveSession: Lock returns a token only with a live
 // session (etcd#11456); after the session ends it fails, with no token.
 func TestLockNeedsALiveSession(t *testing.T) {
+	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	leader := c.LeaderIndex()
@@ -355,6 +360,7 @@ func TestLockNeedsALiveSession(t *testing.T) {
 // ends it (etcd#6127): Unlock, the key deleted by someone else, and the
 // session expiring while the holder's member is cut off.
 func TestMutexDoneFires(t *testing.T) {
+	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	leader := c.LeaderIndex()
@@ -401,6 +407,7 @@ func TestMutexDoneFires(t *testing.T) {
 // TestLockContextEndsWhileWaiting: a waiter whose ctx ends leaves the
 // queue (so it blocks nobody) and returns ctx.Err().
 func TestLockContextEndsWhileWaiting(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	probe := coord.ProbeLock("cancel")
@@ -429,6 +436,7 @@ func TestLockContextEndsWhileWaiting(t *testing.T) {
 // writer waits for them; a reader that comes after a waiting writer waits
 // behind it (no writer starvation); the writer holds alone.
 func TestRWMutexReadersShareWritersWaitFairly(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	const name = "rw"
@@ -473,6 +481,7 @@ func TestRWMutexReadersShareWritersWaitFairly(t *testing.T) {
 // writer's session expires; the writer queued behind it wakes, but must
 // not get in while the first writer holds (etcd#16221).
 func TestRWMutexWaitingWriterSessionExpires(t *testing.T) {
+	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	const name = "rw16221"
@@ -496,8 +505,9 @@ func TestRWMutexWaitingWriterSessionExpires(t *testing.T) {
 	// waiting writer's key, which w3 watches.
 	s2.Orphan()
 	require.ErrorIs(t, recv(t, ctx, w2res).err, coord.ErrSessionClosed)
-	require.NoError(t, probe.WaitFor(ctx, func(waits, wakes int) bool { return wakes >= 1 && waits >= 4 }),
-		"w3 wakes, re-reads the queue and waits again")
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = probe.WaitFor(wctx, func(waits, wakes int) bool { return wakes >= 1 && waits >= 4 })
+	cancel()
 	select {
 	case res := <-w3res:
 		t.Fatalf("a second writer got in while the first held: %+v", res)
@@ -505,6 +515,7 @@ func TestRWMutexWaitingWriterSessionExpires(t *testing.T) {
 		t.Fatalf("a reader got in while a writer held: %+v", res)
 	default:
 	}
+	require.NoError(t, err, "w3 wakes, re-reads the queue and waits again")
 	require.NoError(t, c.Node(1).CheckToken(ctx, name, t1))
 
 	require.NoError(t, w1.Unlock(ctx))
@@ -519,6 +530,7 @@ func TestRWMutexWaitingWriterSessionExpires(t *testing.T) {
 // TestSemaphoreAtMostNInOrder: n holders at most, granted FIFO, including
 // when places free up out of order and a waiter gives up.
 func TestSemaphoreAtMostNInOrder(t *testing.T) {
+	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	const name, n = "sem", 2
@@ -601,6 +613,7 @@ func TestSemaphoreAtMostNInOrder(t *testing.T) {
 // token; an Acquire whose deadline runs out while the lock is held fails
 // with ErrTimeout.
 func TestLease(t *testing.T) {
+	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	const ttl = time.Second

@@ -236,7 +236,7 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 		select {
 		case q.slot <- struct{}{}:
 		default:
-			return 0, fmt.Errorf("%w: this handle already holds or is acquiring %q", ErrLocked, q.prefix)
+			return 0, fmt.Errorf("%w: %s: this handle already holds or is acquiring it", ErrLocked, strings.TrimSuffix(q.prefix, "/"))
 		}
 	} else {
 		select {
@@ -276,30 +276,45 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 }
 
 // release ends the current hold with a delete guarded by its create
-// revision, so it can only ever delete this acquisition's key. On
-// notHeld (ErrNotHeld or ErrNotLeader) the hold is gone (lost earlier, or released by an earlier
-// attempt whose reply was lost); on any other error it stays recorded so
-// the caller can retry.
+// revision, so it can only ever delete this acquisition's key. It retries
+// while the outcome is unknown or the cell unreachable, until ctx ends.
+// Whatever happens it frees the handle: if the release could not be
+// confirmed it returns the error and goes on in the background until it
+// succeeds or the session ends, so a handle is never stuck on a hold its
+// holder has let go of. notHeld (ErrNotHeld or ErrNotLeader) is returned
+// when there was no hold, or it had already ended.
 func (q *queue) release(ctx context.Context, kind byte, notHeld error) error {
+	name := strings.TrimSuffix(q.prefix, "/")
 	h := q.current()
 	if h == nil || h.kind != kind {
-		return fmt.Errorf("%w: %s", notHeld, strings.TrimSuffix(q.prefix, "/"))
+		return fmt.Errorf("%w: %s", notHeld, name)
 	}
-	if err := q.s.Err(); err != nil {
-		// The session's end deletes its keys in the cell: nothing is left
-		// to release.
-		q.drop(h)
-		return fmt.Errorf("%w: %s: %w", notHeld, strings.TrimSuffix(q.prefix, "/"), err)
+	unsure := false // an earlier attempt may have deleted the key
+	for {
+		if err := q.s.Err(); err != nil {
+			// The session's end deletes its keys in the cell: nothing is
+			// left to release.
+			q.drop(h)
+			if unsure {
+				return nil
+			}
+			return fmt.Errorf("%w: %s: %w", notHeld, name, err)
+		}
+		res, err := q.s.n.Txn(ctx).If(CreateRev(h.key).Eq(int64(h.token))).Then(OpDelete(h.key)).Commit()
+		if err == nil {
+			q.drop(h)
+			if !res.Succeeded && !unsure {
+				return fmt.Errorf("%w: %s: the hold with token %d had already ended", notHeld, name, h.token)
+			}
+			return nil
+		}
+		unsure = unsure || errors.Is(err, ErrAmbiguous)
+		if !retryable(err) || q.s.n.backoff(ctx, q.s) != nil {
+			q.drop(h)
+			q.removeLater(h.key, int64(h.token))
+			return err
+		}
 	}
-	res, err := q.s.n.Txn(ctx).If(CreateRev(h.key).Eq(int64(h.token))).Then(OpDelete(h.key)).Commit()
-	if err != nil {
-		return err
-	}
-	q.drop(h)
-	if !res.Succeeded {
-		return fmt.Errorf("%w: %s: the hold with token %d had already ended", notHeld, strings.TrimSuffix(q.prefix, "/"), h.token)
-	}
-	return nil
 }
 
 // drop forgets h locally, once: its monitor ends (closing Done before
@@ -533,28 +548,37 @@ func (w *waiter) giveUp(ctx context.Context) {
 // alone). It tries for a bounded time in the caller's goroutine, then
 // keeps trying in the background until the session ends.
 func (w *waiter) abandon() {
-	remove := func(ctx context.Context) error {
-		if w.rev != 0 {
-			_, err := w.n.Txn(ctx).If(CreateRev(w.key).Eq(w.rev)).Then(OpDelete(w.key)).Commit()
-			return err
-		}
-		_, err := w.n.Delete(ctx, w.key)
-		return err
-	}
 	s := w.q.s
 	ctx, cancel := context.WithTimeout(s.Ctx(), 2*w.n.electionTimeout())
-	err := remove(ctx)
+	err := w.q.remove(ctx, w.key, w.rev)
 	cancel()
-	if err == nil || s.Err() != nil || !retryable(err) {
+	if err != nil && retryable(err) {
+		w.q.removeLater(w.key, w.rev)
+	}
+}
+
+// remove deletes key, guarded by its create revision rev unless rev is 0.
+func (q *queue) remove(ctx context.Context, key string, rev int64) error {
+	if rev != 0 {
+		_, err := q.s.n.Txn(ctx).If(CreateRev(key).Eq(rev)).Then(OpDelete(key)).Commit()
+		return err
+	}
+	_, err := q.s.n.Delete(ctx, key)
+	return err
+}
+
+// removeLater keeps trying to remove key in the background while the cell
+// is unreachable, until it succeeds or the session ends (which removes
+// the key too).
+func (q *queue) removeLater(key string, rev int64) {
+	s := q.s
+	if s.Err() != nil {
 		return
 	}
 	go func() {
-		for s.Err() == nil {
-			if w.n.backoff(s.Ctx(), s) != nil {
-				return
-			}
-			ctx, cancel := context.WithTimeout(s.Ctx(), 2*w.n.electionTimeout())
-			err := remove(ctx)
+		for s.n.backoff(s.Ctx(), s) == nil {
+			ctx, cancel := context.WithTimeout(s.Ctx(), 2*s.n.electionTimeout())
+			err := q.remove(ctx, key, rev)
 			cancel()
 			if err == nil || !retryable(err) {
 				return
@@ -607,8 +631,12 @@ func (w *waiter) stillHeld(ctx context.Context) (int64, bool) {
 }
 
 // backoff waits a quarter election timeout before a retry, or returns
-// the reason to stop: ctx or the session ended.
+// the reason to stop: ctx ended, or the session s (if not nil) ended.
 func (n *Node) backoff(ctx context.Context, s *Session) error {
+	var ended <-chan struct{}
+	if s != nil {
+		ended = s.Done()
+	}
 	t := time.NewTimer(n.electionTimeout() / 4)
 	defer t.Stop()
 	select {
@@ -616,7 +644,7 @@ func (n *Node) backoff(ctx context.Context, s *Session) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.Done():
+	case <-ended:
 		return s.Err()
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -31,6 +33,14 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "bench child:", err)
 		return 2
+	}
+	if o.profileDir != "" {
+		stopProfile, err := startProfile(o.profileDir, side+"-"+name)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench child:", err)
+			return 1
+		}
+		defer stopProfile()
 	}
 	start := time.Now()
 	var dirs []string
@@ -75,4 +85,29 @@ func opener(side string, mode etcdcell.ClientMode) (cell.Opener, error) {
 		return etcdcell.Opener(mode), nil
 	}
 	return nil, fmt.Errorf("unknown side %q", side)
+}
+
+// startProfile starts a CPU profile written to dir/base.cpu.pprof; the
+// function it returns stops it and writes the allocation profile to
+// dir/base.allocs.pprof.
+func startProfile(dir, base string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, base+".cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if a, err := os.Create(filepath.Join(dir, base+".allocs.pprof")); err == nil {
+			pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}, nil
 }

@@ -25,6 +25,7 @@ type options struct {
 	out        string
 	dir        string
 	etcdClient etcdcell.ClientMode
+	profileDir string
 	cfg        scenario.Config
 	child      string
 }
@@ -42,6 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	etcdClient := fs.String("etcd-client", string(etcdcell.InProcess),
 		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")
 
+	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measured time of each put, get and lock point")
 	fs.DurationVar(&c.Warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each put, get and lock point")
 	clients := fs.String("clients", "1,16,64", "put: concurrent clients of each point")
@@ -54,6 +56,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.SessionTTL, "session-ttl", 10*time.Second, "sessions: TTL")
 	fs.DurationVar(&c.KeepAlive, "keepalive", 30*time.Second, "sessions: measured keep-alive window")
 	fs.IntVar(&c.CreateWorkers, "create-workers", 64, "sessions: concurrent creators")
+	fs.DurationVar(&c.CreateLimit, "create-limit", 45*time.Second,
+		"sessions: time limit of the creation; sessions not created by then are reported and left out")
 	fs.DurationVar(&c.ElectionTTL, "election-ttl", 5*time.Second, "failover: session TTL of the election hand-over (both sides)")
 	stop := fs.String("failover-stop", string(cell.Crash),
 		"failover: how the leader is stopped: crash (coord: transport cut; etcd: HardStop) or graceful (Close on both)")

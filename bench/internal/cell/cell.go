@@ -120,3 +120,11 @@ func (o Options) Log(format string, args ...any) {
 		o.Logf(format, args...)
 	}
 }
+
+// LogSyncer is implemented by cells that count their Raft log fsyncs
+// (coord). The bench reports entries per fsync, the group-commit factor.
+type LogSyncer interface {
+	// LogSyncs returns, per member, the log fsyncs since it opened and
+	// the entries they made durable.
+	LogSyncs() (syncs, entries [Members]uint64)
+}

@@ -217,3 +217,15 @@ func (c *Cell) Close() error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// LogSyncs returns each member's log fsyncs and the entries they made
+// durable (zero for a stopped member).
+func (c *Cell) LogSyncs() (syncs, entries [cell.Members]uint64) {
+	for m := range cell.Members {
+		if n, err := c.node(m); err == nil {
+			st := n.Status()
+			syncs[m], entries[m] = st.LogSyncs, st.LogEntries
+		}
+	}
+	return syncs, entries
+}

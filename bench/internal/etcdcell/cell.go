@@ -61,6 +61,7 @@ type Cell struct {
 
 	mu      sync.Mutex
 	stopped [cell.Members]bool
+	closedM [cell.Members]bool // Etcd.Close was called (it must be once)
 	closed  bool
 }
 
@@ -229,6 +230,9 @@ func (c *Cell) Stop(ctx context.Context, m int, mode cell.StopMode) error {
 		c.members[m].Server.HardStop()
 		return nil
 	}
+	c.mu.Lock()
+	c.closedM[m] = true
+	c.mu.Unlock()
 	c.clients[m].Close()
 	c.members[m].Close()
 	return nil
@@ -294,23 +298,23 @@ func (c *Cell) Close() error {
 		return nil
 	}
 	c.closed = true
-	stopped := c.stopped
+	closedM := c.closedM
 	c.mu.Unlock()
 	c.logLevel.SetLevel(zap.FatalLevel)
 	for i, cl := range c.clients {
-		if cl != nil && !stopped[i] {
+		if cl != nil && !closedM[i] {
 			cl.Close()
 		}
 	}
 	var wg sync.WaitGroup
-	for _, e := range c.members {
-		if e != nil {
+	for i, e := range c.members {
+		if e != nil && !closedM[i] {
 			wg.Go(e.Server.HardStop)
 		}
 	}
 	wg.Wait()
-	for _, e := range c.members {
-		if e != nil {
+	for i, e := range c.members {
+		if e != nil && !closedM[i] {
 			wg.Go(e.Close)
 		}
 	}

@@ -38,6 +38,9 @@ type Config struct {
 	SessionTTL    time.Duration
 	KeepAlive     time.Duration
 	CreateWorkers int
+	// CreateLimit bounds the creation of the sessions; those not created
+	// by then are reported and left out.
+	CreateLimit time.Duration
 	// ElectionTTL is the session TTL of the election hand-over.
 	ElectionTTL time.Duration
 	// StopMode is how the failover scenario stops the leader, and

@@ -2,7 +2,9 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,42 +31,20 @@ const sessionSettle = time.Second
 
 // sessions creates n sessions with cfg.SessionTTL spread over the
 // members, by cfg.CreateWorkers concurrent creators, then keeps them
-// alive for cfg.KeepAlive and reports: the creation rate; the CPU time
+// alive for cfg.KeepAlive and reports: the creation rate, and how many
+// were not created within cfg.CreateLimit (the rest of the figures are
+// then about fewer sessions); the CPU time
 // of this process (all three members and the clients keeping the
 // sessions alive) during the window, in seconds and cores; the leader's
 // log entries written during the window; the resident memory at its end;
 // and how many sessions expired.
 func sessions(ctx context.Context, env Env, cfg Config, n int, name string) ([]Metric, error) {
 	return withCell(ctx, env, func(c cell.Cell) ([]Metric, error) {
-		all := make([]cell.Session, n)
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make([]error, cfg.CreateWorkers)
-		start := time.Now()
-		for w := range cfg.CreateWorkers {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= n || ctx.Err() != nil {
-						return
-					}
-					s, err := c.NewSession(ctx, i%cell.Members, cfg.SessionTTL)
-					if err != nil {
-						errs[w] = fmt.Errorf("session %d: %w", i, err)
-						return
-					}
-					all[i] = s
-				}
-			})
+		all, took, err := createSessions(ctx, c, cfg, n)
+		if err != nil {
+			return nil, err
 		}
-		wg.Wait()
-		created := time.Since(start)
-		for _, err := range errs {
-			if err != nil {
-				return nil, fmt.Errorf("create %d sessions: %w", n, err)
-			}
-		}
-		env.log("%s: created %d in %v", name, n, created.Round(time.Millisecond))
+		env.log("%s: created %d of %d in %v", name, len(all), n, took.Round(time.Millisecond))
 		sleep(ctx, sessionSettle)
 
 		idx0, err := c.LogIndex(ctx)
@@ -95,7 +75,9 @@ func sessions(ctx context.Context, env Env, cfg Config, n int, name string) ([]M
 			name, n, window.Round(time.Millisecond), cpu.Seconds(), idx1-idx0, expired)
 		label := fmt.Sprintf("%d sessions", n)
 		return []Metric{
-			{Name: name + ".create_rate", Label: label + ": creations", Unit: "/s", Value: float64(n) / created.Seconds(), HigherIsBetter: true},
+			{Name: name + ".create_rate", Label: label + ": creations", Unit: "/s", Value: float64(len(all)) / took.Seconds(), HigherIsBetter: true},
+			{Name: name + ".not_created", Label: fmt.Sprintf("%s: not created within %v", label, cfg.CreateLimit),
+				Unit: "sessions", Value: float64(n - len(all))},
 			{Name: name + ".cpu", Label: label + ": keep-alive CPU (process)", Unit: "s", Value: cpu.Seconds()},
 			{Name: name + ".cores", Label: label + ": keep-alive CPU (process)", Unit: "cores", Value: cpu.Seconds() / window.Seconds()},
 			{Name: name + ".log_entries", Label: label + ": log entries while kept alive", Unit: "entries", Value: float64(idx1 - idx0)},
@@ -106,3 +88,41 @@ func sessions(ctx context.Context, env Env, cfg Config, n int, name string) ([]M
 }
 
 func mb(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// createSessions creates n sessions with cfg.SessionTTL, session i on
+// member i%3, by cfg.CreateWorkers concurrent creators, and stops early
+// when cfg.CreateLimit has passed. It returns the sessions created and
+// how long that took.
+func createSessions(ctx context.Context, c cell.Cell, cfg Config, n int) ([]cell.Session, time.Duration, error) {
+	all := make([]cell.Session, n)
+	cctx, cancel := context.WithTimeout(ctx, cfg.CreateLimit)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, cfg.CreateWorkers)
+	start := time.Now()
+	for w := range cfg.CreateWorkers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || cctx.Err() != nil {
+					return
+				}
+				s, err := c.NewSession(cctx, i%cell.Members, cfg.SessionTTL)
+				if err != nil {
+					if cctx.Err() == nil {
+						errs[w] = fmt.Errorf("session %d: %w", i, err)
+					}
+					return
+				}
+				all[i] = s
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+		return nil, 0, fmt.Errorf("create %d sessions: %w", n, err)
+	}
+	return slices.DeleteFunc(all, func(s cell.Session) bool { return s == nil }), took, nil
+}
