@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var leads = regexp.MustCompile(`^(\w+): I am the leader \(fencing token (\d+)\)`)
+
+// TestKillTheLeaderProcess runs three OS processes over TCP, kills the
+// leader with SIGKILL, and expects another to lead with a greater token.
+func TestKillTheLeaderProcess(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "le")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"a", "b", "c"}
+	var peers []string
+	addrs := map[string]string{}
+	for _, n := range names {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[n] = l.Addr().String()
+		l.Close()
+		peers = append(peers, n+"="+addrs[n])
+	}
+	type leadership struct {
+		name  string
+		token int
+	}
+	events := make(chan leadership, 16)
+	procs := map[string]*exec.Cmd{}
+	var wg sync.WaitGroup
+	for _, n := range names {
+		cmd := exec.Command(bin, "-name", n, "-addr", addrs[n], "-peers", strings.Join(peers, ","),
+			"-data", filepath.Join(dir, n), "-ttl", "3s")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[n] = cmd
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if m := leads.FindStringSubmatch(sc.Text()); m != nil {
+					tok, _ := strconv.Atoi(m[2])
+					events <- leadership{m[1], tok}
+				}
+			}
+		}()
+	}
+	defer func() {
+		for _, p := range procs {
+			if p.ProcessState == nil {
+				p.Process.Kill()
+				p.Wait()
+			}
+		}
+		wg.Wait()
+	}()
+	next := func() leadership {
+		select {
+		case l := <-events:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("nobody became leader")
+			return leadership{}
+		}
+	}
+	first := next()
+	t.Logf("%s leads with token %d; killing it", first.name, first.token)
+	if err := procs[first.name].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	procs[first.name].Wait()
+	killed := time.Now()
+	second := next()
+	t.Logf("%s leads with token %d, %v after the kill", second.name, second.token, time.Since(killed).Round(time.Millisecond))
+	if second.name == first.name || second.token <= first.token {
+		t.Fatalf("expected a new leader with a greater token, got %+v after %+v", second, first)
+	}
+	for _, n := range names {
+		if n != first.name {
+			procs[n].Process.Signal(syscall.SIGTERM)
+			procs[n].Wait()
+		}
+	}
+}
