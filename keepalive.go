@@ -61,9 +61,11 @@ func newSessionEngine(n *Node) *sessionEngine {
 }
 
 // margin is how much earlier than the cell the holder counts its session
-// as expired: an election timeout (a deposed leader may credit unheard
-// time for up to that long before it steps down) plus 2% for clock rate.
-func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return e.et + ttl/50 }
+// as expired: 2% of the TTL for the difference in clock rates between
+// members, and half an election timeout of cushion for a deposed leader
+// that has not noticed yet (leaders credit unheard time only once it is
+// an election timeout old, which covers most of that blind spot).
+func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return e.et/2 + ttl/50 }
 
 func (e *sessionEngine) start() {
 	e.wg.Add(1)
@@ -193,7 +195,9 @@ func (e *sessionEngine) run() {
 // --- the holder's side ---
 
 // sendDue sends one keep-alive for every automatic local session when
-// the most demanding of them is due (a third of its TTL since the last).
+// the most demanding of them is due (TTL/KeepAliveDivisor since the
+// last), or sooner, every quarter election timeout, while the last one
+// is unconfirmed: a failover must not eat into the holders' deadlines.
 func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	e.mu.Lock()
 	var ids []SessionID
@@ -203,7 +207,10 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 			continue
 		}
 		ids = append(ids, id)
-		interval = min(interval, s.ttl/3)
+		interval = min(interval, s.ttl/lease.KeepAliveDivisor)
+		if s.unconfirmed() {
+			interval = min(interval, e.et/4)
+		}
 	}
 	e.mu.Unlock()
 	if len(ids) == 0 || now.Sub(last) < interval {
@@ -397,7 +404,7 @@ func (e *sessionEngine) leaderTick(now time.Time) {
 		e.mu.Unlock()
 		return
 	}
-	credits := l.table.Credits(now, e.et)
+	credits := l.table.Credits(now, e.et/2, e.et)
 	due := l.table.Due(now, 2*e.et)
 	e.mu.Unlock()
 	if len(credits) > 0 {

@@ -15,17 +15,17 @@ const DefaultSessionTTL = 10 * time.Second
 // Session is a holder's liveness in the cell: ephemeral keys, lock holds
 // and leaderships belong to a session and end with it.
 //
-// The member that created the session keeps it alive: once per TTL/3 it
+// The member that created the session keeps it alive: once per TTL/4 it
 // sends one batched keep-alive for all its sessions to the leader (never
-// a Raft log write). When no keep-alive has been confirmed for a while the
+// a Raft log write), and more often while one goes unanswered. When no keep-alive has been confirmed for a while the
 // session is in jeopardy (Jeopardy is closed): the holder should stop side
 // effects that depend on it. It becomes healthy again when a keep-alive
 // is confirmed, or expires. The holder's view of the deadline (Until) is
 // conservative: it passes before the cell can expire the session and hand
 // its locks to someone else.
 //
-// After its last keep-alive a session is gone from the cell within
-// 2×TTL + 2×election timeout, however often leadership changes (as long
+// After its last keep-alive a session is gone from the cell within about
+// 2×TTL + 4×election timeouts, however often leadership changes (as long
 // as leaders hold office for a few election timeouts at a time), and a
 // change of leader never expires a session that was kept alive.
 //
@@ -43,6 +43,7 @@ type Session struct {
 	err       error     // why it ended; nil while alive
 	until     time.Time // conservative local deadline (monotonic)
 	lastSent  time.Time // when its last keep-alive left this member
+	lastAcked time.Time // the send time of the last confirmed keep-alive
 	inJeopard bool
 	jeopardy  chan struct{} // closed while in jeopardy
 	healthy   chan struct{} // closed while healthy
@@ -101,7 +102,7 @@ func (n *Node) newSession(ctx context.Context, o sessionOptions) (*Session, erro
 	// The creation committed after sent, and every leader grants a new
 	// session a full TTL from its creation or election.
 	s.until = sent.Add(o.ttl - n.sessions.margin(o.ttl))
-	s.lastSent = sent
+	s.lastSent, s.lastAcked = sent, sent
 	n.sessions.add(s)
 	return s, nil
 }
@@ -221,6 +222,9 @@ func (s *Session) confirmed(sent time.Time) {
 	if u := sent.Add(s.ttl - s.n.sessions.margin(s.ttl)); u.After(s.until) {
 		s.until = u
 	}
+	if sent.After(s.lastAcked) {
+		s.lastAcked = sent
+	}
 	close(s.acked)
 	s.acked = make(chan struct{})
 	if s.inJeopard && time.Now().Before(s.until) {
@@ -228,6 +232,13 @@ func (s *Session) confirmed(sent time.Time) {
 		close(s.healthy)
 		s.jeopardy = make(chan struct{})
 	}
+}
+
+// unconfirmed reports whether its last keep-alive is still unanswered.
+func (s *Session) unconfirmed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastAcked.Before(s.lastSent)
 }
 
 func (s *Session) ackChan() <-chan struct{} {
@@ -245,9 +256,9 @@ func (s *Session) check(now time.Time) bool {
 		return false
 	}
 	expired := !now.Before(s.until)
-	// Jeopardy: the confirmed deadline is less than half a TTL away, so
-	// more than one keep-alive in a row went unconfirmed.
-	if !s.inJeopard && (expired || s.until.Sub(now) < s.ttl/2) {
+	// Jeopardy: nothing confirmed for half a TTL, so keep-alives in a row
+	// went unanswered (they go out every quarter TTL, or faster).
+	if !s.inJeopard && (expired || now.Sub(s.lastAcked) > s.ttl/2) {
 		s.inJeopard = true
 		close(s.jeopardy)
 		s.healthy = make(chan struct{})

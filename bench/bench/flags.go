@@ -23,6 +23,7 @@ type options struct {
 	scenarios  []string
 	sides      []string
 	out        string
+	md         string
 	dir        string
 	etcdClient etcdcell.ClientMode
 	profileDir string
@@ -39,6 +40,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	scen := fs.String("scenario", "all", "scenarios to run, comma-separated, or all: "+scenarioNames())
 	sides := fs.String("sides", "coord,etcd", "sides to run, comma-separated")
 	fs.StringVar(&o.out, "out", "results.json", "the JSON results file")
+	fs.StringVar(&o.md, "md", "", "also write the table as Markdown to this file")
 	fs.StringVar(&o.dir, "dir", os.TempDir(), "where the members' data directories go (must be a real disk: fsync is measured)")
 	etcdClient := fs.String("etcd-client", string(etcdcell.InProcess),
 		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")

@@ -80,6 +80,14 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
+	if o.md != "" {
+		var b bytes.Buffer
+		report.WriteMarkdown(&b, res.Rows)
+		if err := os.WriteFile(o.md, b.Bytes(), 0o644); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+	}
 	if failed {
 		return 1
 	}

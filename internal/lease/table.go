@@ -100,15 +100,27 @@ func (t *Table) Seen(id int64) {
 	}
 }
 
+// KeepAliveDivisor sets the holders' keep-alive interval: TTL/KeepAliveDivisor.
+const KeepAliveDivisor = 4
+
 // Credits returns, for every session silent for longer than a live
 // holder would be, the unheard time not yet credited, and marks it
 // credited. A live holder's member sends a keep-alive as soon as it sees
-// a new leader, then every third of the TTL: so a session is silent when
-// not heard within slack of the election, or within TTL/3 + slack of its
-// last keep-alive. Sessions that keep in touch are left out, so a cell
-// whose sessions are all alive produces no credits (and no log writes).
-func (t *Table) Credits(now time.Time, slack time.Duration) []Credit {
+// a new leader, then every TTL/KeepAliveDivisor: so a session is silent
+// when not heard within slack of the election, or within that interval
+// plus slack of its last keep-alive. Sessions that keep in touch are left
+// out, so a cell whose sessions are all alive produces no credits (and no
+// log writes).
+//
+// Only time up to now-settle is credited. settle should cover how long a
+// deposed leader can go on believing it leads after its successor is
+// elected (about an election timeout with CheckQuorum, as voters wait
+// that long after the old leader's last heartbeat): time before that
+// precedes any later leader's election, so two leaders do not credit the
+// same span and the holder's deadline needs little margin for it.
+func (t *Table) Credits(now time.Time, slack, settle time.Duration) []Credit {
 	var out []Credit
+	cutoff := now.Add(-settle)
 	for id, e := range t.m {
 		from := e.creditedUntil
 		if e.lastHeard.After(from) {
@@ -116,13 +128,13 @@ func (t *Table) Credits(now time.Time, slack time.Duration) []Credit {
 		}
 		quiet := slack
 		if e.heard {
-			quiet += e.ttl / 3
+			quiet += e.ttl / KeepAliveDivisor
 		}
 		// Credit in spans of at least slack, so a dead session costs a
 		// log entry per election timeout, not per tick.
-		if span := now.Sub(from); span >= slack && now.Sub(e.lastHeard) >= quiet {
+		if span := cutoff.Sub(from); span >= slack && now.Sub(e.lastHeard) >= quiet {
 			out = append(out, Credit{ID: id, Unheard: span})
-			e.creditedUntil = now
+			e.creditedUntil = cutoff
 			e.unheard = true
 		}
 	}

@@ -48,23 +48,32 @@ func TestCreditsOnlyForSilentSessions(t *testing.T) {
 	tb.Load(2, 3*time.Second, 0) // silent
 	for s := time.Duration(0); s <= 6*time.Second; s += 500 * time.Millisecond {
 		tb.Heard(1, at(s))
-		for _, c := range tb.Credits(at(s), 500*time.Millisecond) {
+		for _, c := range tb.Credits(at(s), 500*time.Millisecond, 0) {
 			require.Equal(t, int64(2), c.ID, "a session heard every keep-alive interval is never credited")
 		}
 	}
 	tb2 := New(at(0), time.Second)
-	tb2.Load(2, 3*time.Second, 0)
-	require.Empty(t, tb2.Credits(at(400*time.Millisecond), 500*time.Millisecond))
-	c := tb2.Credits(at(500*time.Millisecond), 500*time.Millisecond)
+	tb2.Load(2, 4*time.Second, 0)
+	require.Empty(t, tb2.Credits(at(400*time.Millisecond), 500*time.Millisecond, 0))
+	c := tb2.Credits(at(500*time.Millisecond), 500*time.Millisecond, 0)
 	require.Equal(t, []Credit{{ID: 2, Unheard: 500 * time.Millisecond}}, c,
 		"not heard since the election: a live holder would have called at once")
-	c = tb2.Credits(at(2*time.Second), 500*time.Millisecond)
+	c = tb2.Credits(at(2*time.Second), 500*time.Millisecond, 0)
 	require.Equal(t, []Credit{{ID: 2, Unheard: 1500 * time.Millisecond}}, c, "each span is credited once")
 	tb2.Heard(2, at(2100*time.Millisecond))
-	require.Empty(t, tb2.Credits(at(3*time.Second), 500*time.Millisecond), "heard: silent only after TTL/3 + slack")
-	require.Empty(t, tb2.Credits(at(3100*time.Millisecond), 500*time.Millisecond))
-	c = tb2.Credits(at(3600*time.Millisecond), 500*time.Millisecond)
+	require.Empty(t, tb2.Credits(at(3*time.Second), 500*time.Millisecond, 0), "heard: silent only after TTL/4 + slack")
+	require.Empty(t, tb2.Credits(at(3100*time.Millisecond), 500*time.Millisecond, 0))
+	c = tb2.Credits(at(3600*time.Millisecond), 500*time.Millisecond, 0)
 	require.Equal(t, []Credit{{ID: 2, Unheard: 1500 * time.Millisecond}}, c)
+
+	// With settle, only time settle ago or earlier is credited.
+	tb3 := New(at(0), time.Second)
+	tb3.Load(3, 4*time.Second, 0)
+	require.Empty(t, tb3.Credits(at(2*time.Second), 500*time.Millisecond, 2*time.Second))
+	c = tb3.Credits(at(3*time.Second), 500*time.Millisecond, 2*time.Second)
+	require.Equal(t, []Credit{{ID: 3, Unheard: time.Second}}, c)
+	c = tb3.Credits(at(4*time.Second), 500*time.Millisecond, 2*time.Second)
+	require.Equal(t, []Credit{{ID: 3, Unheard: time.Second}}, c, "spans do not overlap")
 }
 
 func TestWireRoundTripAndMalformed(t *testing.T) {

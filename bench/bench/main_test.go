@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary serve as the bench's child: the parent
+// re-executes os.Executable(), which under go test is this binary.
+func TestMain(m *testing.M) {
+	if slices.ContainsFunc(os.Args[1:], func(a string) bool {
+		return a == "-"+childFlag || strings.HasPrefix(a, "-"+childFlag+"=")
+	}) {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestRun runs the program end to end on a tiny put scenario: two child
+// processes, the table, the JSON file.
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-scenario", "put", "-duration", "200ms", "-warmup", "50ms", "-clients", "1,2",
+		"-dir", dir, "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "coord/etcd") {
+		t.Errorf("no table in the output:\n%s", stdout.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Children) != 2 {
+		t.Fatalf("%d children, want 2 (coord and etcd)", len(res.Children))
+	}
+	for _, ch := range res.Children {
+		if ch.Error != "" || ch.CPUSeconds <= 0 || ch.PeakRSS <= 0 || len(ch.Metrics) == 0 {
+			t.Errorf("child %s %s: %+v", ch.Side, ch.Scenario, ch)
+		}
+	}
+	found := map[string]bool{}
+	for _, r := range res.Rows {
+		found[r.Name] = true
+		if r.Name == "put.c2.rate" && (r.Coord == nil || r.Etcd == nil || r.Ratio == nil) {
+			t.Errorf("row %s lacks a side or the ratio: %+v", r.Name, r)
+		}
+	}
+	for _, n := range []string{"put.c1.rate", "put.c2.p99", "put.child_cpu", "put.child_rss", "rss.peak"} {
+		if !found[n] {
+			t.Errorf("no row %s", n)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parseFlags(nil, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "watch"}) {
+		t.Errorf("default scenarios %v", o.scenarios)
+	}
+	if !slices.Equal(o.cfg.PutClients, []int{1, 16, 64}) || o.cfg.Sessions != 10_000 || o.cfg.SessionsLarge != 100_000 {
+		t.Errorf("defaults: %+v", o.cfg)
+	}
+	if o, err = parseFlags([]string{"-sessions-large", "0"}, &stderr); err != nil || slices.Contains(o.scenarios, "sessions-large") {
+		t.Errorf("-sessions-large 0 still runs it: %v %v", o.scenarios, err)
+	}
+	for _, bad := range [][]string{{"-scenario", "nope"}, {"-sides", "zookeeper"}, {"-clients", "0"},
+		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"extra"}} {
+		if _, err := parseFlags(bad, &stderr); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	stderr.Reset()
+	parseFlags([]string{"-h"}, &stderr)
+	if strings.Contains(stderr.String(), "-"+childFlag) {
+		t.Errorf("the usage shows the hidden flag:\n%s", stderr.String())
+	}
+}
