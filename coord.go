@@ -126,8 +126,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		CatchUpEntries: cfg.CatchUpEntries,
 		MaxSizePerMsg:  1 << 20,
 		OnApply: func(out storage.ApplyOutput) {
-			n.hub.Publish(out.Changes)
+			// Sessions first: a watcher that sees a session's keys go
+			// must find the session ended too.
 			n.sessions.onApply(out)
+			n.hub.Publish(out.Changes)
 		},
 		OnSnapshot: func() { n.hub.Reset(n.sm.Revision()) },
 		OnLeader:   n.sessions.onLeader,

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -49,6 +50,7 @@ type Session struct {
 	healthy   chan struct{} // closed while healthy
 	acked     chan struct{} // closed (and replaced) at each confirmed keep-alive
 	closing   bool
+	orphaned  bool // ended locally by Orphan, perhaps alive in the cell
 }
 
 // SessionOption configures NewSession.
@@ -164,7 +166,7 @@ func (s *Session) Healthy() <-chan struct{} {
 // its ephemeral keys (and so releases its locks). Close is idempotent.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
-	if s.err != nil {
+	if s.err != nil && !s.orphaned {
 		err := s.err
 		s.mu.Unlock()
 		if err == ErrSessionClosed {
@@ -177,19 +179,31 @@ func (s *Session) Close(ctx context.Context) error {
 	_, err := s.n.propose(ctx, &command.Command{Kind: command.KindSessionEnd,
 		Session: &command.Session{ID: int64(s.id)}})
 	if err != nil {
-		s.mu.Lock()
-		s.closing = false
-		s.mu.Unlock()
+		if !errors.Is(err, ErrAmbiguous) {
+			// It certainly did not end; if it did end after all, the
+			// end arrives as an expiry and is reported as a close.
+			s.mu.Lock()
+			s.closing = false
+			s.mu.Unlock()
+		}
 		return err
 	}
+	s.mu.Lock()
+	s.orphaned = false
+	s.mu.Unlock()
 	s.end(ErrSessionClosed)
 	return nil
 }
 
 // Orphan stops keeping the session alive without ending it: the cell
-// expires it after its TTL, so its locks pass on only then.
+// expires it after its TTL, so its locks pass on only then. Locally it
+// ends at once (ErrSessionClosed). Close after Orphan still ends it in the
+// cell.
 func (s *Session) Orphan() {
 	s.n.sessions.remove(s.id)
+	s.mu.Lock()
+	s.orphaned = s.err == nil
+	s.mu.Unlock()
 	s.end(ErrSessionClosed)
 }
 

@@ -58,8 +58,7 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		},
 	}
 	metrics, err := sc.Run(ctx, env, o.cfg)
-	res := report.Child{Side: side, Scenario: name, Metrics: metrics,
-		WallSeconds: time.Since(start).Seconds(), CPUSeconds: proc.CPU().Seconds()}
+	res := report.Child{Side: side, Scenario: name, Metrics: metrics, WallSeconds: time.Since(start).Seconds()}
 	if err != nil {
 		res.Error = err.Error()
 	}

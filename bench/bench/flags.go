@@ -58,7 +58,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.SessionTTL, "session-ttl", 10*time.Second, "sessions: TTL")
 	fs.DurationVar(&c.KeepAlive, "keepalive", 30*time.Second, "sessions: measured keep-alive window")
 	fs.IntVar(&c.CreateWorkers, "create-workers", 64, "sessions: concurrent creators")
-	fs.DurationVar(&c.CreateLimit, "create-limit", 45*time.Second,
+	fs.DurationVar(&c.CreateLimit, "create-limit", 20*time.Second,
 		"sessions: time limit of the creation; sessions not created by then are reported and left out")
 	fs.DurationVar(&c.ElectionTTL, "election-ttl", 5*time.Second, "failover: session TTL of the election hand-over (both sides)")
 	stop := fs.String("failover-stop", string(cell.Crash),

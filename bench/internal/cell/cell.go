@@ -47,8 +47,6 @@ type Options struct {
 	// Dir is the parent directory of the members' data directories. It
 	// must be on a real disk: the bench measures fsync.
 	Dir string
-	// Logf receives progress and diagnostics; nil = discard.
-	Logf func(format string, args ...any)
 }
 
 // Cell is a running three-member cluster in this process. Members are
@@ -113,13 +111,6 @@ type Election interface {
 
 // Opener starts a cell.
 type Opener func(ctx context.Context, opts Options) (Cell, error)
-
-// Log writes to o.Logf when it is set.
-func (o Options) Log(format string, args ...any) {
-	if o.Logf != nil {
-		o.Logf(format, args...)
-	}
-}
 
 // LogSyncer is implemented by cells that count their Raft log fsyncs
 // (coord). The bench reports entries per fsync, the group-commit factor.

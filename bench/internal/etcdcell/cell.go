@@ -62,6 +62,7 @@ type Cell struct {
 	mu      sync.Mutex
 	stopped [cell.Members]bool
 	closedM [cell.Members]bool // Etcd.Close was called (it must be once)
+	bg      sync.WaitGroup     // closes of crashed members
 	closed  bool
 }
 
@@ -216,8 +217,8 @@ func (c *Cell) LogIndex(ctx context.Context) (uint64, error) {
 }
 
 // Stop stops member m: Crash is EtcdServer.HardStop (no leadership
-// transfer; the rest of the member is closed by Close), Graceful is
-// Etcd.Close (which transfers leadership first).
+// transfer), then the rest of the member is closed in the background;
+// Graceful is Etcd.Close (which transfers leadership first).
 func (c *Cell) Stop(ctx context.Context, m int, mode cell.StopMode) error {
 	c.mu.Lock()
 	if c.stopped[m] || c.closed {
@@ -226,13 +227,20 @@ func (c *Cell) Stop(ctx context.Context, m int, mode cell.StopMode) error {
 	}
 	c.stopped[m] = true
 	c.mu.Unlock()
-	if mode == cell.Crash {
-		c.members[m].Server.HardStop()
-		return nil
-	}
 	c.mu.Lock()
 	c.closedM[m] = true
 	c.mu.Unlock()
+	if mode == cell.Crash {
+		c.members[m].Server.HardStop()
+		// What is left of the member (its listeners and HTTP servers)
+		// goes too, as with a dead process: peers that still talk to it
+		// get refused instead of waiting on a member that never answers.
+		c.bg.Go(func() {
+			c.clients[m].Close()
+			c.members[m].Close()
+		})
+		return nil
+	}
 	c.clients[m].Close()
 	c.members[m].Close()
 	return nil
@@ -301,6 +309,7 @@ func (c *Cell) Close() error {
 	closedM := c.closedM
 	c.mu.Unlock()
 	c.logLevel.SetLevel(zap.FatalLevel)
+	c.bg.Wait()
 	for i, cl := range c.clients {
 		if cl != nil && !closedM[i] {
 			cl.Close()

@@ -66,8 +66,14 @@ func num(v *float64) string {
 }
 
 func ratio(v *float64) string {
-	if v == nil {
+	switch {
+	case v == nil:
 		return "-"
+	case *v < 1:
+		// Three decimals, so a ratio just past a bound (0.505 against
+		// <= 0.5) does not print as on it.
+		return fmt.Sprintf("%.3fx", *v)
+	default:
+		return fmt.Sprintf("%.2fx", *v)
 	}
-	return fmt.Sprintf("%.2fx", *v)
 }

@@ -113,14 +113,18 @@ func ByName(name string) (Scenario, error) {
 
 // withCell opens a cell, runs f on it and closes it.
 func withCell(ctx context.Context, env Env, f func(c cell.Cell) ([]Metric, error)) ([]Metric, error) {
+	start := time.Now()
 	c, err := env.Open(ctx)
 	if err != nil {
 		return nil, err
 	}
+	env.log("cell up in %v", time.Since(start).Round(time.Millisecond))
 	ms, err := f(c)
+	start = time.Now()
 	if cerr := c.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close the cell: %w", cerr)
 	}
+	env.log("cell closed in %v", time.Since(start).Round(time.Millisecond))
 	return ms, err
 }
 
