@@ -386,7 +386,7 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 			return nil, err
 		}
 		probeNote(q.prefix, probeWake)
-		if list, rev, err = w.relist(ctx); err != nil {
+		if list, rev, err = w.reread(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -445,6 +445,21 @@ func (w *waiter) retry(ctx context.Context, err error) error {
 // reachable at the time.
 func retryable(err error) bool {
 	return errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrNoQuorum)
+}
+
+// reread reads the queue again after a wake-up, from this member's own
+// applied state: the change that woke us was applied here, so that state
+// is at least as new as it, and it is a state the cell committed. If we
+// are first in it, we were the holder at that revision, which is what a
+// linearizable read would tell us too, a round trip later. (A stale view
+// only makes us wait on a key that is already gone: its watch, from the
+// view's revision, reports the delete at once.)
+func (w *waiter) reread(ctx context.Context) ([]KV, int64, error) {
+	kvs, rev, err := w.n.List(ctx, w.q.prefix, Serializable())
+	if err != nil {
+		return w.relist(ctx)
+	}
+	return kvs, rev, nil
 }
 
 // relist reads the queue again, linearizably.

@@ -11,8 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// maxProposalBatch bounds how many queued proposals go into one MsgProp.
-const maxProposalBatch = 1024
+// maxStepBatch bounds how many messages, proposals and reads are taken
+// in before the next Ready is handled.
+const maxStepBatch = 256
 
 // loopState is the raft loop's own bookkeeping; only that goroutine
 // touches it.
@@ -60,29 +61,14 @@ func (n *Node) raftLoop() {
 			n.handleEnvelope(env)
 		case p := <-n.propc:
 			ls.pending = append(ls.pending, p)
-		drainProps:
-			for len(ls.pending) < maxProposalBatch {
-				select {
-				case p := <-n.propc:
-					ls.pending = append(ls.pending, p)
-				default:
-					break drainProps
-				}
-			}
 		case r := <-n.readc:
 			ls.reads.queued = append(ls.reads.queued, r)
-		drainReads:
-			for {
-				select {
-				case r := <-n.readc:
-					ls.reads.queued = append(ls.reads.queued, r)
-				default:
-					break drainReads
-				}
-			}
 		case f := <-n.runc:
 			f()
 		case <-n.stopc:
+			return
+		}
+		if !n.gather(&ls, recv) {
 			return
 		}
 		if ls.lead != 0 {
@@ -95,6 +81,31 @@ func (n *Node) raftLoop() {
 			}
 		}
 	}
+}
+
+// gather takes, without waiting, everything else that has already
+// arrived (messages, proposals, reads) before the next Ready is handled:
+// forwarded proposals, appends and acknowledgements from many peers and
+// callers then share one append and one fsync instead of one each. It
+// returns false when the transport closed.
+func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
+	for range maxStepBatch {
+		select {
+		case env, ok := <-recv:
+			if !ok {
+				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
+				return false
+			}
+			n.handleEnvelope(env)
+		case p := <-n.propc:
+			ls.pending = append(ls.pending, p)
+		case r := <-n.readc:
+			ls.reads.queued = append(ls.reads.queued, r)
+		default:
+			return true
+		}
+	}
+	return true
 }
 
 // flushProposals hands every pending proposal to Raft in one MsgProp, so

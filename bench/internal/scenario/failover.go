@@ -17,7 +17,7 @@ const (
 	// writeEvery is how often a new write attempt starts after the stop:
 	// attempts overlap, so the first write is seen within this much of
 	// when the cell could first take one.
-	writeEvery = 10 * time.Millisecond
+	writeEvery = 2 * time.Millisecond
 	// failoverLimit bounds one failover.
 	failoverLimit = 30 * time.Second
 )
