@@ -25,6 +25,7 @@ type sessionEngine struct {
 	wg    sync.WaitGroup // run and the goroutines it starts
 	mu    sync.Mutex     // guards what follows
 	local map[SessionID]*Session
+	fresh bool // a session was added since the last keep-alive
 	seq   uint64
 	sent  map[uint64]sentBatch // recent keep-alives awaiting an ack
 	lead  *leaderSessions      // non-nil while this member leads
@@ -93,13 +94,14 @@ func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
 	}
 }
 
-// add starts keeping s alive; its first keep-alive goes out at once, so
-// a slow creation does not eat into its first TTL.
+// add starts keeping s alive. Its first keep-alive goes out at the next
+// tick rather than on its own, so that a burst of new sessions shares
+// keep-alives (one per tick for all) instead of sending one each.
 func (e *sessionEngine) add(s *Session) {
 	e.mu.Lock()
 	e.local[s.id] = s
+	e.fresh = true
 	e.mu.Unlock()
-	e.nudge()
 }
 
 func (e *sessionEngine) remove(id SessionID) {
@@ -212,8 +214,10 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 			interval = min(interval, e.et/4)
 		}
 	}
+	fresh := e.fresh
+	e.fresh = false
 	e.mu.Unlock()
-	if len(ids) == 0 || now.Sub(last) < interval {
+	if len(ids) == 0 || (!fresh && now.Sub(last) < interval) {
 		return false
 	}
 	return e.send(now, ids)
