@@ -26,6 +26,7 @@ import (
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // IDFromName derives a member's Raft ID from its stable name, so every
@@ -291,17 +292,32 @@ func (n *Node) transferLeadership() {
 	if st.Role != RoleLeader || len(st.Voters) < 2 {
 		return
 	}
+	transferring := make(chan bool, 1)
 	n.runOnLoop(func() {
 		var best, bestMatch uint64
 		for id, pr := range n.rn.Status().Progress {
-			if id != n.id && pr.Match >= bestMatch {
+			// Only a voter that is in touch can take over; with none (the
+			// last member of a cell closing) there is nobody to wait for.
+			// (RecentActive alone is cleared every election timeout, so a
+			// follower that is replicating counts too.)
+			inTouch := pr.RecentActive || pr.State == tracker.StateReplicate
+			if id != n.id && !pr.IsLearner && inTouch && pr.Match >= bestMatch {
 				best, bestMatch = id, pr.Match
 			}
 		}
 		if best != 0 {
 			n.rn.TransferLeader(best)
 		}
+		transferring <- best != 0
 	})
+	select {
+	case ok := <-transferring:
+		if !ok {
+			return
+		}
+	case <-n.stopc:
+		return
+	}
 	deadline := time.After(2 * n.electTTL)
 	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()

@@ -158,7 +158,10 @@ func readBody(r io.Reader, n int) ([]byte, error) {
 func (fr *frameReader) decode(body []byte) (Envelope, error) {
 	fr.body.Reset(body)
 	fr.dec.Reset(&fr.body)
-	defer fr.dec.Reset(nil)
+	// Let go of the frame without re-pointing the decoder: msgpack wraps
+	// a reader that is not an io.ByteScanner (nil included) in a new 4 KiB
+	// bufio.Reader, which on every frame was most of our garbage.
+	defer fr.body.Reset(nil)
 	fields, err := fr.dec.DecodeArrayLen()
 	if err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrMalformedFrame, err)
