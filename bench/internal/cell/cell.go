@@ -112,10 +112,10 @@ type Election interface {
 // Opener starts a cell.
 type Opener func(ctx context.Context, opts Options) (Cell, error)
 
-// LogSyncer is implemented by cells that count their Raft log fsyncs
-// (coord). The bench reports entries per fsync, the group-commit factor.
-type LogSyncer interface {
-	// LogSyncs returns, per member, the log fsyncs since it opened and
-	// the entries they made durable.
-	LogSyncs() (syncs, entries [Members]uint64)
+// Fsyncer is implemented by cells that count their Raft log fsyncs.
+type Fsyncer interface {
+	// LogFsyncs returns the Raft log fsyncs of all members since they
+	// started, and the leader's share of them (0 if the cell cannot tell
+	// the members apart).
+	LogFsyncs() (all, leader uint64)
 }

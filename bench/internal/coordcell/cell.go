@@ -218,14 +218,17 @@ func (c *Cell) Close() error {
 	return errors.Join(errs...)
 }
 
-// LogSyncs returns each member's log fsyncs and the entries they made
-// durable (zero for a stopped member).
-func (c *Cell) LogSyncs() (syncs, entries [cell.Members]uint64) {
+// LogFsyncs returns the log fsyncs of the running members (Status
+// LogSyncs) and the leader's.
+func (c *Cell) LogFsyncs() (all, leader uint64) {
 	for m := range cell.Members {
 		if n, err := c.node(m); err == nil {
 			st := n.Status()
-			syncs[m], entries[m] = st.LogSyncs, st.LogEntries
+			all += st.LogSyncs
+			if st.Role == coord.RoleLeader {
+				leader = st.LogSyncs
+			}
 		}
 	}
-	return syncs, entries
+	return all, leader
 }

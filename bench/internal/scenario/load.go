@@ -13,7 +13,8 @@ const opTimeout = 10 * time.Second
 
 // loadResult is the outcome of one closed-loop load point.
 type loadResult struct {
-	ops      int             // operations completed in the measured window
+	ops      int             // operations started in the measured window
+	done     int             // operations that succeeded, warm-up included
 	errs     int             // of which failed
 	elapsed  time.Duration   // the measured window
 	lat      []time.Duration // latency of each successful one, sorted
@@ -49,7 +50,7 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 	for w := range clients {
 		wg.Go(func() {
 			var lat []time.Duration
-			ops, errs := 0, 0
+			ops, errs, done := 0, 0, 0
 			var firstErr error
 			for seq := 0; !stop.Load() && ctx.Err() == nil; seq++ {
 				counted := measuring.Load()
@@ -57,6 +58,9 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 				octx, cancel := context.WithTimeout(ctx, opTimeout)
 				err := op(octx, w, seq)
 				cancel()
+				if err == nil {
+					done++
+				}
 				if !counted {
 					continue
 				}
@@ -72,6 +76,7 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 			}
 			mu.Lock()
 			res.ops += ops
+			res.done += done
 			res.errs += errs
 			res.lat = append(res.lat, lat...)
 			if res.firstErr == nil {

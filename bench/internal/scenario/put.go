@@ -19,7 +19,7 @@ func Put(ctx context.Context, env Env, cfg Config) ([]Metric, error) {
 		val := value(cfg.ValueSize)
 		var out []Metric
 		for _, clients := range cfg.PutClients {
-			gc := startGroupCommit(c)
+			fs := startFsyncs(c)
 			res, err := runLoad(ctx, clients, cfg.Warmup, cfg.Duration, func(ctx context.Context, w, seq int) error {
 				key := "bench/put/" + strconv.Itoa(w) + "/" + strconv.Itoa(seq%putKeysPerWorker)
 				return c.Put(ctx, w%cell.Members, key, val)
@@ -30,7 +30,7 @@ func Put(ctx context.Context, env Env, cfg Config) ([]Metric, error) {
 			env.log("put, %d clients: %.0f ops/s", clients, res.rate())
 			name, label := fmt.Sprintf("put.c%d", clients), fmt.Sprintf("put %dB, %d clients", cfg.ValueSize, clients)
 			out = append(out, res.metrics(name, label, "ops/s")...)
-			out = append(out, gc.metrics(c, name, label)...)
+			out = append(out, fs.metrics(c, res.done, name, label)...)
 		}
 		return out, nil
 	})
