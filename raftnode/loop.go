@@ -117,16 +117,21 @@ func (n *Node) flushProposals(ls *loopState) {
 	ents := make([]*pb.Entry, len(ls.pending))
 	for i, p := range ls.pending {
 		ents[i] = &pb.Entry{Data: p.data}
+		// Marked before Raft sees it: a caller that gives up from now on
+		// must report the outcome as unknown, never as "did not happen".
+		p.handed.Store(true)
 	}
 	err := n.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(n.id), Entries: ents})
 	if errors.Is(err, raft.ErrProposalDropped) {
 		// Raft refused them (leadership transfer, no leader yet, too much
 		// uncommitted): they certainly did not happen; try again next tick.
+		for _, p := range ls.pending {
+			p.handed.Store(false)
+		}
 		return
 	}
 	for _, p := range ls.pending {
 		p.handedTerm, p.handedAtTick = ls.term, ls.tick
-		p.handed.Store(true)
 		if err != nil {
 			n.waiters.deliver(p.id, proposalResult{err: fmt.Errorf("%w: propose: %v", errs.Internal, err)})
 		}
