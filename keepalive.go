@@ -19,16 +19,19 @@ type sessionEngine struct {
 	n  *Node
 	et time.Duration // one election timeout
 
-	inbox chan inbound   // keep-alives and acks from other members
-	poke  chan struct{}  // leadership changed or a session was added: look now
-	stop  chan struct{}  // closed by Node.Close
-	wg    sync.WaitGroup // run and the goroutines it starts
-	mu    sync.Mutex     // guards what follows
-	local map[SessionID]*Session
-	fresh bool // a session was added since the last keep-alive
-	seq   uint64
-	sent  map[uint64]sentBatch // recent keep-alives awaiting an ack
-	lead  *leaderSessions      // non-nil while this member leads
+	inbox chan inbound  // keep-alives and acks from other members
+	poke  chan struct{} // leadership changed or a session was added: look now
+	// life ends when the node closes; every goroutine of the engine
+	// derives its context from it.
+	life    context.Context
+	endLife context.CancelFunc
+	wg      sync.WaitGroup // run and the goroutines it starts
+	mu      sync.Mutex     // guards what follows
+	local   map[SessionID]*Session
+	fresh   bool // a session was added since the last keep-alive
+	seq     uint64
+	sent    map[uint64]sentBatch // recent keep-alives awaiting an ack
+	lead    *leaderSessions      // non-nil while this member leads
 }
 
 type inbound struct {
@@ -50,15 +53,16 @@ type leaderSessions struct {
 }
 
 func newSessionEngine(n *Node) *sessionEngine {
-	return &sessionEngine{
+	e := &sessionEngine{
 		n:     n,
 		et:    n.electionTimeout(),
 		inbox: make(chan inbound, 256),
 		poke:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
 		local: make(map[SessionID]*Session),
 		sent:  make(map[uint64]sentBatch),
 	}
+	e.life, e.endLife = context.WithCancel(context.Background())
+	return e
 }
 
 // margin is how much earlier than the cell the holder counts its session
@@ -74,7 +78,7 @@ func (e *sessionEngine) start() {
 }
 
 func (e *sessionEngine) close() {
-	close(e.stop)
+	e.endLife()
 	e.wg.Wait()
 	e.mu.Lock()
 	local := slices.Collect(mapValues(e.local))
@@ -169,7 +173,7 @@ func (e *sessionEngine) run() {
 	var lastSend time.Time
 	for {
 		select {
-		case <-e.stop:
+		case <-e.life.Done():
 			e.stepDown()
 			return
 		case <-tick.C:
@@ -360,7 +364,7 @@ func (e *sessionEngine) stepDown() {
 // state once this leader has applied everything committed before it.
 func (e *sessionEngine) stepUp(term uint64) {
 	elected := time.Now()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(e.life)
 	l := &leaderSessions{term: term, table: lease.New(elected, e.et), cancel: cancel}
 	e.mu.Lock()
 	e.lead = l
@@ -377,8 +381,6 @@ func (e *sessionEngine) stepUp(term uint64) {
 			if err != nil {
 				select {
 				case <-ctx.Done():
-				case <-e.stop:
-					return
 				case <-time.After(e.et / 4):
 				}
 				continue
@@ -460,15 +462,8 @@ func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*e.et)
+		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
 		defer cancel()
-		go func() {
-			select {
-			case <-e.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if len(seen) > 0 {
 			_, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionSeen,
 				Session: &command.Session{IDs: seen}})
@@ -509,15 +504,8 @@ func (e *sessionEngine) proposeAsync(cmd *command.Command) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*e.et)
+		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
 		defer cancel()
-		go func() {
-			select {
-			case <-e.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		_, _ = e.n.raft.Propose(ctx, cmd)
 	}()
 }
