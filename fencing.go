@@ -104,7 +104,8 @@ func (m *memMarks) Raise(resource string, t Token) (Token, error) {
 // themselves (see Do). Resources are independent: each name has its own
 // mark, and Do keeps a few words of memory per resource it has seen.
 // A Fence is safe for concurrent use by multiple goroutines. Create one
-// with NewFence.
+// with NewFence; the zero value is usable too (it keeps its marks in
+// memory).
 type Fence struct {
 	store MarkStore
 
@@ -149,7 +150,7 @@ func (f *Fence) Admit(resource string, t Token) error {
 	if t <= 0 {
 		return fmt.Errorf("%w: %d is not positive", ErrInvalidToken, int64(t))
 	}
-	mark, err := f.store.Raise(resource, t)
+	mark, err := f.marks().Raise(resource, t)
 	if err != nil {
 		return err
 	}
@@ -163,6 +164,16 @@ func (f *Fence) Admit(resource string, t Token) error {
 	return nil
 }
 
+// marks returns the store, giving a zero Fence an in-memory one.
+func (f *Fence) marks() MarkStore {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store == nil {
+		f.store = NewMemMarks()
+	}
+	return f.store
+}
+
 func staleErr(resource string, t, mark Token) error {
 	return fmt.Errorf("%w: token %d for %q is below its mark %d", ErrStaleToken, int64(t), resource, int64(mark))
 }
@@ -170,7 +181,7 @@ func staleErr(resource string, t, mark Token) error {
 // Mark returns the highest token admitted for resource so far (0 if
 // none), as the store reports it.
 func (f *Fence) Mark(resource string) (Token, error) {
-	return f.store.Raise(resource, 0)
+	return f.marks().Raise(resource, 0)
 }
 
 // Do admits t for resource as Admit does and, if admitted, runs write as
@@ -206,6 +217,9 @@ func (f *Fence) enter(ctx context.Context, resource string, t Token) error {
 		// Gates are kept for good: forgetting cur would let a write
 		// admitted before a newer holder's start after it.
 		g = &gate{}
+		if f.gates == nil {
+			f.gates = map[string]*gate{} // a zero Fence
+		}
 		f.gates[resource] = g
 	}
 	for {

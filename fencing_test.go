@@ -726,3 +726,11 @@ func TestFenceMiddlewareWaitingRequestEnds(t *testing.T) {
 	close(release)
 	assert.Equal(t, http.StatusOK, <-oldDone)
 }
+
+func TestZeroFenceIsUsable(t *testing.T) {
+	var f coord.Fence
+	require.NoError(t, f.Admit("r", 5))
+	require.ErrorIs(t, f.Admit("r", 4), coord.ErrStaleToken)
+	require.NoError(t, f.Do(context.Background(), "r", 6, func() error { return nil }))
+	require.ErrorIs(t, f.Do(context.Background(), "r", 5, func() error { return nil }), coord.ErrStaleToken)
+}
