@@ -53,6 +53,24 @@
 // starting after any retained revision (FromRev), so List followed by
 // Watch(FromRev(rev)) never misses a change.
 //
+// # Sessions, locks, elections and fencing
+//
+// A Session is a holder's liveness: its member keeps it alive with
+// batched keep-alives that never touch the Raft log, and its ephemeral
+// keys go with it in one committed change when it expires or closes.
+// Jeopardy and Until tell the holder, without polling, when it must stop
+// relying on it. Mutex, RWMutex, Semaphore, Acquire (a lease-style lock)
+// and Election are fair queues of a session's ephemeral keys; each grant
+// carries a fencing Token, the cell revision of the grant, greater than
+// every earlier grant's. A resource guards its writes with a Fence (or
+// asks the cell with CheckToken), so a holder that lost its lock while
+// paused is refused even if it does not know yet.
+//
+// # Membership
+//
+// AddLearner, Promote and RemoveMember change the cell's members one at a
+// time; learners replicate, serve reads and watches, and do not vote.
+//
 // # Concurrency
 //
 // A Node is safe for concurrent use by many goroutines. A Txn builder is
