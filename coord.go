@@ -166,19 +166,6 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// crash stops the member without a leadership hand-over and without
-// syncing anything, as a process kill would. For coordtest.
-func (n *Node) crash() {
-	n.closeOnce.Do(func() {
-		n.cancelClose()
-		n.sessions.close()
-		n.admin.close()
-		n.raft.Stop(false)
-		n.closeTransport()
-		n.closeErr = n.store.Close()
-	})
-}
-
 func (n *Node) closeTransport() {
 	if n.ownTr {
 		n.tr.Close()

@@ -103,7 +103,11 @@ func TestReplaceAVoterWithoutDowntime(t *testing.T) {
 	names := memberNames(t, writer, ctx)
 	require.NotContains(t, names, c.Name(old))
 	require.Contains(t, names, "n3")
-	time.Sleep(200 * time.Millisecond) // keep writing a little after the change: the point is continuity
+	// Keep writing after the change too: the point is continuity.
+	mu.Lock()
+	after := len(acked)
+	mu.Unlock()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= after+20 }, 10*time.Second, time.Millisecond)
 	close(stop)
 	wg.Wait()
 

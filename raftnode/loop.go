@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/transport"
@@ -36,7 +37,7 @@ type loopState struct {
 }
 
 func (n *Node) raftLoop() {
-	ticker := newTicker(n.cfg.TickInterval)
+	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	recv := n.tr.Receive()
 	var ls loopState
@@ -130,9 +131,8 @@ func (n *Node) flushProposals(ls *loopState) {
 		}
 		return
 	}
-	for _, p := range ls.pending {
-		p.handedTerm, p.handedAtTick = ls.term, ls.tick
-		if err != nil {
+	if err != nil {
+		for _, p := range ls.pending {
 			n.waiters.deliver(p.id, proposalResult{err: fmt.Errorf("%w: propose: %v", errs.Internal, err)})
 		}
 	}

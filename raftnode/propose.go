@@ -20,11 +20,6 @@ type proposal struct {
 	// on its outcome is unknown until it applies (ErrAmbiguous), before
 	// then it certainly did not happen.
 	handed atomic.Bool
-	// handedTerm is the term the raft loop saw when it handed the command
-	// over; only the raft loop reads and writes it.
-	handedTerm uint64
-	// handedAtTick is the raft loop's tick count at hand-over.
-	handedAtTick uint64
 }
 
 type proposalResult struct {

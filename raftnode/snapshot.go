@@ -164,5 +164,3 @@ func (n *Node) receiveChunks() {
 		_ = n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: encodeAck(ack)}})
 	}
 }
-
-func newTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }

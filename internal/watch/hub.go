@@ -39,6 +39,7 @@ type CompactedError struct {
 	Oldest int64
 }
 
+// Error says which revision is the oldest still available.
 func (e *CompactedError) Error() string {
 	return fmt.Sprintf("%v: the oldest revision still available is %d", errs.Compacted, e.Oldest)
 }
@@ -55,6 +56,7 @@ type SlowError struct {
 	Lag int64
 }
 
+// Error says how far behind the watch was and where to resume.
 func (e *SlowError) Error() string {
 	return fmt.Sprintf("%v: %d revisions behind; resume from revision %d", errs.SlowWatcher, e.Lag, e.LastRev)
 }
