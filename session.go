@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
@@ -51,6 +52,13 @@ type Session struct {
 	acked     chan struct{} // closed (and replaced) at each confirmed keep-alive
 	closing   bool
 	orphaned  bool // ended locally by Orphan, perhaps alive in the cell
+
+	// keySeq numbers the session's queue acquisitions. Session IDs are
+	// unique in the cell forever, so session plus sequence names each
+	// acquisition uniquely: a key is never reused, and a delayed or
+	// retried operation on an old acquisition's key can never touch a
+	// newer one.
+	keySeq atomic.Uint64
 }
 
 // SessionOption configures NewSession.

@@ -1,0 +1,326 @@
+package coord
+
+// A waiter is one acquisition of a queue on its way to holding: it joins,
+// watches only the keys that block it, and, once it holds, monitors its
+// own key so the hold's Done closes when the key goes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coordcell/coord/internal/errs"
+)
+
+// waiter is one acquisition on its way to holding.
+type waiter struct {
+	q   *queue
+	n   *Node
+	key string
+	rev int64 // our key's create revision, once known
+	// maybe is set when a create attempt's outcome was unknown, so the
+	// key may exist although no attempt saw it.
+	maybe bool
+	// mctx is the hold's lifetime: the session's, until stop (drop). The
+	// own-key watch and the monitor run in it.
+	mctx context.Context
+	stop context.CancelFunc
+	own  *Watcher
+}
+
+// run creates the key and waits until it holds. On failure it has left
+// the queue (or will, in the background, if the cell is unreachable now).
+func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*hold, error) {
+	q := w.q
+	list, rev, err := w.create(ctx, value)
+	if err != nil {
+		if w.maybe && q.s.Err() == nil {
+			w.abandon()
+		}
+		return nil, err
+	}
+	w.own = w.n.Watch(w.mctx, w.key, FromRev(rev))
+	for {
+		entries := parseQueue(q.prefix, q.kinded, list)
+		i := slices.IndexFunc(entries, func(e entry) bool { return e.kv.Key == w.key })
+		if i < 0 {
+			return nil, w.lost(ctx)
+		}
+		wait := blockers(entries, i)
+		if wait == nil {
+			if err := q.s.Err(); err != nil {
+				return nil, err
+			}
+			h := &hold{key: w.key, kind: kind, token: Token(w.rev), done: make(chan struct{}), stop: w.stop}
+			go w.monitor(w.mctx, h)
+			return h, nil
+		}
+		if try {
+			w.abandon()
+			return nil, fmt.Errorf("%w: %s", ErrLocked, strings.TrimSuffix(q.prefix, "/"))
+		}
+		probeNote(q.prefix, probeWait)
+		if err := w.await(ctx, wait, rev); err != nil {
+			return nil, err
+		}
+		probeNote(q.prefix, probeWake)
+		if list, rev, err = w.reread(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// create puts the key if absent and reads the queue in the same
+// revision. The transaction is idempotent (the key name is ours alone),
+// so it is retried while the outcome is unknown or the cell unreachable:
+// a retry after an unseen success finds the key and reads it back.
+func (w *waiter) create(ctx context.Context, value []byte) ([]KV, int64, error) {
+	q := w.q
+	for {
+		res, err := w.n.Txn(ctx).If(Version(w.key).Eq(0)).
+			Then(OpPut(w.key, value, Ephemeral(q.s)), OpGetPrefix(q.prefix)).
+			Else(OpGet(w.key), OpGetPrefix(q.prefix)).
+			Commit()
+		if err == nil {
+			if len(res.Results[0].KVs) != 1 || res.Results[0].KVs[0].Session != q.s.id {
+				return nil, 0, fmt.Errorf("%w: queue key %q is not this session's", errs.Internal, w.key)
+			}
+			w.rev = res.Results[0].KVs[0].CreateRev
+			return res.Results[1].KVs, res.Rev, nil
+		}
+		if errors.Is(err, ErrSessionExpired) {
+			if serr := q.s.Err(); serr != nil {
+				return nil, 0, serr
+			}
+			return nil, 0, err
+		}
+		if errors.Is(err, ErrAmbiguous) {
+			w.maybe = true
+		}
+		if err := w.retry(ctx, err); err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// retry decides whether err is worth another attempt and, if so, waits
+// a moment first. It returns the error to give up with, or nil.
+func (w *waiter) retry(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if serr := w.q.s.Err(); serr != nil {
+		return serr
+	}
+	if !retryable(err) {
+		return err
+	}
+	return w.n.backoff(ctx, w.q.s)
+}
+
+// retryable reports whether an operation that failed with err may
+// succeed if tried again: its outcome was unknown, or no quorum was
+// reachable at the time.
+func retryable(err error) bool {
+	return errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrNoQuorum)
+}
+
+// reread reads the queue again after a wake-up, from this member's own
+// applied state: the change that woke us was applied here, so that state
+// is at least as new as it, and it is a state the cell committed. If we
+// are first in it, we were the holder at that revision, which is what a
+// linearizable read would tell us too, a round trip later. (A stale view
+// only makes us wait on a key that is already gone: its watch, from the
+// view's revision, reports the delete at once.)
+func (w *waiter) reread(ctx context.Context) ([]KV, int64, error) {
+	kvs, rev, err := w.n.List(ctx, w.q.prefix, Serializable())
+	if err != nil {
+		return w.relist(ctx)
+	}
+	return kvs, rev, nil
+}
+
+// relist reads the queue again, linearizably.
+func (w *waiter) relist(ctx context.Context) ([]KV, int64, error) {
+	for {
+		kvs, rev, err := w.n.List(ctx, w.q.prefix)
+		if err == nil {
+			return kvs, rev, nil
+		}
+		if err := w.retry(ctx, err); err != nil {
+			w.giveUp(ctx)
+			return nil, 0, err
+		}
+	}
+}
+
+// await watches the blocking keys, from rev on, and returns when one of
+// them is deleted. It also returns, with the error to report, when our
+// own key goes, the session ends or ctx ends.
+func (w *waiter) await(ctx context.Context, keys []string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const fixed = 3 // ctx, session, own key
+	cases := make([]reflect.SelectCase, fixed, fixed+len(keys))
+	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}
+	cases[1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.q.s.Done())}
+	for _, k := range keys {
+		ch := w.n.Watch(wctx, k, FromRev(rev)).Events()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	cases[2] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.own.Events())}
+	for {
+		i, v, ok := reflect.Select(cases)
+		switch {
+		case i == 0:
+			w.giveUp(ctx)
+			return ctx.Err()
+		case i == 1:
+			return w.q.s.Err()
+		case i == 2 && !ok:
+			// Our own watch ended (history compacted, member closing):
+			// start it again after the re-read the caller does next.
+			if err := w.restartOwn(ctx); err != nil {
+				return err
+			}
+			return nil
+		case i == 2:
+			if ev := v.Interface().(Event); ev.Type == EventDelete && ev.KV.Key == w.key {
+				return w.lost(ctx)
+			}
+		case !ok:
+			return nil // that watch ended: re-read the queue
+		default:
+			if ev := v.Interface().(Event); ev.Type == EventDelete && ev.KV.Key == keys[i-fixed] {
+				return nil
+			}
+		}
+	}
+}
+
+// restartOwn replaces an ended own-key watch, from a fresh linearizable
+// read that shows whether the key is still there.
+func (w *waiter) restartOwn(ctx context.Context) error {
+	kvs, rev, err := w.relist(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(kvs, func(kv KV) bool { return kv.Key == w.key && kv.CreateRev == w.rev }) {
+		return w.lost(ctx)
+	}
+	if err := w.own.Err(); errors.Is(err, ErrClosed) {
+		return err
+	}
+	w.own = w.n.Watch(w.mctx, w.key, FromRev(rev))
+	return nil
+}
+
+// lost reports that our key went while we waited: with the session's
+// error if the session ended (expiry and Close delete its keys), else as
+// a deletion by someone else.
+func (w *waiter) lost(ctx context.Context) error {
+	// The member applies a session's end, then tells the session; wait
+	// until the change that deleted the key has been fully applied here
+	// so the session's state is current.
+	w.n.settle(context.WithoutCancel(ctx))
+	if err := w.q.s.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: queue key %q was deleted while waiting", ErrNotHeld, w.key)
+}
+
+// giveUp leaves the queue after the caller's ctx ended.
+func (w *waiter) giveUp(ctx context.Context) {
+	if ctx.Err() != nil && w.q.s.Err() == nil {
+		w.abandon()
+	}
+}
+
+// abandon removes our key so it does not block the queue: guarded by its
+// create revision when we know it, by name otherwise (the name is ours
+// alone). It tries for a bounded time in the caller's goroutine, then
+// keeps trying in the background until the session ends.
+func (w *waiter) abandon() {
+	s := w.q.s
+	ctx, cancel := context.WithTimeout(s.Ctx(), 2*w.n.electionTimeout())
+	err := w.q.remove(ctx, w.key, w.rev)
+	cancel()
+	if err != nil && retryable(err) {
+		w.q.removeLater(w.key, w.rev)
+	}
+}
+
+// monitor closes h.done when the hold ends: our key deleted (by Unlock,
+// the session's end, or anyone), the session ended, or drop. It keeps
+// the watch on our key that the wait started, so no change is missed.
+func (w *waiter) monitor(ctx context.Context, h *hold) {
+	defer close(h.done)
+	own := w.own
+	for {
+		select {
+		case ev, ok := <-own.Events():
+			if !ok {
+				if ctx.Err() != nil || errors.Is(own.Err(), ErrClosed) {
+					return
+				}
+				rev, held := w.stillHeld(ctx)
+				if !held {
+					return
+				}
+				own = w.n.Watch(ctx, w.key, FromRev(rev))
+				continue
+			}
+			if ev.Type == EventDelete && ev.KV.Key == w.key {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// stillHeld reads (linearizably, retrying until ctx ends) whether our key
+// is still there, and the revision of the read.
+func (w *waiter) stillHeld(ctx context.Context) (int64, bool) {
+	for {
+		kvs, rev, err := w.n.List(ctx, w.key)
+		if err == nil {
+			return rev, slices.ContainsFunc(kvs, func(kv KV) bool { return kv.Key == w.key && kv.CreateRev == w.rev })
+		}
+		if errors.Is(err, ErrClosed) || w.n.backoff(ctx, w.q.s) != nil {
+			return 0, false
+		}
+	}
+}
+
+// backoff waits a quarter election timeout before a retry, or returns
+// the reason to stop: ctx ended, or the session s (if not nil) ended.
+func (n *Node) backoff(ctx context.Context, s *Session) error {
+	var ended <-chan struct{}
+	if s != nil {
+		ended = s.Done()
+	}
+	t := time.NewTimer(n.electionTimeout() / 4)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ended:
+		return s.Err()
+	}
+}
+
+// settle waits until everything this member has applied so far has also
+// been handed to its listeners (the watch hub and the sessions), so a
+// session ended by a change a watcher has seen knows it has ended.
+func (n *Node) settle(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, n.electionTimeout())
+	defer cancel()
+	_ = n.raft.WaitApplied(ctx, n.sm.AppliedIndex())
+}
