@@ -19,9 +19,10 @@ import (
 // command.ErrVersion; a malformed one yields StatusInvalid.
 //
 // When Apply returns an error nothing of this call is applied: the batch
-// is dropped and the applied index stays where it was, so a node that
-// halts on an unknown command replays it after an upgrade. Entries at or
-// below the applied index are skipped, so replaying is harmless.
+// and the working copy of the keys are dropped and the applied index
+// stays where it was, so a node that halts on an unknown command replays
+// it after an upgrade. Entries at or below the applied index are skipped,
+// so replaying is harmless.
 func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, error) {
 	if err := sm.enter(); err != nil {
 		return ApplyOutput{}, err
@@ -97,7 +98,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return ApplyOutput{}, fmt.Errorf("storage: apply: commit: %w", err)
 	}
-	sm.publish(a.m, newCS)
+	sm.publish(a.m, newCS, a.tree)
 	return out, nil
 }
 
@@ -105,31 +106,44 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 // StateMachine so its scratch buffers are reused from call to call: every
 // key and record is built in them, and Pebble copies what it keeps.
 type applier struct {
-	sm  *StateMachine
-	b   *pebble.Batch // indexed: reads see the writes of earlier entries
-	m   smMeta        // the state as of the entries applied so far
-	out *ApplyOutput
+	sm *StateMachine
+	// b is indexed: sessions and the session→key index are still read
+	// from it, and must show the writes of earlier entries.
+	b *pebble.Batch
+	// tree is the live keys as of the entries applied so far: a clone of
+	// the published view's, which it replaces once b commits.
+	tree *kvTree
+	m    smMeta // the state as of the entries applied so far
+	out  *ApplyOutput
 
-	kbuf []byte // the KV key of the last getKV
-	ibuf []byte // index and history keys
-	vbuf []byte // records
-	hbuf []byte // history records
+	kbuf  []byte   // the KV key of the last getKV
+	ibuf  []byte   // index and history keys
+	vbuf  []byte   // records
+	hbuf  []byte   // history records
+	items []kvItem // scan's
 }
 
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 	a.sm, a.b, a.m, a.out = sm, b, sm.cur, out
+	a.tree = sm.view.Load().tree.Clone()
 }
 
 // end drops the references of one call, keeping only the buffers, unless
 // an unusual command (a session end with many keys) grew one to a size
 // not worth keeping around.
 func (a *applier) end() {
-	a.sm, a.b, a.out = nil, nil, nil
+	a.sm, a.b, a.tree, a.out = nil, nil, nil, nil
 	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {
 			*buf = nil
 		}
 	}
+	// The items point into a tree: dropping them lets it go.
+	clear(a.items)
+	if cap(a.items) > 1<<14 {
+		a.items = nil
+	}
+	a.items = a.items[:0]
 }
 
 // status is the result of a command that changed nothing.
@@ -160,23 +174,16 @@ func (a *applier) exec(idx uint64, cmd *command.Command) (command.Result, error)
 }
 
 // getKV reads key as of the entries applied so far, and its size for the
-// quota. The value is only returned (copied) when wantValue is set: the
-// batch's buffer it points into is released before getKV returns.
-// a.kbuf holds the storage key afterwards.
+// quota. The value is only returned (copied: it leaves the state machine
+// in results and events) when wantValue is set. a.kbuf holds the storage
+// key afterwards.
 func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, found bool, err error) {
 	a.kbuf = appendKVKey(a.kbuf[:0], key)
-	val, closer, err := a.b.Get(a.kbuf)
-	if errors.Is(err, pebble.ErrNotFound) {
+	it, ok := a.tree.Get(kvItem{key: key})
+	if !ok {
 		return kv, 0, false, nil
 	}
-	if err != nil {
-		return kv, 0, false, err
-	}
-	defer closer.Close()
-	if err := decodeKVRecord(val, &kv); err != nil {
-		return command.KV{}, 0, false, fmt.Errorf("key %q: %w", key, err)
-	}
-	kv.Key = key
+	kv = *it.kv
 	size = int64(len(key) + len(kv.Value))
 	if wantValue {
 		kv.Value = bytes.Clone(kv.Value)
@@ -186,7 +193,19 @@ func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, 
 	return kv, size, true, nil
 }
 
-// has reports whether key exists as of the entries applied so far.
+// setKV makes kv (as just written to the batch) the key's state in the
+// working tree.
+func (a *applier) setKV(kv *command.KV) {
+	a.tree.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(*kv)})
+}
+
+// deleteKV removes key from the working tree.
+func (a *applier) deleteKV(key string) {
+	a.tree.Delete(kvItem{key: key})
+}
+
+// has reports whether key (a session record's) exists as of the entries
+// applied so far.
 func (a *applier) has(key []byte) (bool, error) {
 	_, closer, err := a.b.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -199,33 +218,26 @@ func (a *applier) has(key []byte) (bool, error) {
 	return true, nil
 }
 
-// scan calls fn for every key under the KV prefix p, in key order, as of
-// the entries applied so far. fn's value aliases the iterator: it is only
-// valid during the call. The iterator does not see writes fn makes.
+// scan calls fn for every key under prefix, in key order, as of the
+// entries applied so far. fn's value aliases the tree's, which readers
+// share: fn copies it before it leaves the state machine, and never
+// writes into it. The keys are collected before the first call, so
+// writes fn makes do not change what it sees; the collection reuses one
+// buffer, so fn must not call scan.
 func (a *applier) scan(prefix string, fn func(kv *command.KV) error) error {
-	lo := appendKVKey(nil, prefix)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
-	if err != nil {
-		return err
-	}
-	for it.First(); it.Valid(); it.Next() {
-		val, err := it.ValueAndErr()
-		if err != nil {
-			it.Close()
-			return err
-		}
-		var kv command.KV
-		if err := decodeKVRecord(val, &kv); err != nil {
-			it.Close()
-			return fmt.Errorf("key %q: %w", it.Key()[1:], err)
-		}
-		kv.Key = string(it.Key()[1:])
+	items := a.items[:0]
+	ascendPrefix(a.tree, prefix, func(it kvItem) bool {
+		items = append(items, it)
+		return true
+	})
+	a.items = items
+	for _, it := range items {
+		kv := *it.kv
 		if err := fn(&kv); err != nil {
-			it.Close()
 			return err
 		}
 	}
-	return errors.Join(it.Error(), it.Close())
+	return nil
 }
 
 // newRevision records the events of one new revision: its history record
@@ -372,6 +384,7 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 		if err := a.b.Delete(a.kbuf, nil); err != nil {
 			return command.Result{}, err
 		}
+		a.deleteKV(key)
 		a.m.size -= size
 		prev := kv
 		kv.Value, kv.ModRev = nil, rev

@@ -17,6 +17,10 @@ import (
 // and the change history. Apply is called from one goroutine; reads are
 // safe concurrently with it and see the state as of some applied index.
 //
+// The live keys are also held in memory (see kvView), and Get and List
+// read only that: Apply builds the next state on a copy-on-write clone
+// and publishes it after its batch commits.
+//
 // Apply, bootstrap, installStaged and afterInstall must not run
 // concurrently with each other (the Raft node serialises them); a mutex
 // enforces it anyway. Everything else is safe for concurrent use.
@@ -35,7 +39,10 @@ type StateMachine struct {
 	cur     smMeta  // the state as of the last commit; guarded by applyMu
 	ap      applier // Apply's scratch space, reused; guarded by applyMu
 
-	// Copies of cur for readers, stored after each commit.
+	// Copies of cur for readers, stored after each commit. view is
+	// stored first: a reader that waited for an applied index must find
+	// keys at least that new.
+	view         atomic.Pointer[kvView]
 	appliedIndex atomic.Uint64
 	revision     atomic.Int64
 	oldest       atomic.Int64
@@ -50,8 +57,10 @@ type StateMachine struct {
 	stageMu sync.Mutex
 	stage   stagingState
 	// installed is the meta installStaged wrote, for afterInstall should
-	// rereading it from disk fail.
-	installed smMeta
+	// rereading it from disk fail; installedKV the keys it wrote, which
+	// afterInstall publishes.
+	installed   smMeta
+	installedKV *kvTree
 }
 
 func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) {
@@ -73,23 +82,29 @@ func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) {
 	return sm, nil
 }
 
-// load reads the bookkeeping from disk into memory. A store that never
-// applied anything has no meta record and starts empty.
+// load reads the bookkeeping and the live keys from disk into memory. A
+// store that never applied anything has no meta record and starts empty.
 func (sm *StateMachine) load() error {
 	m, cs, err := readMeta(sm.db)
 	if err != nil {
 		return err
 	}
-	sm.publish(m, cs)
+	tree, err := loadKVTree(sm.db)
+	if err != nil {
+		return err
+	}
+	sm.publish(m, cs, tree)
 	return nil
 }
 
-// publish makes m (and cs, when non-nil) the in-memory state.
-func (sm *StateMachine) publish(m smMeta, cs *pb.ConfState) {
+// publish makes m (and cs, when non-nil) the in-memory state, with tree
+// the live keys as of m.
+func (sm *StateMachine) publish(m smMeta, cs *pb.ConfState, tree *kvTree) {
 	sm.cur = m
 	if cs != nil {
 		sm.confState.Store(cs)
 	}
+	sm.view.Store(&kvView{tree: tree, rev: m.rev})
 	sm.appliedIndex.Store(m.index)
 	sm.revision.Store(m.rev)
 	sm.oldest.Store(m.oldest)
@@ -205,73 +220,43 @@ func (sm *StateMachine) enter() error {
 	return nil
 }
 
-// Get returns the key, or found=false.
+// Get returns the key, or found=false. The caller owns the value.
 func (sm *StateMachine) Get(key string) (kv command.KV, found bool, err error) {
 	if err := sm.enter(); err != nil {
 		return kv, false, err
 	}
 	defer sm.life.RUnlock()
-	val, closer, err := sm.db.Get(appendKVKey(nil, key))
-	if errors.Is(err, pebble.ErrNotFound) {
+	it, ok := sm.view.Load().tree.Get(kvItem{key: key})
+	if !ok {
 		return kv, false, nil
 	}
-	if err != nil {
-		return kv, false, fmt.Errorf("storage: get: %w", err)
-	}
-	defer closer.Close()
-	if err := decodeKVRecord(val, &kv); err != nil {
-		return command.KV{}, false, err
-	}
-	kv.Key = key
+	kv = *it.kv
 	kv.Value = bytes.Clone(kv.Value)
 	return kv, true, nil
 }
 
 // List returns every key with the prefix, in key order, and the revision
-// the read saw.
+// the read saw. The caller owns the values.
 //
-// One Pebble iterator reads both the revision (in the meta record) and the
-// keys, so the two are from the same instant without holding any lock
-// that Apply needs.
+// Keys and revision come from one published view, so they are from the
+// same instant without holding any lock that Apply needs.
 func (sm *StateMachine) List(prefix string) ([]command.KV, int64, error) {
 	if err := sm.enter(); err != nil {
 		return nil, 0, err
 	}
 	defer sm.life.RUnlock()
-	it, err := sm.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixStateMeta},
-		UpperBound: []byte{prefixKV + 1},
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("storage: list: %w", err)
-	}
-	defer it.Close()
-	m, err := iterMeta(it)
-	if err != nil {
-		return nil, 0, err
-	}
-	start := appendKVKey(nil, prefix)
+	v := sm.view.Load()
 	var (
 		kvs   []command.KV
 		arena valueArena
 	)
-	for it.SeekGE(start); it.Valid() && bytes.HasPrefix(it.Key(), start); it.Next() {
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return nil, 0, fmt.Errorf("storage: list: %w", err)
-		}
-		var kv command.KV
-		if err := decodeKVRecord(val, &kv); err != nil {
-			return nil, 0, err
-		}
-		kv.Key = string(it.Key()[1:])
+	ascendPrefix(v.tree, prefix, func(it kvItem) bool {
+		kv := *it.kv
 		kv.Value = arena.copy(kv.Value)
 		kvs = append(kvs, kv)
-	}
-	if err := it.Error(); err != nil {
-		return nil, 0, fmt.Errorf("storage: list: %w", err)
-	}
-	return kvs, m.rev, nil
+		return true
+	})
+	return kvs, v.rev, nil
 }
 
 // iterMeta reads the meta record through it, whose bounds must include it.
@@ -434,10 +419,13 @@ func (sm *StateMachine) bootstrapInto(b *pebble.Batch, cs *pb.ConfState, members
 	return m, nil
 }
 
+// afterBootstrap publishes the founding state. Bootstrap writes no keys
+// and only a state machine that applied nothing takes it, so the keys
+// loaded at open are still the keys on disk.
 func (sm *StateMachine) afterBootstrap(m smMeta, cs *pb.ConfState) {
 	sm.applyMu.Lock()
 	defer sm.applyMu.Unlock()
-	sm.publish(m, proto.CloneOf(cs))
+	sm.publish(m, proto.CloneOf(cs), sm.view.Load().tree)
 }
 
 // close releases the Pebble snapshots and iterators the state machine

@@ -252,6 +252,7 @@ func (a *applier) put(op *command.Op, rev int64) (command.KV, *command.KV, error
 	if err := a.b.Set(a.kbuf, a.vbuf, nil); err != nil {
 		return command.KV{}, nil, err
 	}
+	a.setKV(&kv)
 	if old.Session != kv.Session {
 		if err := a.setOwner(old.Session, kv.Session, op.Key); err != nil {
 			return command.KV{}, nil, err
@@ -290,6 +291,7 @@ func (a *applier) deleteKey(key string, rev int64, events []Event, deleted *int6
 	if err := a.b.Delete(a.kbuf, nil); err != nil {
 		return events, err
 	}
+	a.deleteKV(key)
 	if err := a.setOwner(kv.Session, 0, key); err != nil {
 		return events, err
 	}
@@ -306,8 +308,8 @@ func (a *applier) deletePrefix(prefix string, rev int64, events []Event, deleted
 		kv   command.KV
 		size int64
 	}
-	// Collected first: the scan's iterator would not see the deletions
-	// anyway, and writing under an open iterator is harder to reason about.
+	// Collected first, so that the events are built from the keys as they
+	// were before any of these deletions.
 	var doomed []victim
 	var arena valueArena
 	err := a.scan(prefix, func(kv *command.KV) error {
@@ -325,6 +327,7 @@ func (a *applier) deletePrefix(prefix string, rev int64, events []Event, deleted
 		if err := a.b.Delete(a.kbuf, nil); err != nil {
 			return events, err
 		}
+		a.deleteKV(kv.Key)
 		if err := a.setOwner(kv.Session, 0, kv.Key); err != nil {
 			return events, err
 		}
