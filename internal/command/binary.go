@@ -178,6 +178,11 @@ func appendOps(b []byte, ops []Op) []byte {
 type decoder struct {
 	b   []byte
 	err error
+	// keys holds the last distinct keys decoded (nkeys counts them all):
+	// a transaction names the same key in several places (a lock's
+	// compare, put and get), and those can share one string.
+	keys  [4]string
+	nkeys int
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -246,8 +251,16 @@ func (d *decoder) list(size int) int {
 
 func (d *decoder) str() string {
 	n := d.length()
-	s := string(d.b[:n])
+	b := d.b[:n]
 	d.b = d.b[n:]
+	for i := range d.keys {
+		if d.keys[i] == string(b) {
+			return d.keys[i]
+		}
+	}
+	s := string(b)
+	d.keys[d.nkeys%len(d.keys)] = s
+	d.nkeys++
 	return s
 }
 
