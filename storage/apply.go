@@ -33,7 +33,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 
 	var out ApplyOutput
 	a := &sm.ap
-	b := sm.db.NewIndexedBatch()
+	b := sm.db.NewBatch()
 	defer b.Close()
 	a.begin(sm, b, &out)
 	defer a.end()
@@ -98,7 +98,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return ApplyOutput{}, fmt.Errorf("storage: apply: commit: %w", err)
 	}
-	sm.publish(a.m, newCS, a.tree)
+	sm.publish(a.m, newCS, a.mem)
 	return out, nil
 }
 
@@ -107,14 +107,13 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 // key and record is built in them, and Pebble copies what it keeps.
 type applier struct {
 	sm *StateMachine
-	// b is indexed: sessions and the session→key index are still read
-	// from it, and must show the writes of earlier entries.
+	// b only takes writes: every read is of mem.
 	b *pebble.Batch
-	// tree is the live keys as of the entries applied so far: a clone of
+	// mem is the live state as of the entries applied so far: a clone of
 	// the published view's, which it replaces once b commits.
-	tree *kvTree
-	m    smMeta // the state as of the entries applied so far
-	out  *ApplyOutput
+	mem memState
+	m   smMeta // the state as of the entries applied so far
+	out *ApplyOutput
 
 	kbuf  []byte   // the KV key of the last getKV
 	ibuf  []byte   // index and history keys
@@ -125,14 +124,14 @@ type applier struct {
 
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 	a.sm, a.b, a.m, a.out = sm, b, sm.cur, out
-	a.tree = sm.view.Load().tree.Clone()
+	a.mem = sm.view.Load().clone()
 }
 
 // end drops the references of one call, keeping only the buffers, unless
 // an unusual command (a session end with many keys) grew one to a size
 // not worth keeping around.
 func (a *applier) end() {
-	a.sm, a.b, a.tree, a.out = nil, nil, nil, nil
+	a.sm, a.b, a.mem, a.out = nil, nil, memState{}, nil
 	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {
 			*buf = nil
@@ -177,11 +176,11 @@ func (a *applier) exec(idx uint64, cmd *command.Command) (command.Result, error)
 // quota. The value is only returned (copied: it leaves the state machine
 // in results and events) when wantValue is set. a.kbuf holds the storage
 // key afterwards.
-func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, found bool, err error) {
+func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, found bool) {
 	a.kbuf = appendKVKey(a.kbuf[:0], key)
-	it, ok := a.tree.Get(kvItem{key: key})
+	it, ok := a.mem.keys.Get(kvItem{key: key})
 	if !ok {
-		return kv, 0, false, nil
+		return kv, 0, false
 	}
 	kv = *it.kv
 	size = int64(len(key) + len(kv.Value))
@@ -190,32 +189,24 @@ func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, 
 	} else {
 		kv.Value = nil
 	}
-	return kv, size, true, nil
+	return kv, size, true
 }
 
 // setKV makes kv (as just written to the batch) the key's state in the
 // working tree.
 func (a *applier) setKV(kv *command.KV) {
-	a.tree.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(*kv)})
+	a.mem.keys.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(*kv)})
 }
 
 // deleteKV removes key from the working tree.
 func (a *applier) deleteKV(key string) {
-	a.tree.Delete(kvItem{key: key})
+	a.mem.keys.Delete(kvItem{key: key})
 }
 
-// has reports whether key (a session record's) exists as of the entries
-// applied so far.
-func (a *applier) has(key []byte) (bool, error) {
-	_, closer, err := a.b.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	closer.Close()
-	return true, nil
+// hasSession reports whether session id exists as of the entries applied
+// so far.
+func (a *applier) hasSession(id int64) bool {
+	return a.mem.sessions.Has(sessionItem{id: id})
 }
 
 // scan calls fn for every key under prefix, in key order, as of the
@@ -226,7 +217,7 @@ func (a *applier) has(key []byte) (bool, error) {
 // buffer, so fn must not call scan.
 func (a *applier) scan(prefix string, fn func(kv *command.KV) error) error {
 	items := a.items[:0]
-	ascendPrefix(a.tree, prefix, func(it kvItem) bool {
+	a.mem.ascendPrefix(prefix, func(it kvItem) bool {
 		items = append(items, it)
 		return true
 	})
@@ -294,6 +285,7 @@ func (a *applier) sessionCreate(idx uint64, s *command.Session) (command.Result,
 	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 		return command.Result{}, err
 	}
+	a.mem.sessions.ReplaceOrInsert(sessionItem{id: id, ttl: s.TTL})
 	a.out.SessionsCreated = append(a.out.SessionsCreated, SessionInfo{ID: id, TTL: s.TTL})
 	res := a.status(command.StatusOK)
 	res.SessionID = id
@@ -307,26 +299,22 @@ func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result,
 		return a.status(command.StatusInvalid), nil
 	}
 	update := func(id, add int64) error {
-		a.ibuf = appendSessionKey(a.ibuf[:0], id)
-		val, closer, err := a.b.Get(a.ibuf)
-		if errors.Is(err, pebble.ErrNotFound) {
+		it, ok := a.mem.sessions.Get(sessionItem{id: id})
+		if !ok {
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		ttl, unheard, err := decodeSessionRecord(val)
-		closer.Close()
-		if err != nil {
-			return err
-		}
 		if seen {
-			unheard = 0
+			it.unheard = 0
 		} else if add > 0 {
-			unheard += add
+			it.unheard += add
 		}
-		a.vbuf = appendSessionRecord(a.vbuf[:0], ttl, unheard)
-		return a.b.Set(a.ibuf, a.vbuf, nil)
+		a.ibuf = appendSessionKey(a.ibuf[:0], id)
+		a.vbuf = appendSessionRecord(a.vbuf[:0], it.ttl, it.unheard)
+		if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
+			return err
+		}
+		a.mem.sessions.ReplaceOrInsert(it)
+		return nil
 	}
 	if seen {
 		for _, id := range s.IDs {
@@ -351,31 +339,15 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	if s == nil {
 		return a.status(command.StatusInvalid), nil
 	}
-	sessKey := appendSessionKey(nil, s.ID)
-	if ok, err := a.has(sessKey); err != nil || !ok {
-		return a.status(command.StatusOK), err
+	if !a.hasSession(s.ID) {
+		return a.status(command.StatusOK), nil
 	}
-	lo := appendOwnedKey(nil, s.ID, "")
-	hi := prefixEnd(lo)
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return command.Result{}, err
-	}
-	var owned []string
-	for it.First(); it.Valid(); it.Next() {
-		owned = append(owned, string(it.Key()[len(lo):]))
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return command.Result{}, err
-	}
+	owned := a.mem.ownedBy(s.ID)
 
 	rev := a.m.rev + 1
 	events := make([]Event, 0, len(owned))
 	for _, key := range owned {
-		kv, size, found, err := a.getKV(key, true)
-		if err != nil {
-			return command.Result{}, err
-		}
+		kv, size, found := a.getKV(key, true)
 		// Puts keep the index in step with ownership, so this only guards
 		// against an index entry that outlived its key.
 		if !found || kv.Session != s.ID {
@@ -396,10 +368,13 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 		if err := a.b.Delete(a.ibuf, nil); err != nil {
 			return command.Result{}, err
 		}
+		a.mem.owned.Delete(ownedItem{session: s.ID, key: key})
 	}
-	if err := a.b.Delete(sessKey, nil); err != nil {
+	a.ibuf = appendSessionKey(a.ibuf[:0], s.ID)
+	if err := a.b.Delete(a.ibuf, nil); err != nil {
 		return command.Result{}, err
 	}
+	a.mem.sessions.Delete(sessionItem{id: s.ID})
 	a.out.SessionsEnded = append(a.out.SessionsEnded, s.ID)
 	if len(events) > 0 {
 		if err := a.newRevision(events); err != nil {

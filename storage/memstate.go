@@ -9,13 +9,14 @@ import (
 	"github.com/google/btree"
 )
 
-// The live keys are kept in memory as well as in Pebble. Reading them from
-// Pebble made every prefix read walk the tombstones that lock queues leave
-// behind (each acquisition writes a fresh key and deletes it on release),
-// and those walks dominated the cost of a lock. Pebble stays the durable
-// copy, written exactly as before; the tree is rebuilt from it on open and
-// when a snapshot is installed, so memory holds the whole key space, which
-// QuotaBytes bounds.
+// The live state that Apply reads (keys, sessions, and which keys each
+// session owns) is kept in memory as well as in Pebble. Reading it from
+// Pebble made every prefix read walk the tombstones that lock queues
+// leave behind (each acquisition writes a fresh key and deletes it on
+// release), and those walks dominated the cost of a lock. Pebble stays
+// the durable copy, written exactly as before; memory is rebuilt from it
+// on open and when a snapshot is installed, so it holds the whole key
+// space, which QuotaBytes bounds.
 
 // kvItem is one live key. The KV it points to is never changed once the
 // item is in a tree, since published trees are read without locks: a put
@@ -25,23 +26,64 @@ type kvItem struct {
 	kv  *command.KV // kv.Key == key; kv.Value is owned by the tree
 }
 
+// sessionItem is one live session, as its record has it.
+type sessionItem struct {
+	id, ttl, unheard int64
+}
+
+// ownedItem is one entry of the session→key index.
+type ownedItem struct {
+	session int64
+	key     string
+}
+
 func kvLess(a, b kvItem) bool { return a.key < b.key }
 
-type kvTree = btree.BTreeG[kvItem]
+func sessionLess(a, b sessionItem) bool { return a.id < b.id }
 
-// kvDegree is the B-tree degree. Every Apply copies the nodes on the path
-// to each key it writes (copy-on-write), so nodes are kept smaller than
-// a read-only tree would want.
-const kvDegree = 16
+// ownedLess orders by session, then key, as the stored index keys sort
+// (IDs big-endian, so unsigned).
+func ownedLess(a, b ownedItem) bool {
+	if a.session != b.session {
+		return uint64(a.session) < uint64(b.session)
+	}
+	return a.key < b.key
+}
 
-func newKVTree() *kvTree { return btree.NewG(kvDegree, kvLess) }
+// btreeDegree is the B-tree degree. Every Apply copies the nodes on the
+// path to each item it writes (copy-on-write), so nodes are kept smaller
+// than a read-only tree would want.
+const btreeDegree = 16
 
-// kvView is the key space as of one revision. Readers load it through one
-// atomic pointer, so the keys and the revision they report always belong
-// together.
-type kvView struct {
-	tree *kvTree
-	rev  int64
+// memState is the live state at one instant. Its trees are only written
+// by the Apply that cloned them, before it publishes them; once published
+// they are read-only and shared.
+type memState struct {
+	keys     *btree.BTreeG[kvItem]
+	sessions *btree.BTreeG[sessionItem]
+	owned    *btree.BTreeG[ownedItem]
+}
+
+func newMemState() memState {
+	return memState{
+		keys:     btree.NewG(btreeDegree, kvLess),
+		sessions: btree.NewG(btreeDegree, sessionLess),
+		owned:    btree.NewG(btreeDegree, ownedLess),
+	}
+}
+
+// clone returns a copy to write on, in O(1): the trees share their nodes
+// until either side writes.
+func (s memState) clone() memState {
+	return memState{keys: s.keys.Clone(), sessions: s.sessions.Clone(), owned: s.owned.Clone()}
+}
+
+// view is the state readers see: the live state as of one revision. They
+// load it through one atomic pointer, so the keys and the revision they
+// report always belong together.
+type view struct {
+	memState
+	rev int64
 }
 
 // storedKV copies kv into a form the tree may keep: its own value bytes,
@@ -54,49 +96,85 @@ func storedKV(kv command.KV) *command.KV {
 	return &kv
 }
 
-// loadKVTree builds the tree from the KV records readable through r.
-func loadKVTree(r pebble.Reader) (*kvTree, error) {
-	lo := []byte{prefixKV}
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+// memFirst and memEnd bound the prefixes of the records memState holds:
+// one contiguous range.
+const memFirst, memEnd = prefixKV, prefixSessionKey + 1
+
+// loadMemState builds the live state from the records readable through r.
+func loadMemState(r pebble.Reader) (memState, error) {
+	s := newMemState()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{memFirst}, UpperBound: []byte{memEnd}})
 	if err != nil {
-		return nil, fmt.Errorf("storage: load keys: %w", err)
+		return s, fmt.Errorf("storage: load state: %w", err)
 	}
 	defer it.Close()
-	tree := newKVTree()
 	for it.First(); it.Valid(); it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return nil, fmt.Errorf("storage: load keys: %w", err)
+			return s, fmt.Errorf("storage: load state: %w", err)
 		}
-		if err := addKVRecord(tree, it.Key(), val); err != nil {
-			return nil, err
+		if err := s.add(it.Key(), val); err != nil {
+			return s, err
 		}
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("storage: load keys: %w", err)
+		return s, fmt.Errorf("storage: load state: %w", err)
 	}
-	return tree, nil
+	return s, nil
 }
 
-// addKVRecord decodes the stored pair (storage key k, record val) into
-// tree. Neither k nor val is kept.
-func addKVRecord(tree *kvTree, k, val []byte) error {
-	var kv command.KV
-	if err := decodeKVRecord(val, &kv); err != nil {
-		return fmt.Errorf("key %q: %w", k[1:], err)
+// add decodes the stored pair (k, val) into s if it is one of the records
+// s holds. Neither k nor val is kept.
+func (s memState) add(k, val []byte) error {
+	if len(k) == 0 {
+		return nil
 	}
-	kv.Key = string(k[1:])
-	tree.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(kv)})
+	switch k[0] {
+	case prefixKV:
+		var kv command.KV
+		if err := decodeKVRecord(val, &kv); err != nil {
+			return fmt.Errorf("key %q: %w", k[1:], err)
+		}
+		kv.Key = string(k[1:])
+		s.keys.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(kv)})
+	case prefixSession:
+		if len(k) != 9 {
+			return fmt.Errorf("%w: session key %x", ErrCorrupt, k)
+		}
+		ttl, unheard, err := decodeSessionRecord(val)
+		if err != nil {
+			return err
+		}
+		s.sessions.ReplaceOrInsert(sessionItem{id: int64(readUint64(k[1:])), ttl: ttl, unheard: unheard})
+	case prefixSessionKey:
+		if len(k) < 9 {
+			return fmt.Errorf("%w: session index key %x", ErrCorrupt, k)
+		}
+		s.owned.ReplaceOrInsert(ownedItem{session: int64(readUint64(k[1:9])), key: string(k[9:])})
+	}
 	return nil
 }
 
-// ascendPrefix calls fn for every item of tree under prefix, in key
-// order, until fn returns false.
-func ascendPrefix(tree *kvTree, prefix string, fn func(kvItem) bool) {
-	tree.AscendGreaterOrEqual(kvItem{key: prefix}, func(it kvItem) bool {
+// ascendPrefix calls fn for every key of s under prefix, in key order,
+// until fn returns false.
+func (s memState) ascendPrefix(prefix string, fn func(kvItem) bool) {
+	s.keys.AscendGreaterOrEqual(kvItem{key: prefix}, func(it kvItem) bool {
 		if !strings.HasPrefix(it.key, prefix) {
 			return false
 		}
 		return fn(it)
 	})
+}
+
+// ownedBy returns the keys session id owns, in key order.
+func (s memState) ownedBy(id int64) []string {
+	var keys []string
+	s.owned.AscendGreaterOrEqual(ownedItem{session: id}, func(it ownedItem) bool {
+		if it.session != id {
+			return false
+		}
+		keys = append(keys, it.key)
+		return true
+	})
+	return keys
 }

@@ -326,8 +326,8 @@ func (sm *StateMachine) StagedComplete(index, term uint64) bool {
 // installStaged adds to b the writes that replace the state with the
 // staged snapshot snap: the state range is cleared, the staged pairs move
 // to their keys, and the applied index, term and conf state become snap's.
-// The keys are decoded on the way into the tree afterInstall publishes,
-// so a snapshot with a record this node cannot read is refused here rather
+// The live state is decoded on the way, for afterInstall to publish, so a
+// snapshot with a record this node cannot read is refused here rather
 // than installed.
 func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error {
 	if err := sm.enter(); err != nil {
@@ -362,8 +362,8 @@ func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error 
 	var (
 		m       smMeta
 		sawMeta bool
-		tree    = newKVTree()
-		kvErr   error // the first key that does not decode
+		mem     = newMemState()
+		memErr  error // the first record of the live state that does not decode
 	)
 	for it.First(); it.Valid(); it.Next() {
 		orig := it.Key()[1:]
@@ -384,8 +384,8 @@ func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error 
 		case bytes.Equal(orig, metaConfKey):
 			// Replaced below by the metadata's, which Raft goes by.
 			continue
-		case orig[0] == prefixKV && kvErr == nil:
-			kvErr = addKVRecord(tree, orig, val)
+		case memErr == nil:
+			memErr = mem.add(orig, val)
 		}
 		if err := b.Set(orig, val, nil); err != nil {
 			return fmt.Errorf("storage: install snapshot: %w", err)
@@ -397,8 +397,8 @@ func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error 
 	if !sawMeta {
 		return fmt.Errorf("%w: snapshot %d/%d has no applied state", ErrCorrupt, index, term)
 	}
-	if kvErr != nil {
-		return fmt.Errorf("storage: install snapshot %d/%d: %w", index, term, kvErr)
+	if memErr != nil {
+		return fmt.Errorf("storage: install snapshot %d/%d: %w", index, term, memErr)
 	}
 	if err := b.Set(metaConfKey, conf, nil); err != nil {
 		return fmt.Errorf("storage: install snapshot: %w", err)
@@ -406,7 +406,7 @@ func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error 
 	if err := b.DeleteRange(stLo, stHi, nil); err != nil {
 		return fmt.Errorf("storage: install snapshot: %w", err)
 	}
-	sm.installed, sm.installedKV = m, tree
+	sm.installed, sm.installedMem = m, mem
 	return nil
 }
 
@@ -428,16 +428,16 @@ func (sm *StateMachine) afterInstall(snap *pb.Snapshot) {
 		sm.opts.Logger.Error("storage: reload state after snapshot install", "err", err)
 		m, cs = sm.installed, proto.CloneOf(snap.GetMetadata().GetConfState())
 	}
-	tree := sm.installedKV
-	if tree == nil {
-		// Only reached if called without installStaged; the disk then has
-		// the keys.
-		if tree, err = loadKVTree(sm.db); err != nil {
-			sm.opts.Logger.Error("storage: reload keys after snapshot install", "err", err)
-			tree = newKVTree()
+	mem := sm.installedMem
+	if mem.keys == nil {
+		// installStaged always leaves the state it wrote; should it not
+		// have, the disk has it.
+		if mem, err = loadMemState(sm.db); err != nil {
+			sm.opts.Logger.Error("storage: reload state after snapshot install", "err", err)
+			mem = newMemState()
 		}
 	}
-	sm.publish(m, cs, tree)
-	sm.installedKV = nil
+	sm.publish(m, cs, mem)
+	sm.installedMem = memState{}
 	sm.stage = stagingState{}
 }

@@ -17,9 +17,9 @@ import (
 // and the change history. Apply is called from one goroutine; reads are
 // safe concurrently with it and see the state as of some applied index.
 //
-// The live keys are also held in memory (see kvView), and Get and List
-// read only that: Apply builds the next state on a copy-on-write clone
-// and publishes it after its batch commits.
+// The live keys and sessions are also held in memory (see memState), and
+// Get, List and Sessions read only that: Apply builds the next state on a
+// copy-on-write clone and publishes it after its batch commits.
 //
 // Apply, bootstrap, installStaged and afterInstall must not run
 // concurrently with each other (the Raft node serialises them); a mutex
@@ -42,7 +42,7 @@ type StateMachine struct {
 	// Copies of cur for readers, stored after each commit. view is
 	// stored first: a reader that waited for an applied index must find
 	// keys at least that new.
-	view         atomic.Pointer[kvView]
+	view         atomic.Pointer[view]
 	appliedIndex atomic.Uint64
 	revision     atomic.Int64
 	oldest       atomic.Int64
@@ -57,10 +57,10 @@ type StateMachine struct {
 	stageMu sync.Mutex
 	stage   stagingState
 	// installed is the meta installStaged wrote, for afterInstall should
-	// rereading it from disk fail; installedKV the keys it wrote, which
-	// afterInstall publishes.
-	installed   smMeta
-	installedKV *kvTree
+	// rereading it from disk fail; installedMem the live state it wrote,
+	// which afterInstall publishes.
+	installed    smMeta
+	installedMem memState
 }
 
 func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) {
@@ -89,22 +89,22 @@ func (sm *StateMachine) load() error {
 	if err != nil {
 		return err
 	}
-	tree, err := loadKVTree(sm.db)
+	mem, err := loadMemState(sm.db)
 	if err != nil {
 		return err
 	}
-	sm.publish(m, cs, tree)
+	sm.publish(m, cs, mem)
 	return nil
 }
 
-// publish makes m (and cs, when non-nil) the in-memory state, with tree
-// the live keys as of m.
-func (sm *StateMachine) publish(m smMeta, cs *pb.ConfState, tree *kvTree) {
+// publish makes m (and cs, when non-nil) the in-memory state, with mem
+// the live state as of m.
+func (sm *StateMachine) publish(m smMeta, cs *pb.ConfState, mem memState) {
 	sm.cur = m
 	if cs != nil {
 		sm.confState.Store(cs)
 	}
-	sm.view.Store(&kvView{tree: tree, rev: m.rev})
+	sm.view.Store(&view{memState: mem, rev: m.rev})
 	sm.appliedIndex.Store(m.index)
 	sm.revision.Store(m.rev)
 	sm.oldest.Store(m.oldest)
@@ -226,7 +226,7 @@ func (sm *StateMachine) Get(key string) (kv command.KV, found bool, err error) {
 		return kv, false, err
 	}
 	defer sm.life.RUnlock()
-	it, ok := sm.view.Load().tree.Get(kvItem{key: key})
+	it, ok := sm.view.Load().keys.Get(kvItem{key: key})
 	if !ok {
 		return kv, false, nil
 	}
@@ -250,7 +250,7 @@ func (sm *StateMachine) List(prefix string) ([]command.KV, int64, error) {
 		kvs   []command.KV
 		arena valueArena
 	)
-	ascendPrefix(v.tree, prefix, func(it kvItem) bool {
+	v.ascendPrefix(prefix, func(it kvItem) bool {
 		kv := *it.kv
 		kv.Value = arena.copy(kv.Value)
 		kvs = append(kvs, kv)
@@ -347,33 +347,12 @@ func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
 		return nil, err
 	}
 	defer sm.life.RUnlock()
-	it, err := sm.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixSession},
-		UpperBound: []byte{prefixSession + 1},
+	v := sm.view.Load()
+	out := make([]SessionInfo, 0, v.sessions.Len())
+	v.sessions.Ascend(func(it sessionItem) bool {
+		out = append(out, SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard})
+		return true
 	})
-	if err != nil {
-		return nil, fmt.Errorf("storage: sessions: %w", err)
-	}
-	defer it.Close()
-	var out []SessionInfo
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 9 {
-			return nil, fmt.Errorf("%w: session key %x", ErrCorrupt, k)
-		}
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return nil, fmt.Errorf("storage: sessions: %w", err)
-		}
-		ttl, unheard, err := decodeSessionRecord(val)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, SessionInfo{ID: int64(readUint64(k[1:])), TTL: ttl, Unheard: unheard})
-	}
-	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("storage: sessions: %w", err)
-	}
 	return out, nil
 }
 
@@ -420,12 +399,12 @@ func (sm *StateMachine) bootstrapInto(b *pebble.Batch, cs *pb.ConfState, members
 }
 
 // afterBootstrap publishes the founding state. Bootstrap writes no keys
-// and only a state machine that applied nothing takes it, so the keys
-// loaded at open are still the keys on disk.
+// nor sessions, and only a state machine that applied nothing takes it,
+// so the state loaded at open is still the state on disk.
 func (sm *StateMachine) afterBootstrap(m smMeta, cs *pb.ConfState) {
 	sm.applyMu.Lock()
 	defer sm.applyMu.Unlock()
-	sm.publish(m, proto.CloneOf(cs), sm.view.Load().tree)
+	sm.publish(m, proto.CloneOf(cs), sm.view.Load().memState)
 }
 
 // close releases the Pebble snapshots and iterators the state machine

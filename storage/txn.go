@@ -18,10 +18,7 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	ok := true
 	for i := range t.If {
 		c := &t.If[i]
-		kv, _, _, err := a.getKV(c.Key, c.Target == command.TargetValue)
-		if err != nil {
-			return command.Result{}, err
-		}
+		kv, _, _ := a.getKV(c.Key, c.Target == command.TargetValue)
 		if !compare(&kv, c) {
 			ok = false
 			break
@@ -53,10 +50,7 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 				return nil
 			})
 		case op.Type == command.OpGet:
-			var kv command.KV
-			var found bool
-			kv, _, found, err = a.getKV(op.Key, true)
-			if found {
+			if kv, _, found := a.getKV(op.Key, true); found {
 				r.KVs = []command.KV{kv}
 			}
 		case op.Type == command.OpPut:
@@ -148,15 +142,8 @@ func (a *applier) precheck(ops []command.Op) (command.Status, error) {
 		if op.Type != command.OpPut {
 			continue
 		}
-		if op.Session != 0 {
-			a.ibuf = appendSessionKey(a.ibuf[:0], op.Session)
-			ok, err := a.has(a.ibuf)
-			if err != nil {
-				return command.StatusOK, err
-			}
-			if !ok {
-				return command.StatusNoSession, nil
-			}
+		if op.Session != 0 && !a.hasSession(op.Session) {
+			return command.StatusNoSession, nil
 		}
 		grow += int64(len(op.Key) + len(op.Value))
 	}
@@ -180,25 +167,21 @@ func (a *applier) precheck(ops []command.Op) (command.Status, error) {
 func (a *applier) sizeDelta(ops []command.Op) (int64, error) {
 	// The size of each key ops touched, after the ops so far; -1 = absent.
 	after := make(map[string]int64)
-	sizeOf := func(key string) (int64, error) {
+	sizeOf := func(key string) int64 {
 		if s, ok := after[key]; ok {
-			return s, nil
+			return s
 		}
-		_, s, found, err := a.getKV(key, false)
-		if !found {
-			s = -1
+		if _, s, found := a.getKV(key, false); found {
+			return s
 		}
-		return s, err
+		return -1
 	}
 	var delta int64
 	for i := range ops {
 		op := &ops[i]
 		switch {
 		case op.Type == command.OpPut:
-			old, err := sizeOf(op.Key)
-			if err != nil {
-				return 0, err
-			}
+			old := sizeOf(op.Key)
 			delta += int64(len(op.Key)+len(op.Value)) - max(old, 0)
 			after[op.Key] = int64(len(op.Key) + len(op.Value))
 		case op.Type == command.OpDelete && op.Prefix:
@@ -219,11 +202,7 @@ func (a *applier) sizeDelta(ops []command.Op) (int64, error) {
 				return 0, err
 			}
 		case op.Type == command.OpDelete:
-			old, err := sizeOf(op.Key)
-			if err != nil {
-				return 0, err
-			}
-			if old >= 0 {
+			if old := sizeOf(op.Key); old >= 0 {
 				delta -= old
 				after[op.Key] = -1
 			}
@@ -234,10 +213,7 @@ func (a *applier) sizeDelta(ops []command.Op) (int64, error) {
 
 // put writes op at revision rev and returns the key as written.
 func (a *applier) put(op *command.Op, rev int64) (command.KV, *command.KV, error) {
-	old, oldSize, found, err := a.getKV(op.Key, true)
-	if err != nil {
-		return command.KV{}, nil, err
-	}
+	old, oldSize, found := a.getKV(op.Key, true)
 	kv := command.KV{
 		Key: op.Key, Value: op.Value,
 		Version: 1, CreateRev: rev, ModRev: rev, Session: op.Session,
@@ -272,21 +248,23 @@ func (a *applier) setOwner(from, to int64, key string) error {
 		if err := a.b.Delete(a.ibuf, nil); err != nil {
 			return err
 		}
+		a.mem.owned.Delete(ownedItem{session: from, key: key})
 	}
 	if to != 0 {
 		a.ibuf = appendOwnedKey(a.ibuf[:0], to, key)
 		if err := a.b.Set(a.ibuf, nil, nil); err != nil {
 			return err
 		}
+		a.mem.owned.ReplaceOrInsert(ownedItem{session: to, key: key})
 	}
 	return nil
 }
 
 // deleteKey deletes key, if present, at revision rev.
 func (a *applier) deleteKey(key string, rev int64, events []Event, deleted *int64) ([]Event, error) {
-	kv, size, found, err := a.getKV(key, true)
-	if err != nil || !found {
-		return events, err
+	kv, size, found := a.getKV(key, true)
+	if !found {
+		return events, nil
 	}
 	if err := a.b.Delete(a.kbuf, nil); err != nil {
 		return events, err
