@@ -73,7 +73,7 @@ var _ raft.Storage = (*RaftLog)(nil)
 func newRaftLog(db *pebble.DB, opts *Options, sm stateSource) (*RaftLog, error) {
 	limit := opts.EntryCacheBytes
 	if limit == 0 {
-		limit = 16 << 20 // as Options documents (Store sets it; tests may not)
+		limit = defaultEntryCacheBytes // as Options documents (Store sets it; tests may not)
 	}
 	// A negative limit turns the cache off, so every read goes to Pebble
 	// (tests use that to exercise the Pebble path).

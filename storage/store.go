@@ -7,6 +7,13 @@
 // Ready, and the state machine's applies ride on the next sync. The
 // applied index is written in the same batch as the change it applies, so
 // a restart replays exactly the entries not yet applied, never one twice.
+//
+// The state machine also keeps its live state in memory: every key with
+// its value, every session, and which keys each session owns. Reads and
+// the transactions Apply runs are served from there; Pebble is the durable
+// copy it is rebuilt from when the store opens or installs a snapshot.
+// Memory therefore grows with the key space, which Options.QuotaBytes
+// bounds, while Pebble's own caches stay small.
 package storage
 
 import (
@@ -21,6 +28,13 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
+
+// defaultEntryCacheBytes is Options.EntryCacheBytes' default. Raft reads
+// entries back soon after appending them (to apply them, and to send
+// them to followers that are not far behind); 4 MiB holds tens of
+// thousands of small commands, and several members often share one
+// process.
+const defaultEntryCacheBytes = 4 << 20
 
 // FormatVersion is the on-disk format of this package. A store written
 // with another version is refused by Open (invariant 10 of DESIGN.md).
@@ -89,14 +103,15 @@ type Options struct {
 	// Logger receives storage events. nil = discard.
 	Logger *slog.Logger
 	// EntryCacheBytes bounds the in-memory cache of recent Raft entries.
-	// 0 = 16 MiB.
+	// 0 = 4 MiB.
 	EntryCacheBytes int
 	// HistoryRevisions is how many revisions of change history to keep for
 	// watches. 0 = 100,000.
 	HistoryRevisions int64
-	// QuotaBytes bounds the size of the keyspace (keys + values). Writes
-	// that would exceed it fail with StatusQuotaExceeded; deletes always
-	// work. 0 = 2 GiB.
+	// QuotaBytes bounds the size of the keyspace (keys + values), which
+	// the state machine holds in memory as well as on disk. Writes that
+	// would exceed it fail with StatusQuotaExceeded; deletes always work.
+	// 0 = 2 GiB.
 	QuotaBytes int64
 }
 
@@ -105,7 +120,7 @@ func (o *Options) setDefaults() {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.EntryCacheBytes == 0 {
-		o.EntryCacheBytes = 16 << 20
+		o.EntryCacheBytes = defaultEntryCacheBytes
 	}
 	if o.HistoryRevisions == 0 {
 		o.HistoryRevisions = 100_000
@@ -130,9 +145,11 @@ func Open(opts Options) (*Store, error) {
 	opts.setDefaults()
 	popts := &pebble.Options{
 		Logger: pebbleLogger{opts.Logger},
-		// Every put reads its key first (version, create revision): a
-		// modest block cache and bloom filters keep that off the disk.
-		CacheSize: 32 << 20,
+		// The state machine reads its live state from memory, so Pebble
+		// only reads for the Raft log (entries the cache no longer holds),
+		// watch history and snapshots: a small block cache does, and
+		// several members often share one process.
+		CacheSize: 8 << 20,
 	}
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
