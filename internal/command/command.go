@@ -183,17 +183,6 @@ func Decode(data []byte) (*Command, error) {
 	}
 }
 
-func decodeMsgpack(data []byte) (*Command, error) {
-	var c Command
-	if err := msgpack.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if c.Kind < KindTxn || c.Kind > maxKind {
-		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, c.Kind)
-	}
-	return &c, nil
-}
-
 // Status is the outcome of applying a command. The state machine decides it
 // deterministically, so every node reaches the same one.
 type Status uint8
