@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/mpcheck"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/vmihailenco/msgpack/v5"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -281,6 +282,9 @@ func (a *adminRPC) ask(ctx context.Context, req adminRequest) error {
 
 func (a *adminRPC) onMessage(from string, data []byte) {
 	var m adminMessage
+	if mpcheck.Check(data) != nil {
+		return
+	}
 	if err := msgpack.Unmarshal(data, &m); err != nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/coordcell/coord/internal/mpcheck"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -259,6 +260,9 @@ func DecodeMember(data []byte) (*Member, error) {
 	}
 	if data[0] != versionMsgpack {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, data[0])
+	}
+	if err := mpcheck.Check(data[1:]); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	var m Member
 	if err := msgpack.Unmarshal(data[1:], &m); err != nil {

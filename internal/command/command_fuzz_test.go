@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/coordcell/coord/internal/mpcheck"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -71,12 +72,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add(append([]byte{versionMsgpack}, "\x82\xa4kind\x01\xa3txn\x81\xa4then\xdd\xff\xff\xff\xff"...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Decode(data)
-		if len(data) > 0 && data[0] == versionMsgpack && checkMsgpack(data[1:]) != nil {
+		if len(data) > 0 && data[0] == versionMsgpack && mpcheck.Check(data[1:]) != nil {
 			// What the check refuses, msgpack must refuse too, or an old
 			// log could stop applying. A fresh decoder, not Unmarshal's
 			// pooled ones, so this input cannot grow them.
 			var v Command
-			require.Error(t, msgpack.NewDecoder(bytes.NewReader(data[1:])).Decode(&v), "checkMsgpack refused what msgpack reads")
+			require.Error(t, msgpack.NewDecoder(bytes.NewReader(data[1:])).Decode(&v), "mpcheck refused what msgpack reads")
 		}
 		if err != nil {
 			require.Nil(t, c)

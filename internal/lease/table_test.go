@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -86,4 +87,20 @@ func TestWireRoundTripAndMalformed(t *testing.T) {
 		_, err := Decode(bad)
 		require.ErrorIs(t, err, ErrMalformed)
 	}
+}
+
+// A keep-alive claiming far more bytes than it holds is refused before
+// msgpack allocates for the claim (msgpack would allocate and keep up to
+// 1 MB per such message in its pooled decoder).
+func TestWireRefusesLyingLengthsCheaply(t *testing.T) {
+	// A map {"ka": bin32 of 1 GiB} with no payload.
+	lying := []byte{wireVersion, 0x81, 0xa2, 'k', 'a', 0xc6, 0x40, 0, 0, 0}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		_, err := Decode(lying)
+		require.ErrorIs(t, err, ErrMalformed)
+	}
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated by 100 refusals")
 }

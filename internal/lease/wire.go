@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/coordcell/coord/internal/mpcheck"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -48,6 +49,9 @@ func Encode(m *Message) ([]byte, error) {
 func Decode(b []byte) (*Message, error) {
 	if len(b) == 0 || b[0] != wireVersion {
 		return nil, fmt.Errorf("%w: version", ErrMalformed)
+	}
+	if err := mpcheck.Check(b[1:]); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	var m Message
 	if err := msgpack.Unmarshal(b[1:], &m); err != nil {
