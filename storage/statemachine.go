@@ -82,7 +82,7 @@ func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) {
 	return sm, nil
 }
 
-// load reads the bookkeeping and the live keys from disk into memory. A
+// load reads the bookkeeping and the live state from disk into memory. A
 // store that never applied anything has no meta record and starts empty.
 func (sm *StateMachine) load() error {
 	m, cs, err := readMeta(sm.db)
@@ -347,9 +347,8 @@ func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
 		return nil, err
 	}
 	defer sm.life.RUnlock()
-	v := sm.view.Load()
-	out := make([]SessionInfo, 0, v.sessions.Len())
-	v.sessions.Ascend(func(it sessionItem) bool {
+	var out []SessionInfo
+	sm.view.Load().sessions.Ascend(func(it sessionItem) bool {
 		out = append(out, SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard})
 		return true
 	})
