@@ -17,7 +17,7 @@ type loadResult struct {
 	done     int             // operations that succeeded, warm-up included
 	errs     int             // of which failed
 	elapsed  time.Duration   // the measured window
-	lat      []time.Duration // latency of each successful one, sorted
+	lat      *histogram      // latencies of the successful ones
 	firstErr error
 }
 
@@ -28,8 +28,8 @@ func (r loadResult) rate() float64 { return float64(r.ops-r.errs) / r.elapsed.Se
 func (r loadResult) metrics(name, label, unit string) []Metric {
 	out := []Metric{
 		{Name: name + ".rate", Label: label + ": throughput", Unit: unit, Value: r.rate(), HigherIsBetter: true},
-		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(percentile(r.lat, 50))},
-		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(percentile(r.lat, 99))},
+		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(r.lat.quantile(50))},
+		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(r.lat.quantile(99))},
 	}
 	if r.errs > 0 {
 		out = append(out, Metric{Name: name + ".errors", Label: label + ": errors", Unit: "ops", Value: float64(r.errs)})
@@ -45,11 +45,11 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 	op func(ctx context.Context, worker, seq int) error) (loadResult, error) {
 	var measuring, stop atomic.Bool
 	var mu sync.Mutex
-	res := loadResult{elapsed: dur}
+	res := loadResult{elapsed: dur, lat: new(histogram)}
 	var wg sync.WaitGroup
 	for w := range clients {
 		wg.Go(func() {
-			var lat []time.Duration
+			lat := new(histogram)
 			ops, errs, done := 0, 0, 0
 			var firstErr error
 			for seq := 0; !stop.Load() && ctx.Err() == nil; seq++ {
@@ -72,13 +72,13 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 					}
 					continue
 				}
-				lat = append(lat, time.Since(start))
+				lat.add(time.Since(start))
 			}
 			mu.Lock()
 			res.ops += ops
 			res.done += done
 			res.errs += errs
-			res.lat = append(res.lat, lat...)
+			res.lat.merge(lat)
 			if res.firstErr == nil {
 				res.firstErr = firstErr
 			}
@@ -93,7 +93,6 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	res.lat = sortedCopy(res.lat)
 	if res.ops > 0 && res.errs == res.ops {
 		return res, fmt.Errorf("every operation failed, the first with: %w", res.firstErr)
 	}
