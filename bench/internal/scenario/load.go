@@ -13,11 +13,11 @@ const opTimeout = 10 * time.Second
 
 // loadResult is the outcome of one closed-loop load point.
 type loadResult struct {
-	ops      int             // operations started in the measured window
-	done     int             // operations that succeeded, warm-up included
-	errs     int             // of which failed
-	elapsed  time.Duration   // the measured window
-	lat      *histogram      // latencies of the successful ones
+	ops      int           // operations started in the measured window
+	done     int           // operations that succeeded, warm-up included
+	errs     int           // of which failed
+	elapsed  time.Duration // the measured window
+	lat      *histogram    // latencies of the successful ones
 	firstErr error
 }
 
