@@ -8,8 +8,10 @@
 // revision costs one map lookup per prefix of each changed key, however
 // many watchers there are, and wakes only the groups whose prefix
 // matched; a watcher that keeps up never reads Pebble, and one that falls
-// behind the in-memory window reads the history instead. The apply loop
-// never waits for a watcher.
+// behind the in-memory window reads the history instead. A new group
+// starts with the events under its prefix among the last few hundred
+// revisions, so a new watch from a revision just behind the head reads
+// no Pebble either. The apply loop never waits for a watcher.
 package watch
 
 import (
@@ -90,7 +92,22 @@ type Hub struct {
 	mu     sync.RWMutex
 	head   int64 // the last revision published
 	groups map[string]*group
+	// recent holds the last revisions published, whatever their keys,
+	// ending at head, so a new group starts with a window rather than
+	// empty: a watch from a revision just behind the head (a lock waiter
+	// watching the key it has just created, at its create revision) is
+	// then served from memory instead of a Pebble read of the history.
+	recent      []storage.Revision
+	recentBytes int
 }
+
+// The recent revisions kept for new groups: a few hundred revisions (a
+// new watch usually starts a handful behind the head), and never more
+// than this many bytes of values, so big values do not pin memory.
+const (
+	recentRevisions = 256
+	recentMaxBytes  = 1 << 20
+)
 
 // NewHub returns a hub over hist that keeps up to capacity recent events
 // per watched prefix in memory.
@@ -144,16 +161,9 @@ func (h *Hub) Publish(revs []storage.Revision) {
 		}
 		h.head = r.Rev
 	}
+	h.remember(revs)
 	for _, g := range touched {
-		if over := len(g.items) - h.capacity; over > 0 {
-			g.start = g.items[over-1].rev
-			// Copy down rather than reslice so the array does not grow.
-			g.items = append(g.items[:0], g.items[over:]...)
-			// Keep whole revisions: a window never starts mid-revision.
-			for len(g.items) > 0 && g.items[0].rev == g.start {
-				g.items = g.items[1:]
-			}
-		}
+		h.trim(g)
 	}
 	woken := map[*group]bool{}
 	for _, g := range touched {
@@ -163,6 +173,50 @@ func (h *Hub) Publish(revs []storage.Revision) {
 			g.wake = make(chan struct{})
 		}
 	}
+}
+
+// trim keeps g's window within the hub's capacity.
+func (h *Hub) trim(g *group) {
+	if over := len(g.items) - h.capacity; over > 0 {
+		g.start = g.items[over-1].rev
+		// Copy down rather than reslice so the array does not grow.
+		g.items = append(g.items[:0], g.items[over:]...)
+		// Keep whole revisions: a window never starts mid-revision.
+		for len(g.items) > 0 && g.items[0].rev == g.start {
+			g.items = g.items[1:]
+		}
+	}
+}
+
+// remember adds published revisions to the recent ones and forgets the
+// oldest beyond the bounds.
+func (h *Hub) remember(revs []storage.Revision) {
+	for _, r := range revs {
+		h.recent = append(h.recent, r)
+		h.recentBytes += revisionBytes(r)
+	}
+	drop := 0
+	for len(h.recent)-drop > recentRevisions || (h.recentBytes > recentMaxBytes && drop < len(h.recent)) {
+		h.recentBytes -= revisionBytes(h.recent[drop])
+		drop++
+	}
+	if drop > 0 {
+		// Copy down rather than reslice so the array does not grow.
+		n := copy(h.recent, h.recent[drop:])
+		clear(h.recent[n:])
+		h.recent = h.recent[:n]
+	}
+}
+
+func revisionBytes(r storage.Revision) int {
+	n := 0
+	for _, ev := range r.Events {
+		n += len(ev.KV.Key) + len(ev.KV.Value)
+		if ev.Prev != nil {
+			n += len(ev.Prev.Value)
+		}
+	}
+	return n
 }
 
 func contains(gs []*group, g *group) bool {
@@ -184,6 +238,8 @@ func (h *Hub) Reset(rev int64) {
 
 func (h *Hub) resetLocked(rev int64) {
 	h.head = rev
+	clear(h.recent)
+	h.recent, h.recentBytes = h.recent[:0], 0
 	for _, g := range h.groups {
 		g.items, g.start = nil, rev
 		close(g.wake)
@@ -197,6 +253,30 @@ func (h *Hub) join(prefix string) *group {
 	g, ok := h.groups[prefix]
 	if !ok {
 		g = &group{prefix: prefix, start: h.head, wake: make(chan struct{})}
+		if len(h.recent) > 0 {
+			// The recent revisions run without a gap up to head; those the
+			// history no longer retains are left out, so a watch from below
+			// the history is refused the same way whatever is in memory.
+			first := max(h.recent[0].Rev, h.hist.OldestRevision())
+			g.start = first - 1
+			for ri := range h.recent {
+				r := &h.recent[ri]
+				if r.Rev < first {
+					continue
+				}
+				for ei := range r.Events {
+					ev := &r.Events[ei]
+					if !strings.HasPrefix(ev.KV.Key, prefix) {
+						continue
+					}
+					if n := len(g.items); n > 0 && g.items[n-1].rev == r.Rev {
+						g.items[n-1].end = false
+					}
+					g.items = append(g.items, item{rev: r.Rev, ev: ev, end: true})
+				}
+			}
+			h.trim(g)
+		}
 		h.groups[prefix] = g
 	}
 	g.refs++

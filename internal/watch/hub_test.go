@@ -230,3 +230,51 @@ func TestResetAfterSnapshotReadsStorage(t *testing.T) {
 	h.Publish([]storage.Revision{f.add("k")})
 	require.Equal(t, int64(3), r.next(t).rev)
 }
+
+// A watch that starts a little behind the head, on a prefix nobody
+// watched (a lock waiter watching the key it has just created), is served
+// from the hub's recent revisions, not from storage; one that starts
+// before them reads storage, and a window is still exactly-once.
+func TestNewWatchJustBehindTheHeadIsServedFromMemory(t *testing.T) {
+	f := &fakeHistory{oldest: 1}
+	h := NewHub(f, 100)
+	for i := range recentRevisions + 10 {
+		h.Publish([]storage.Revision{f.add(fmt.Sprintf("other/%d", i), fmt.Sprintf("lock/%d", i%3))})
+	}
+	head := h.Head()
+	readsBefore := f.storageReads()
+	r := start(t, h, "lock/1", head-5, 0, nil)
+	var revs []int64
+	for range 2 { // lock/1 changed at 2 of the last 5 revisions
+		g := r.next(t)
+		require.Equal(t, "lock/1", g.key)
+		require.True(t, g.end)
+		revs = append(revs, g.rev)
+	}
+	require.Equal(t, []int64{head - 3, head}, revs)
+	require.Equal(t, readsBefore, f.storageReads(), "served from the recent revisions")
+
+	old := start(t, h, "lock/2", 0, 0, nil)
+	for want := int64(3); want <= head; want += 3 {
+		require.Equal(t, want, old.next(t).rev, "from before the recent revisions: from storage, then memory, no gap, no repeat")
+	}
+	require.Greater(t, f.storageReads(), readsBefore)
+	h.Publish([]storage.Revision{f.add("lock/2")})
+	require.Equal(t, head+1, old.next(t).rev)
+}
+
+// Big values bound the recent revisions by bytes, not only by count.
+func TestRecentRevisionsBoundedByBytes(t *testing.T) {
+	f := &fakeHistory{oldest: 1}
+	h := NewHub(f, 100)
+	for range 64 {
+		r := f.add("big")
+		r.Events[0].KV.Value = make([]byte, 64<<10)
+		h.Publish([]storage.Revision{r})
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	require.LessOrEqual(t, h.recentBytes, recentMaxBytes)
+	require.Less(t, len(h.recent), 64)
+	require.Equal(t, h.head, h.recent[len(h.recent)-1].Rev, "the recent revisions end at the head")
+}
