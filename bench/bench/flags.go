@@ -63,7 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.ElectionTTL, "election-ttl", 5*time.Second, "failover: session TTL of the election hand-over (both sides)")
 	stop := fs.String("failover-stop", string(cell.Crash),
 		"failover: how the leader is stopped: crash (coord: transport cut; etcd: HardStop) or graceful (Close on both)")
-	fs.IntVar(&c.FailoverRounds, "failover-rounds", 3, "failover: rounds, each on a fresh cell")
+	fs.IntVar(&c.FailoverRounds, "failover-rounds", 7, "failover: rounds, each on a fresh cell (the time to a new leader is mostly the randomized election timeout: a median over few rounds is noise)")
 	fs.IntVar(&c.Watchers, "watchers", 1000, "watch: watchers on one prefix")
 	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch: measured puts")
 	fs.StringVar(&o.child, childFlag, "", "")
