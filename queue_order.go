@@ -5,6 +5,7 @@ package coord
 // revision, so every member and every waiter reaches the same answer.
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 )
@@ -26,7 +27,7 @@ func parseQueue(prefix string, kinded bool, kvs []KV) []entry {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b entry) int { return cmpInt64(a.kv.CreateRev, b.kv.CreateRev) })
+	slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.kv.CreateRev, b.kv.CreateRev) })
 	return out
 }
 
@@ -66,16 +67,6 @@ func parseLimit(v []byte) int {
 		n = n*10 + int(c-'0')
 	}
 	return max(n, 1)
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // blockers returns the keys that keep q[i] from holding, nil if it holds.

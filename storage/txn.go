@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"strings"
 
 	"github.com/coordcell/coord/internal/command"
@@ -102,13 +103,13 @@ func compare(kv *command.KV, c *command.Compare) bool {
 	case command.TargetValue:
 		r = bytes.Compare(kv.Value, c.Value)
 	case command.TargetVersion:
-		r = cmpInt(kv.Version, c.Int)
+		r = cmp.Compare(kv.Version, c.Int)
 	case command.TargetCreateRev:
-		r = cmpInt(kv.CreateRev, c.Int)
+		r = cmp.Compare(kv.CreateRev, c.Int)
 	case command.TargetModRev:
-		r = cmpInt(kv.ModRev, c.Int)
+		r = cmp.Compare(kv.ModRev, c.Int)
 	case command.TargetSession:
-		r = cmpInt(kv.Session, c.Int)
+		r = cmp.Compare(kv.Session, c.Int)
 	}
 	switch c.Op {
 	case command.Equal:
@@ -121,16 +122,6 @@ func compare(kv *command.KV, c *command.Compare) bool {
 		return r > 0
 	}
 	return false
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // precheck decides whether ops may run: every ephemeral put's session
