@@ -34,6 +34,9 @@ type loopState struct {
 	// leaderlessSince is the tick at which the member last lost sight of
 	// a leader; meaningful only while lead == 0.
 	leaderlessSince uint64
+	// inlineCooldown counts down the batches that go to the apply loop
+	// after a slow inline apply.
+	inlineCooldown int
 }
 
 func (n *Node) raftLoop() {
@@ -230,9 +233,8 @@ func (n *Node) handleReady(ls *loopState) bool {
 	}
 	if len(rd.CommittedEntries) > 0 {
 		job := applyJob{ents: rd.CommittedEntries, cs: n.applyConfChanges(rd.CommittedEntries)}
-		select {
-		case n.applyc <- job:
-		case <-n.stopc:
+		handled, ok := n.applyInline(ls, job)
+		if !ok || (!handled && !n.handOver(job)) {
 			return false
 		}
 	}
@@ -278,9 +280,7 @@ func (n *Node) applyConfChanges(ents []*pb.Entry) *pb.ConfState {
 // leader, once every earlier committed entry has been applied.
 func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
 	barrier := make(chan struct{})
-	select {
-	case n.applyc <- applyJob{barrier: barrier}:
-	case <-n.stopc:
+	if !n.handOver(applyJob{barrier: barrier}) {
 		return false
 	}
 	select {
@@ -293,12 +293,7 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
 		return false
 	}
 	n.log.Info("installed snapshot", "index", snap.GetMetadata().GetIndex())
-	select {
-	case n.applyc <- applyJob{snap: snap}:
-		return true
-	case <-n.stopc:
-		return false
-	}
+	return n.handOver(applyJob{snap: snap})
 }
 
 // send encodes and hands messages to the transport. A snapshot message

@@ -116,15 +116,21 @@ type Node struct {
 	tr    transport.Transport
 	rn    *raft.RawNode // owned by the raft loop
 
-	propc   chan *proposal
-	readc   chan *readRequest
-	runc    chan func() // closures run on the raft loop (reports from other goroutines)
-	applyc  chan applyJob
-	chunkc  chan *chunk
-	stopc   chan struct{} // closed when the node starts stopping (Stop or failure)
-	stopped sync.Once
-	failed  atomic.Pointer[error]
-	wg      sync.WaitGroup
+	propc  chan *proposal
+	readc  chan *readRequest
+	runc   chan func() // closures run on the raft loop (reports from other goroutines)
+	applyc chan applyJob
+	// applyQueued counts the jobs handed to the apply loop and not yet
+	// done; at zero the raft loop may apply inline (see applyInline).
+	applyQueued atomic.Int64
+	// lastCompact is the applied index of the last log compaction; used
+	// by whichever goroutine applies (never both at once).
+	lastCompact uint64
+	chunkc      chan *chunk
+	stopc       chan struct{} // closed when the node starts stopping (Stop or failure)
+	stopped     sync.Once
+	failed      atomic.Pointer[error]
+	wg          sync.WaitGroup
 
 	waiters  waiters
 	confs    confWaiters
@@ -164,6 +170,7 @@ func Start(cfg Config) (*Node, error) {
 	n.members = make(map[uint64]storage.MemberInfo)
 	n.setMembers(maps.Values(cfg.Members))
 	n.applied.init(n.sm.AppliedIndex())
+	n.lastCompact = n.sm.AppliedIndex()
 	n.senders.init()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        n.id,

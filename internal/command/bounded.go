@@ -1,0 +1,57 @@
+package command
+
+// Bounded reports whether applying the encoded command costs at most in
+// proportion to its own size, so the Raft goroutine may apply it itself
+// without starving its heartbeats: it deletes no prefix and ends no
+// session (either may delete any number of keys). Prefix reads inside a
+// transaction count as bounded: they are the lock queues' reads of their
+// own few keys. Bounded reads the encoding without allocating; what it
+// cannot read (format 1, malformed bytes) counts as unbounded.
+func Bounded(data []byte) bool {
+	if len(data) < 11 || data[0] != Version {
+		return false
+	}
+	kind, body := Kind(data[9]), data[10]
+	switch {
+	case kind == KindSessionEnd:
+		return false
+	case kind != KindTxn || body&bodyTxn == 0:
+		return true
+	}
+	d := decoder{b: data[11:]}
+	nIf, nThen, nElse := max(d.list(minCompare), 0), max(d.list(minOp), 0), max(d.list(minOp), 0)
+	for range nIf {
+		d.skipStr()
+		d.u8()
+		d.u8()
+		d.varint()
+		d.skipBytes()
+	}
+	for range nThen + nElse {
+		typ, flags := OpType(d.u8()), d.u8()
+		if typ == OpDelete && flags&opPrefix != 0 {
+			return false
+		}
+		d.skipStr()
+		d.skipBytes()
+		d.varint()
+	}
+	return d.err == nil
+}
+
+func (d *decoder) skipStr() {
+	n := d.length()
+	d.b = d.b[n:]
+}
+
+func (d *decoder) skipBytes() {
+	n := d.uvarint()
+	if n == 0 {
+		return
+	}
+	if n-1 > uint64(len(d.b)) {
+		d.fail("length %d beyond the %d bytes left", n-1, len(d.b))
+		return
+	}
+	d.b = d.b[n-1:]
+}
