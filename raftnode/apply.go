@@ -183,6 +183,7 @@ func (n *Node) applyInline(ls *loopState, job applyJob) (handled, ok bool) {
 	}
 	return true, true
 }
+
 // inlineable reports whether job is small and cheap enough to apply on
 // the raft goroutine.
 func inlineable(job applyJob) bool {
