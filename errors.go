@@ -81,6 +81,10 @@ var (
 	// file, an unknown format version, or damage before its last record
 	// (a torn last record, left by a crash mid-write, is not an error).
 	ErrMarksFormat = errs.MarksFormat
+	// ErrMarksInUse: OpenFileMarks found the file open by another
+	// FileMarks, in this process or another one; two writers would each
+	// trust marks the other does not see.
+	ErrMarksInUse = errs.MarksInUse
 )
 
 // The sentinel errors of locks, semaphores and elections.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -41,12 +42,6 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// openMarkPaths holds the files open by a FileMarks in this process.
-var openMarkPaths = struct {
-	sync.Mutex
-	m map[string]bool
-}{m: map[string]bool{}}
-
 // FileMarks is a durable MarkStore: its marks live in one file and
 // survive a restart of the resource. Each Raise that changes a mark is on
 // stable storage (written and fsynced) before it returns; Raises that
@@ -61,10 +56,13 @@ var openMarkPaths = struct {
 //
 // A FileMarks is safe for concurrent use by multiple goroutines; Raises
 // that change marks are serialized (one fsync each). Only one FileMarks
-// may use a file at a time: OpenFileMarks refuses a file already open in
-// this process, and other processes must not open it meanwhile.
+// may use a file at a time, in any process: OpenFileMarks takes an
+// exclusive lock on a companion file, path + ".lock" (left in place, as
+// removing a lock file races with the next opener), and refuses with
+// ErrMarksInUse while someone else holds it.
 type FileMarks struct {
 	path string // absolute
+	lock io.Closer
 
 	mu     sync.Mutex
 	file   *os.File // for appends; nil after a failed rewrite
@@ -86,29 +84,19 @@ func OpenFileMarks(path string) (*FileMarks, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coord: fencing marks %s: %w", path, err)
 	}
-	openMarkPaths.Lock()
-	if openMarkPaths.m[abs] {
-		openMarkPaths.Unlock()
-		return nil, fmt.Errorf("coord: fencing marks %s: already open in this process", abs)
+	lock, err := lockMarksFile(abs + ".lock")
+	if err != nil {
+		return nil, fmt.Errorf("coord: fencing marks %s: %w", abs, err)
 	}
-	openMarkPaths.m[abs] = true
-	openMarkPaths.Unlock()
-
-	fm := &FileMarks{path: abs, marks: map[string]Token{}, live: int64(marksHeaderSize)}
+	fm := &FileMarks{path: abs, lock: lock, marks: map[string]Token{}, live: int64(marksHeaderSize)}
 	if err := fm.load(); err != nil {
 		if fm.file != nil {
 			fm.file.Close()
 		}
-		releaseMarkPath(abs)
+		lock.Close()
 		return nil, err
 	}
 	return fm, nil
-}
-
-func releaseMarkPath(abs string) {
-	openMarkPaths.Lock()
-	delete(openMarkPaths.m, abs)
-	openMarkPaths.Unlock()
 }
 
 func (fm *FileMarks) ioErr(op string, err error) error {
@@ -333,12 +321,16 @@ func (fm *FileMarks) Close() error {
 		return nil
 	}
 	fm.closed = true
-	releaseMarkPath(fm.path)
-	if fm.file == nil {
-		return nil
+	// Closing the lock file releases the lock, after the marks file is
+	// closed: the next opener finds every record written.
+	var err error
+	if fm.file != nil {
+		err = fm.file.Close()
+		fm.file = nil
 	}
-	err := fm.file.Close()
-	fm.file = nil
+	if lerr := fm.lock.Close(); err == nil {
+		err = lerr
+	}
 	if err != nil {
 		return fm.ioErr("close", err)
 	}

@@ -1,14 +1,17 @@
 package coord_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -733,4 +736,52 @@ func TestZeroFenceIsUsable(t *testing.T) {
 	require.ErrorIs(t, f.Admit("r", 4), coord.ErrStaleToken)
 	require.NoError(t, f.Do(context.Background(), "r", 6, func() error { return nil }))
 	require.ErrorIs(t, f.Do(context.Background(), "r", 5, func() error { return nil }), coord.ErrStaleToken)
+}
+
+// holdMarksEnv makes the test binary, run as a child, hold a marks file
+// open (see holdMarks) for TestFileMarksRefusedWhileOpenElsewhere.
+const holdMarksEnv = "COORD_TEST_HOLD_MARKS"
+
+// holdMarks opens the marks file at path, says "held" on stdout and keeps
+// it open until stdin closes.
+func holdMarks(path string) {
+	fm, err := coord.OpenFileMarks(path)
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("held")
+	io.Copy(io.Discard, os.Stdin)
+	fm.Close()
+}
+
+// Only one FileMarks may use a file at a time, in this process or any
+// other: two writers would each trust marks the other never saw.
+func TestFileMarksRefusedWhileOpenElsewhere(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "marks")
+	fm, err := coord.OpenFileMarks(path)
+	require.NoError(t, err)
+	_, err = coord.OpenFileMarks(path)
+	require.ErrorIs(t, err, coord.ErrMarksInUse, "open twice in one process")
+	require.NoError(t, fm.Close())
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), holdMarksEnv+"="+path)
+	stdin, err := child.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "held\n", line)
+
+	_, err = coord.OpenFileMarks(path)
+	require.ErrorIs(t, err, coord.ErrMarksInUse, "open in another process")
+
+	require.NoError(t, stdin.Close())
+	require.NoError(t, child.Wait())
+	fm, err = coord.OpenFileMarks(path)
+	require.NoError(t, err, "free once the other process closed it")
+	require.NoError(t, fm.Close())
 }

@@ -39,6 +39,7 @@ var (
 	StaleToken   = errors.New("coord: stale fencing token")
 	InvalidToken = errors.New("coord: invalid fencing token")
 	MarksFormat  = errors.New("coord: unusable fencing marks file")
+	MarksInUse   = errors.New("coord: fencing marks file in use")
 )
 
 // Locks, semaphores and elections (queue.go and lock.go in the root package).
