@@ -238,7 +238,14 @@ func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) err
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return srv.Shutdown(shutdown)
+	if err := srv.Shutdown(shutdown); err != nil {
+		// Requests still running after the grace period, or connections
+		// that never sent one (net/http waits 5 s for those): cut them.
+		// The member itself still leaves gracefully (node.Close).
+		logger.Info("closing the HTTP connections left after the grace period", "err", err)
+		srv.Close()
+	}
+	return nil
 }
 
 func httpStatus(err error) int {
