@@ -307,6 +307,7 @@ func TestBinaryRoundTripRandom(t *testing.T) {
 		b, err := Encode(c)
 		require.NoError(t, err)
 		require.Equal(t, cap(b), len(b), "seed %d, command %d: buffer not sized exactly", s, i)
+		require.Equal(t, boundedByStruct(c), Bounded(b), "seed %d, command %d: Bounded", s, i)
 		got, err := Decode(b)
 		require.NoError(t, err, "seed %d, command %d", s, i)
 		require.Equal(t, c, got, "seed %d, command %d", s, i)
