@@ -63,7 +63,10 @@ type Config struct {
 	MaxTxnOps int
 	// QuotaBytes bounds the keyspace (keys plus values). Past it, writes
 	// that grow it fail with ErrQuotaExceeded; deletes still work.
-	// Default 2 GiB.
+	// Default 2 GiB. Each member keeps the live keyspace in memory (with
+	// about 100 to 130 bytes per key on top), so this is also the bound
+	// on its memory: set it to what each member, and each process
+	// hosting several, can spare.
 	QuotaBytes int64
 
 	// CompactEvery is how many applied entries trigger a Raft log

@@ -33,6 +33,10 @@
 // A member that cannot reach a quorum refuses writes and linearizable
 // reads with ErrNoQuorum rather than answer from stale state.
 //
+// Each member serves reads from its live keyspace in memory (Pebble on
+// disk is the durable copy, and memory is rebuilt from it at start), so
+// Config.QuotaBytes also bounds a member's memory.
+//
 // # Failure semantics
 //
 // A write that certainly did not happen fails with ErrNoQuorum (or ErrClosed).
