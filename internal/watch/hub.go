@@ -151,12 +151,9 @@ func (h *Hub) Publish(revs []storage.Revision) {
 				if !ok {
 					continue
 				}
-				if n := len(g.items); n > 0 && g.items[n-1].rev == r.Rev {
-					g.items[n-1].end = false
-				} else if !contains(touched[first:], g) {
+				if g.add(r.Rev, ev) && !contains(touched[first:], g) {
 					touched = append(touched, g)
 				}
-				g.items = append(g.items, item{rev: r.Rev, ev: ev, end: true})
 			}
 		}
 		h.head = r.Rev
@@ -173,6 +170,19 @@ func (h *Hub) Publish(revs []storage.Revision) {
 			g.wake = make(chan struct{})
 		}
 	}
+}
+
+// add appends ev, of revision rev, to g's window, marked as the last
+// event of its revision here. It reports whether ev is the first event of
+// rev in the window.
+func (g *group) add(rev int64, ev *storage.Event) (first bool) {
+	first = true
+	if n := len(g.items); n > 0 && g.items[n-1].rev == rev {
+		g.items[n-1].end = false
+		first = false
+	}
+	g.items = append(g.items, item{rev: rev, ev: ev, end: true})
+	return first
 }
 
 // trim keeps g's window within the hub's capacity.
@@ -269,10 +279,7 @@ func (h *Hub) join(prefix string) *group {
 					if !strings.HasPrefix(ev.KV.Key, prefix) {
 						continue
 					}
-					if n := len(g.items); n > 0 && g.items[n-1].rev == r.Rev {
-						g.items[n-1].end = false
-					}
-					g.items = append(g.items, item{rev: r.Rev, ev: ev, end: true})
+					g.add(r.Rev, ev)
 				}
 			}
 			h.trim(g)
