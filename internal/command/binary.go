@@ -6,7 +6,7 @@ import (
 	"math/bits"
 )
 
-// Format version 2, after the version byte:
+// Formats 2 and 3, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
 //	         [Txn if bodyTxn] [Session if bodySession]
@@ -14,7 +14,8 @@ import (
 //	         the If compares, the Then ops, the Else ops
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
-//	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1) | list IDs | list Credits
+//	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1) | [format 3: uvarint Term]
+//	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
 //	str      uvarint length | bytes
 //	bytes    uvarint length+1, 0 for nil | bytes
@@ -25,6 +26,11 @@ import (
 // varint would take ten bytes. Nil and empty are told apart and every
 // varint must be minimal, so a command has exactly one encoding and
 // decodes to a command reflect.DeepEqual to the one encoded.
+//
+// Format 3 differs from 2 only by the session's Term. A command is
+// written in format 3 exactly when it has a session with a non-zero Term,
+// and a format 3 command without one is refused, so the one-encoding
+// rule holds across both.
 
 const (
 	bodyTxn     = 1 << 0
@@ -78,6 +84,9 @@ func appendBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
+// termed reports whether c needs format 3.
+func termed(c *Command) bool { return c.Session != nil && c.Session.Term != 0 }
+
 func encodedLen(c *Command) int {
 	n := 1 + 8 + 1 + 1
 	if t := c.Txn; t != nil {
@@ -90,6 +99,9 @@ func encodedLen(c *Command) int {
 	}
 	if s := c.Session; s != nil {
 		n += varintLen(s.ID) + varintLen(s.TTL) + 1
+		if s.Term != 0 {
+			n += uvarintLen(s.Term)
+		}
 		n += listLen(len(s.IDs), s.IDs == nil) + listLen(len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
 			n += varintLen(id)
@@ -113,7 +125,11 @@ func opsLen(ops []Op) int {
 // encodeBinary sizes the buffer exactly first: one allocation per command.
 func encodeBinary(c *Command) []byte {
 	b := make([]byte, 0, encodedLen(c))
-	b = append(b, Version)
+	if termed(c) {
+		b = append(b, Version)
+	} else {
+		b = append(b, versionBinary2)
+	}
 	b = binary.LittleEndian.AppendUint64(b, c.ID)
 	var body byte
 	if c.Txn != nil {
@@ -145,6 +161,9 @@ func encodeBinary(c *Command) []byte {
 			exp = 1
 		}
 		b = append(b, exp)
+		if s.Term != 0 {
+			b = binary.AppendUvarint(b, s.Term)
+		}
 		b = appendList(b, len(s.IDs), s.IDs == nil)
 		b = appendList(b, len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
@@ -173,7 +192,7 @@ func appendOps(b []byte, ops []Op) []byte {
 	return b
 }
 
-// decoder reads format 2. The first error sticks: later reads return zero
+// decoder reads formats 2 and 3. The first error sticks: later reads return zero
 // values, so callers check err once per stretch rather than per field.
 type decoder struct {
 	b   []byte
@@ -183,6 +202,8 @@ type decoder struct {
 	// compare, put and get), and those can share one string.
 	keys  [4]string
 	nkeys int
+	// termed is set for format 3: sessions carry a term.
+	termed bool
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -300,8 +321,8 @@ type (
 	}
 )
 
-func decodeBinary(data []byte) (*Command, error) {
-	d := decoder{b: data}
+func decodeBinary(version byte, data []byte) (*Command, error) {
+	d := decoder{b: data, termed: version == Version}
 	if len(d.b) < 10 {
 		return nil, fmt.Errorf("%w: truncated header", ErrMalformed)
 	}
@@ -340,6 +361,9 @@ func decodeBinary(data []byte) (*Command, error) {
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err == nil && d.termed && !termed(c) {
+		d.fail("format %d without a session term", version)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -407,6 +431,9 @@ func (d *decoder) session(s *Session) {
 		s.Expired = true
 	default:
 		d.fail("expired byte %#x", exp)
+	}
+	if d.termed {
+		s.Term = d.uvarint()
 	}
 	nIDs, nCredits := d.list(minID), d.list(minCredit)
 	if d.err == nil && max(nIDs, 0)*minID+max(nCredits, 0)*minCredit > len(d.b) {

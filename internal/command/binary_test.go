@@ -159,7 +159,22 @@ func binaryCases() map[string]*Command {
 		"zero session":     {Kind: KindSessionCreate, Session: &Session{}},
 		"txn and session":  {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}}, Session: &Session{ID: 1}},
 		"session, no body": {Kind: KindSessionEnd},
+		// Format 3: a leader's decisions carry its term.
+		"expired by term 1":  {Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 1}},
+		"credit by max term": {Kind: KindSessionCredit, Session: &Session{Term: math.MaxUint64, Credits: []Credit{{ID: 3, Nanos: 5e8}}}},
+		"seen by term 300":   {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
+		"txn, termed session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}},
+			Session: &Session{ID: 1, Term: 128}},
 	}
+}
+
+// wantVersion is the format Encode must write for c: 3 only when a
+// session term needs it, so everything else stays format 2 byte for byte.
+func wantVersion(c *Command) byte {
+	if c.Session != nil && c.Session.Term != 0 {
+		return Version
+	}
+	return versionBinary2
 }
 
 func TestBinaryRoundTrip(t *testing.T) {
@@ -168,7 +183,7 @@ func TestBinaryRoundTrip(t *testing.T) {
 			want := clone(c)
 			b, err := Encode(c)
 			require.NoError(t, err)
-			require.Equal(t, Version, b[0])
+			require.Equal(t, wantVersion(c), b[0])
 			require.Equal(t, cap(b), len(b), "buffer not sized exactly")
 			require.Equal(t, want, c, "Encode changed its argument")
 			got, err := Decode(b)
@@ -283,6 +298,9 @@ func randomCommand(r *rand.Rand) *Command {
 	}
 	if r.IntN(2) == 0 {
 		c.Session = &Session{ID: varint(), TTL: varint(), Expired: r.IntN(2) == 0}
+		if r.IntN(2) == 0 {
+			c.Session.Term = r.Uint64() >> r.IntN(64)
+		}
 		if n := count(); n >= 0 {
 			c.Session.IDs = make([]int64, n)
 			for i := range c.Session.IDs {
@@ -307,6 +325,7 @@ func TestBinaryRoundTripRandom(t *testing.T) {
 		b, err := Encode(c)
 		require.NoError(t, err)
 		require.Equal(t, cap(b), len(b), "seed %d, command %d: buffer not sized exactly", s, i)
+		require.Equal(t, wantVersion(c), b[0], "seed %d, command %d: format", s, i)
 		require.Equal(t, boundedByStruct(c), Bounded(b), "seed %d, command %d: Bounded", s, i)
 		got, err := Decode(b)
 		require.NoError(t, err, "seed %d, command %d", s, i)
@@ -389,6 +408,39 @@ func TestDecodeV2Corpus(t *testing.T) {
 	}
 }
 
+// TestTermIsAddedCompatibly pins how the session term was added: a
+// command without one is written exactly as format 2 wrote it (so logs
+// and members not yet upgraded read it as before), a format 2 session
+// decodes with term 0 (valid in any term), and a command with one is
+// format 3, which format 2 readers refuse by its version byte rather
+// than misread.
+func TestTermIsAddedCompatibly(t *testing.T) {
+	old := readCorpus(t, "v2_session_end") // written before terms existed
+	c, err := Decode(old)
+	require.NoError(t, err)
+	require.Zero(t, c.Session.Term)
+	require.True(t, c.Session.Expired)
+
+	c.Session.Term = 7
+	b, err := Encode(c)
+	require.NoError(t, err)
+	require.Equal(t, Version, b[0])
+	// The same bytes as format 2 but for the version and the term's
+	// varint right after the expired byte.
+	want := append([]byte{Version}, old[1:len(old)-2]...)
+	want = append(want, 7)
+	want = append(want, old[len(old)-2:]...)
+	require.Equal(t, want, b)
+	got, err := Decode(b)
+	require.NoError(t, err)
+	require.Equal(t, c, got)
+
+	c.Session.Term = 0
+	b, err = Encode(c)
+	require.NoError(t, err)
+	require.Equal(t, old, b, "without a term, format 2 byte for byte")
+}
+
 // TestDecodeTruncated cuts valid encodings at every offset, and extends
 // them by a byte: all malformed, none panics.
 func TestDecodeTruncated(t *testing.T) {
@@ -412,6 +464,9 @@ func TestDecodeTruncated(t *testing.T) {
 
 func TestDecodeMalformed(t *testing.T) {
 	header := func(kind Kind, body byte) []byte {
+		return append([]byte{versionBinary2, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header3 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -432,7 +487,15 @@ func TestDecodeMalformed(t *testing.T) {
 		"expired 2":       cat(header(KindSessionEnd, bodySession), []byte{0, 0, 2, 0, 0}),
 		"huge ids count":  cat(header(KindSessionSeen, bodySession), []byte{0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}),
 		"credits beyond":  cat(header(KindSessionCredit, bodySession), []byte{0, 0, 0, 0, 3, 0, 0, 0}),
-		"header only":     {Version},
+		"header only":     {versionBinary2},
+		"v3 header only":  {Version},
+		// Format 3 is only for a session with a term: term 0, no session
+		// at all, or a missing term would be a second encoding.
+		"v3 term 0":           cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0}),
+		"v3 no session":       header3(KindNoop, 0),
+		"v3 txn, no session":  cat(header3(KindTxn, bodyTxn), []byte{0, 0, 0}),
+		"v3 term missing":     cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1}),
+		"v3 non-minimal term": cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0x85, 0, 0, 0}),
 		"short id":        {Version, 1, 2, 3},
 		"missing txn":     header(KindTxn, bodyTxn),
 		"missing session": header(KindSessionEnd, bodySession),
@@ -444,7 +507,7 @@ func TestDecodeMalformed(t *testing.T) {
 }
 
 func TestDecodeVersions(t *testing.T) {
-	for _, v := range []byte{0, 3, 0xff} {
+	for _, v := range []byte{0, Version + 1, 0xff} {
 		_, err := Decode([]byte{v, 0, 0, 0, 0, 0, 0, 0, 0, byte(KindNoop), 0})
 		require.ErrorIs(t, err, ErrVersion, "version %d", v)
 	}
@@ -458,7 +521,7 @@ func TestDecodeVersions(t *testing.T) {
 func TestDecodeAllocationBound(t *testing.T) {
 	const n = 1 << 14
 	header := func(kind Kind, body byte) []byte {
-		return []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, byte(kind), body}
+		return []byte{versionBinary2, 0, 0, 0, 0, 0, 0, 0, 0, byte(kind), body}
 	}
 	for name, data := range map[string][]byte{
 		// Then and Else nil, and n/5 compares of zeros (5 bytes each).

@@ -6,9 +6,10 @@ package command
 // session (either may delete any number of keys). Prefix reads inside a
 // transaction count as bounded: they are the lock queues' reads of their
 // own few keys. Bounded reads the encoding without allocating; what it
-// cannot read (format 1, malformed bytes) counts as unbounded.
+// cannot read (format 1, malformed bytes) counts as unbounded. A session
+// term (format 3) sits in the session body, which Bounded does not read.
 func Bounded(data []byte) bool {
-	if len(data) < 11 || data[0] != Version {
+	if len(data) < 11 || (data[0] != Version && data[0] != versionBinary2) {
 		return false
 	}
 	kind, body := Kind(data[9]), data[10]

@@ -3,7 +3,7 @@
 // caller. Every encoding starts with a format version byte, so that a node
 // refuses (rather than misreads) a command written by a newer node.
 //
-// Commands are written in a hand-made binary form (version 2, see
+// Commands are written in a hand-made binary form (versions 2 and 3, see
 // binary.go), because they are decoded on every member for every write and
 // msgpack's reflection cost a measurable share of the CPU. Version 1, the
 // msgpack form, is still read: logs written by older builds must keep
@@ -18,9 +18,19 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Version is the format version Encode writes. A node refuses a command
-// whose version it does not know (invariant 10 of DESIGN.md).
-const Version byte = 2
+// Version is the newest format version Encode writes, and the newest
+// Decode reads. A node refuses a command whose version it does not know
+// (invariant 10 of DESIGN.md).
+//
+// Encode writes format 3 only for a command that needs it (a session
+// command carrying a leader's term); every other command is written in
+// format 2, byte for byte as before. So a member not yet upgraded halts
+// (and replays after its upgrade) only on the commands whose meaning it
+// would get wrong, and keeps applying all the others.
+const Version byte = 3
+
+// versionBinary2 is the binary format without the session term.
+const versionBinary2 byte = 2
 
 // versionMsgpack is the msgpack format: what commands were before
 // version 2, and what members still are. Members keep this byte so their
@@ -137,6 +147,14 @@ type Session struct {
 	// Expired marks an end by expiry (decided by the leader) rather than
 	// by the holder's Close.
 	Expired bool `msgpack:"exp,omitempty"`
+	// Term, when non-zero, is the term of the leader that decided the
+	// command (an expiry from its deadline table, a credit of unheard
+	// time, a seen mark): the command is valid only if its entry was
+	// appended in that same term, so a deposed leader's decision, made
+	// from a deadline table that went stale while it did not know it had
+	// lost office, never applies. Zero (a holder's Close or its own local
+	// expiry) is valid in any term.
+	Term uint64 `msgpack:"term,omitempty"`
 	// IDs lists the sessions of a KindSessionSeen.
 	IDs []int64 `msgpack:"ids,omitempty"`
 	// Credits lists the unheard time of a KindSessionCredit.
@@ -168,15 +186,15 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 or 2. It never
+// Decode parses an encoded command of format version 1, 2 or 3. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version:
-		return decodeBinary(data[1:])
+	case Version, versionBinary2:
+		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
 	default:
@@ -200,6 +218,10 @@ const (
 	// StatusInvalid means the command broke a limit the proposer should
 	// have checked (key or value size, op count); nothing changed.
 	StatusInvalid
+	// StatusStaleTerm means a leader's session decision (Session.Term)
+	// reached the log in another term than the one it was decided in: the
+	// leader that decided it no longer led, so nothing changed.
+	StatusStaleTerm
 )
 
 // KV is a key as stored, returned in results.
@@ -230,7 +252,9 @@ type Result struct {
 	Succeeded bool
 	// Ops holds one result per op of the branch that ran.
 	Ops []OpResult
-	// SessionID is the ID of a session created by KindSessionCreate.
+	// SessionID is the ID of a session created by KindSessionCreate, or
+	// of the session a KindSessionEnd ended (zero if it had already
+	// ended).
 	SessionID int64
 }
 

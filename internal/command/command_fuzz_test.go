@@ -31,6 +31,7 @@ func fuzzSeedCommands() []*Command {
 			},
 			Else: []Op{{Type: OpGet, Key: "", Prefix: true}},
 		}},
+		{ID: 3, Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 9}},
 	}
 }
 
@@ -38,7 +39,7 @@ func TestFuzzSeedCommandsRoundTrip(t *testing.T) {
 	for _, c := range fuzzSeedCommands() {
 		b, err := Encode(c)
 		require.NoError(t, err)
-		require.Equal(t, Version, b[0])
+		require.Equal(t, wantVersion(c), b[0])
 		got, err := Decode(b)
 		require.NoError(t, err)
 		require.Equal(t, c, got)
@@ -86,9 +87,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		enc, err := Encode(c)
 		require.NoError(t, err)
-		// Format 2 has one encoding per command, so what decoded is
-		// written back byte for byte.
-		if data[0] == Version {
+		// Formats 2 and 3 have one encoding per command, so what decoded
+		// is written back byte for byte.
+		if data[0] == Version || data[0] == versionBinary2 {
 			require.True(t, bytes.Equal(data, enc), "encoding not canonical:\n%x\n%x", data, enc)
 		}
 		again, err := Decode(enc)
