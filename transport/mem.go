@@ -228,6 +228,34 @@ func (n *Network) SetDelay(lo, hi time.Duration) {
 	n.minDelay, n.maxDelay = lo, max(lo, hi)
 }
 
+// Inject is test-only fault injection: it plays an attacker who can put
+// any envelope on the wire. It hands env, exactly as given (From
+// included, unlike Send, which always stamps the sender's real name), to
+// the inbox of the member named env.To, bypassing every fault and the
+// counters. It never blocks: it reports false when env.To is unknown or
+// closed, or its inbox is full. Data is copied.
+func (n *Network) Inject(env Envelope) bool {
+	n.mu.Lock()
+	to := n.members[env.To]
+	closed := n.closed
+	n.mu.Unlock()
+	if to == nil || closed {
+		return false
+	}
+	env.Data = slices.Clone(env.Data)
+	to.mu.RLock()
+	defer to.mu.RUnlock()
+	if to.closed {
+		return false
+	}
+	select {
+	case to.recv <- env:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stats returns a snapshot of the network's counters.
 func (n *Network) Stats() NetworkStats {
 	n.mu.Lock()
@@ -263,6 +291,9 @@ func (n *Network) reachableLocked(from, to string) bool {
 // send applies the faults to one envelope and queues what survives. Data
 // is copied here because the sender may reuse its buffer once Send
 // returns; each duplicate gets its own copy because receivers own Data.
+// From is overwritten with the sender's real name whatever the caller
+// put there: receivers may trust it, as they may trust the TCP
+// transport's authenticated sender (invariant 11 of DESIGN.md).
 func (n *Network) send(from string, env Envelope) {
 	env.From = from
 	n.mu.Lock()

@@ -366,3 +366,22 @@ func TestMemConcurrentFaults(t *testing.T) {
 	st := n.Stats()
 	assert.Equal(t, uint64(3*200*3), st.Sent)
 }
+
+func TestMemStampsRealSender(t *testing.T) {
+	_, trs := newNet(t, 1, "a", "b")
+	require.NoError(t, trs["a"].Send([]Envelope{{From: "c", To: "b", Data: []byte("x")}}))
+	assert.Equal(t, "a", recvOne(t, trs["b"].Receive()).From, "a forged From must not survive Send")
+}
+
+func TestMemInject(t *testing.T) {
+	n, trs := newNet(t, 1, "a", "b")
+	data := []byte("forged")
+	require.True(t, n.Inject(Envelope{From: "mallory", To: "b", Data: data}))
+	copy(data, "XXXXXX")
+	got := recvOne(t, trs["b"].Receive())
+	assert.Equal(t, Envelope{From: "mallory", To: "b", Data: []byte("forged")}, got)
+	assert.False(t, n.Inject(Envelope{From: "a", To: "nobody"}))
+	require.NoError(t, trs["b"].Close())
+	assert.False(t, n.Inject(Envelope{From: "a", To: "b"}))
+	assert.Zero(t, n.Stats().Sent, "Inject bypasses the counters")
+}
