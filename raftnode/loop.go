@@ -342,15 +342,21 @@ func (n *Node) handleEnvelope(env transport.Envelope) {
 				return
 			}
 		}
-		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
-			n.log.Debug("step", "type", m.GetType().String(), "err", err)
-		}
+		n.stepFromWire(env.From, m)
 	case d.chunk != nil:
+		if err := n.checkChunk(env.From, d.chunk); err != nil {
+			n.dropped(env.From, "snapshot chunk", err)
+			return
+		}
 		select {
 		case n.chunkc <- d.chunk:
 		case <-n.stopc:
 		}
 	case d.ack != nil:
+		if err := n.checkAck(env.From, d.ack); err != nil {
+			n.dropped(env.From, "snapshot chunk ack", err)
+			return
+		}
 		n.senders.deliverAck(d.ack)
 	case d.app != nil:
 		if n.cfg.OnMessage != nil {

@@ -62,6 +62,10 @@ type Config struct {
 	CatchUpEntries uint64
 	// MaxSizePerMsg bounds the entries in one append message (bytes).
 	MaxSizePerMsg uint64
+	// MaxProposalBytes bounds the commands of one proposal a follower
+	// forwards; larger ones are dropped. 0 = 16 MiB (the TCP transport's
+	// default frame limit).
+	MaxProposalBytes int
 	// OnApply is called on the apply goroutine after each applied batch,
 	// before the waiting callers are woken. It must not block for long.
 	OnApply func(storage.ApplyOutput)
@@ -104,6 +108,10 @@ type Status struct {
 	// commit factor.
 	LogSyncs   uint64
 	LogEntries uint64
+	// Dropped counts the messages from peers refused since Start because
+	// Raft must not see them (malformed, wrong sender, impossible terms
+	// or indexes); each is logged, at most once a second.
+	Dropped uint64
 }
 
 // Node runs one member. Its methods are safe for concurrent use.
@@ -141,6 +149,9 @@ type Node struct {
 	senders  snapshotSenders
 	syncs    atomic.Uint64 // fsyncs of the raft log
 	synced   atomic.Uint64 // entries made durable by them
+	drops    atomic.Uint64 // messages refused by the checks in validate.go
+	dropLog  rateLimit
+	lossLog  rateLimit
 	electTTL time.Duration // one election timeout, wall time
 }
 
@@ -355,6 +366,7 @@ func (n *Node) Status() Status {
 	st := *n.status.Load()
 	st.Applied = n.applied.get()
 	st.LogSyncs, st.LogEntries = n.syncs.Load(), n.synced.Load()
+	st.Dropped = n.drops.Load()
 	// Read here rather than at each Ready: the raft loop publishes its
 	// status after every append, and copying the membership each time
 	// was a measurable share of its work.
