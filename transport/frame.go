@@ -98,12 +98,25 @@ func putFrameBuf(buf *bytes.Buffer) {
 type frameReader struct {
 	r       io.Reader
 	maxSize int
-	hdr     [frameHeaderLen]byte
-	body    bytes.Reader
-	dec     *msgpack.Decoder
+	// guard, when set, is told of each frame and each allocation for
+	// it, and may refuse them.
+	guard frameGuard
+	hdr   [frameHeaderLen]byte
+	body  bytes.Reader
+	dec   *msgpack.Decoder
 	// The last names seen. A connection carries one sender and one
 	// receiver, so reusing them saves two string allocations per frame.
 	from, to string
+}
+
+// frameGuard lets a connection bound what its frames cost beyond the
+// size limit: time to complete, and memory shared with other
+// connections. An error from either method ends the read with it.
+type frameGuard interface {
+	// begin is called with a frame's length once its prefix arrived.
+	begin(n int) error
+	// grow is called before n more bytes are allocated for the frame.
+	grow(n int) error
 }
 
 func newFrameReader(r io.Reader, maxSize int) *frameReader {
@@ -127,7 +140,12 @@ func (fr *frameReader) next() (Envelope, error) {
 	if n == 0 {
 		return Envelope{}, fmt.Errorf("%w: empty frame", ErrMalformedFrame)
 	}
-	body, err := readBody(fr.r, int(n))
+	if fr.guard != nil {
+		if err := fr.guard.begin(int(n)); err != nil {
+			return Envelope{}, err
+		}
+	}
+	body, err := fr.readBody(int(n))
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -139,13 +157,22 @@ func (fr *frameReader) next() (Envelope, error) {
 
 // readBody reads exactly n bytes, growing the buffer as bytes arrive
 // rather than trusting n up front.
-func readBody(r io.Reader, n int) ([]byte, error) {
-	b := make([]byte, min(n, frameReadChunk))
+func (fr *frameReader) readBody(n int) ([]byte, error) {
+	r := fr.r
+	size := min(n, frameReadChunk)
+	if err := fr.grown(size); err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
 	if _, err := io.ReadFull(r, b); err != nil {
 		return nil, err
 	}
 	for len(b) < n {
-		nb := make([]byte, min(n, 2*len(b)))
+		size := min(n, 2*len(b))
+		if err := fr.grown(size - len(b)); err != nil {
+			return nil, err
+		}
+		nb := make([]byte, size)
 		copy(nb, b)
 		if _, err := io.ReadFull(r, nb[len(b):]); err != nil {
 			return nil, err
@@ -153,6 +180,13 @@ func readBody(r io.Reader, n int) ([]byte, error) {
 		b = nb
 	}
 	return b, nil
+}
+
+func (fr *frameReader) grown(n int) error {
+	if fr.guard == nil {
+		return nil
+	}
+	return fr.guard.grow(n)
 }
 
 func (fr *frameReader) decode(body []byte) (Envelope, error) {

@@ -1,18 +1,17 @@
 package transport
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,24 +21,65 @@ const (
 	// TCPConfig.QueueSize is zero.
 	DefaultQueueSize = 4096
 	// DefaultDialTimeout bounds a dial, TLS handshake included, when
-	// TCPConfig.DialTimeout is zero. Inbound TLS handshakes get as long.
+	// TCPConfig.DialTimeout is zero.
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultHandshakeTimeout is TCPConfig.HandshakeTimeout when zero.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultFrameTimeout is TCPConfig.FrameTimeout when zero.
+	DefaultFrameTimeout = 10 * time.Second
+	// DefaultMinFrameRate is TCPConfig.MinFrameRate when zero: 1 MiB/s,
+	// so a frame of the default 16 MiB limit gets 26 s in all.
+	DefaultMinFrameRate = 1 << 20
+	// DefaultIdleTimeout is TCPConfig.IdleTimeout when zero. Live members
+	// send heartbeats many times a second, and a closed connection is
+	// redialled on demand.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxConns is TCPConfig.MaxConns when zero.
+	DefaultMaxConns = 256
+	// DefaultMaxConnsPerIP is TCPConfig.MaxConnsPerIP when zero.
+	DefaultMaxConnsPerIP = 32
+	// DefaultMaxFirstFrameSize is TCPConfig.MaxFirstFrameSize when zero.
+	DefaultMaxFirstFrameSize = 64 << 10
+	// MinBufferBudget is the smallest default TCPConfig.BufferBudget: the
+	// default is the larger of it and 4 × MaxFrameSize.
+	MinBufferBudget = 64 << 20
 
 	tcpRecvBuffer = 1024
 	ioBufferSize  = 64 << 10
+	// firstReadBuffer is the read buffer of a connection until its first
+	// frame is accepted: hundreds of idle strangers must not cost 64 KiB
+	// each.
+	firstReadBuffer = 4 << 10
 	// writeTimeout bounds one batch of writes, so a peer that stops
 	// reading without closing is noticed and redialled.
-	writeTimeout = 10 * time.Second
-	minBackoff   = 50 * time.Millisecond
-	maxBackoff   = 2 * time.Second
+	writeTimeout     = 10 * time.Second
+	minBackoff       = 50 * time.Millisecond
+	maxBackoff       = 2 * time.Second
+	minAcceptBackoff = 5 * time.Millisecond
+	maxAcceptBackoff = time.Second
+	// Refused connections and accept errors log at most logBurst lines
+	// per logInterval each, then a count of what was suppressed.
+	logBurst    = 5
+	logInterval = 10 * time.Second
 )
 
 var (
-	_ Transport = (*TCP)(nil)
-	_ PeerAdder = (*TCP)(nil)
+	_ Transport   = (*TCP)(nil)
+	_ PeerAdder   = (*TCP)(nil)
+	_ PeerRemover = (*TCP)(nil)
 )
 
-// TCPConfig configures ListenTCP.
+// TCPConfig configures ListenTCP. Only Name is required; zero fields get
+// the defaults named in their comments.
+//
+// Security: a member accepts frames only from known peers (those in
+// Peers or added with AddPeer), over a connection bound to the one
+// member its first frame names. With TLS or Secret, that member must be
+// the one the connection's verified client certificate names (see
+// VerifyPeer), and a dialled peer's server certificate must name it too.
+// Without either, anyone who reaches the port can claim to be a member:
+// ListenTCP logs a warning then, and the port must be reachable by
+// members only.
 type TCPConfig struct {
 	// Name is this member's name (required). Every frame sent carries it
 	// as From; frames whose To is not Name are refused.
@@ -51,34 +91,80 @@ type TCPConfig struct {
 	Peers map[string]string
 	// TLS, when set, secures both the listener and outbound dials: the
 	// same config serves as server and client config, so it needs a
-	// certificate valid for both uses, and it gives mutual TLS when it
-	// requires client certificates (ClientAuth). Nil means plaintext.
+	// certificate valid for both uses, and ClientAuth must be
+	// tls.RequireAndVerifyClientCert (mutual TLS), or ListenTCP fails
+	// with ErrConfig. Servers are verified against RootCAs and by name,
+	// not by the address dialled: see VerifyPeer. Nil means no TLS.
 	TLS *tls.Config
+	// Secret, when set, derives mutual TLS from a secret shared by the
+	// cell instead (see SecretTLS); at least MinSecretLen bytes, or
+	// ListenTCP fails with ErrWeakSecret. Secret and TLS together fail
+	// with ErrConfig.
+	Secret []byte
+	// VerifyPeer decides whether a peer's verified certificate (leaf)
+	// names member name, for inbound connections (against the first
+	// frame's From) and outbound ones (against the peer dialled). Nil
+	// means DefaultVerifyPeer: a DNS SAN, URI SAN or common name equal to
+	// name.
+	VerifyPeer func(name string, leaf *x509.Certificate) error
 	// MaxFrameSize is the largest frame, in bytes after the length
 	// prefix, sent or accepted. Zero means DefaultMaxFrameSize.
 	MaxFrameSize int
+	// MaxFirstFrameSize is the largest frame accepted on a connection
+	// before its sender is authenticated (its first frame), so strangers
+	// cannot take the buffer budget. Zero means DefaultMaxFirstFrameSize.
+	MaxFirstFrameSize int
 	// QueueSize is the number of frames queued per peer before Send
 	// drops. Zero means DefaultQueueSize.
 	QueueSize int
-	// DialTimeout bounds each dial and TLS handshake. Zero means
+	// DialTimeout bounds each dial and its TLS handshake. Zero means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
-	// Logger receives connection errors and refused frames. Nil
-	// discards them.
+	// HandshakeTimeout is how long an inbound connection has, from
+	// accept, to complete its TLS handshake and deliver its first valid
+	// frame; it is closed otherwise. Zero means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// FrameTimeout and MinFrameRate bound a frame's arrival: once its
+	// length prefix is in, the rest of an n-byte frame must arrive within
+	// FrameTimeout + n/MinFrameRate seconds, or the connection is closed.
+	// Zero means DefaultFrameTimeout and DefaultMinFrameRate (bytes/s).
+	FrameTimeout time.Duration
+	MinFrameRate int
+	// IdleTimeout closes an inbound connection that brings no frame for
+	// that long. Zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxConns and MaxConnsPerIP cap the inbound connections open at
+	// once, in total and from one remote IP; a connection over a cap is
+	// closed as soon as it is accepted. Zero means DefaultMaxConns and
+	// DefaultMaxConnsPerIP. Outbound connections do not count.
+	MaxConns      int
+	MaxConnsPerIP int
+	// BufferBudget bounds the bytes, across all inbound connections, held
+	// in frames being received or waiting for room in the Receive
+	// channel; a connection whose frame would exceed it is closed. Zero
+	// means the larger of MinBufferBudget and 4 × MaxFrameSize.
+	BufferBudget int64
+	// Logger receives connection errors and refused frames. Refusals are
+	// rate limited. Nil discards everything.
 	Logger *slog.Logger
 }
 
-// TCP is a Transport over TCP, with optional (mutual) TLS.
+// TCP is a Transport over TCP, with optional mutual TLS.
 //
 // Each peer has one outbound connection, owned by a writer goroutine fed
 // by a bounded queue: frames are pipelined and flushed whenever the queue
 // runs dry, so bursts go out in few syscalls. A lost connection is
 // redialled with exponential backoff and jitter, on demand, when there is
-// something to send. Each inbound connection has a reader goroutine that
-// delivers to the Receive channel. TCP is safe for concurrent use.
+// something to send. Each outbound connection starts with a hello frame
+// (no data, not delivered) that binds it to this member at the receiver.
+// Each inbound connection has a reader goroutine that delivers to the
+// Receive channel, within the bounds of TCPConfig. TCP is safe for
+// concurrent use.
 type TCP struct {
 	name    string
 	cfg     TCPConfig
+	tls     *tls.Config // cfg.TLS, or derived from cfg.Secret; nil = plaintext
+	verify  func(name string, leaf *x509.Certificate) error
 	log     *slog.Logger
 	ln      net.Listener
 	recv    chan Envelope // buffered tcpRecvBuffer; closed by Close after all readers exit
@@ -87,10 +173,17 @@ type TCP struct {
 	wg      sync.WaitGroup
 	closing sync.Once
 
-	mu     sync.RWMutex
-	closed bool
-	peers  map[string]*tcpPeer
-	conns  map[net.Conn]struct{} // every open conn, both ways, for Close to cut
+	inLimit    *connLimiter
+	budget     *byteBudget
+	refusedLog *logLimiter
+	acceptLog  *logLimiter
+	refused    atomic.Int64 // connections refused or closed for cause; tests read it
+
+	mu      sync.RWMutex
+	closed  bool
+	peers   map[string]*tcpPeer
+	conns   map[net.Conn]struct{}           // every open conn, both ways, for Close to cut
+	inbound map[string]map[*inConn]struct{} // inbound conns by bound sender, for RemovePeer to cut
 }
 
 // tcpPeer is the outbound side of one peer.
@@ -98,8 +191,13 @@ type tcpPeer struct {
 	name string
 	// queue holds encoded frames from encodeFrame. It is bounded, and
 	// never closed because Send may race with Close; the writer stops on
-	// the transport's context instead.
+	// ctx instead.
 	queue chan *bytes.Buffer
+	// hello is the first frame written on each new connection.
+	hello []byte
+	// ctx ends with the transport or when the peer is removed.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu   sync.Mutex
 	addr string
@@ -110,54 +208,112 @@ type tcpPeer struct {
 // Peers are dialled lazily, on the first Send to them.
 func ListenTCP(cfg TCPConfig) (*TCP, error) {
 	if cfg.Name == "" {
-		return nil, errors.New("transport: TCPConfig.Name is required")
+		return nil, fmt.Errorf("%w: TCPConfig.Name is required", ErrConfig)
 	}
-	if cfg.MaxFrameSize <= 0 {
-		cfg.MaxFrameSize = DefaultMaxFrameSize
-	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
-	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	tlsCfg, err := cellTLS(cfg)
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen: %w", err)
 	}
-	if cfg.TLS != nil {
-		ln = tls.NewListener(ln, cfg.TLS)
+	return newTCP(cfg, tlsCfg, ln), nil
+}
+
+// cellTLS checks the security settings of cfg and returns the TLS
+// configuration to use, nil for plaintext.
+func cellTLS(cfg TCPConfig) (*tls.Config, error) {
+	switch {
+	case cfg.Secret != nil && cfg.TLS != nil:
+		return nil, fmt.Errorf("%w: Secret and TLS are exclusive", ErrConfig)
+	case cfg.Secret != nil:
+		return SecretTLS(cfg.Secret, cfg.Name)
+	case cfg.TLS != nil && cfg.TLS.ClientAuth != tls.RequireAndVerifyClientCert:
+		// Without a verified client certificate nothing proves who a
+		// sender is (invariant 11 of DESIGN.md).
+		return nil, fmt.Errorf("%w: TLS.ClientAuth must be tls.RequireAndVerifyClientCert", ErrConfig)
+	}
+	return cfg.TLS, nil
+}
+
+// newTCP starts a transport on ln, with cfg's zero fields defaulted.
+func newTCP(cfg TCPConfig, tlsCfg *tls.Config, ln net.Listener) *TCP {
+	withDefaults(&cfg)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("member", cfg.Name)
+	if tlsCfg == nil {
+		log.Warn("transport: no TLS or Secret: frames are not authenticated, anyone who reaches the port can speak for the cell; "+
+			"keep it reachable by members only (firewall or private network), or set TCPConfig.Secret or TLS",
+			"addr", ln.Addr().String())
+	}
+	verify := cfg.VerifyPeer
+	if verify == nil {
+		verify = DefaultVerifyPeer
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &TCP{
-		name:   cfg.Name,
-		cfg:    cfg,
-		log:    log.With("member", cfg.Name),
-		ln:     ln,
-		recv:   make(chan Envelope, tcpRecvBuffer),
-		ctx:    ctx,
-		cancel: cancel,
-		peers:  make(map[string]*tcpPeer),
-		conns:  make(map[net.Conn]struct{}),
+		name:       cfg.Name,
+		cfg:        cfg,
+		tls:        tlsCfg,
+		verify:     verify,
+		log:        log,
+		ln:         ln,
+		recv:       make(chan Envelope, tcpRecvBuffer),
+		ctx:        ctx,
+		cancel:     cancel,
+		inLimit:    newConnLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+		budget:     &byteBudget{limit: cfg.BufferBudget},
+		refusedLog: newLogLimiter(logBurst, logInterval),
+		acceptLog:  newLogLimiter(logBurst, logInterval),
+		peers:      make(map[string]*tcpPeer),
+		conns:      make(map[net.Conn]struct{}),
+		inbound:    make(map[string]map[*inConn]struct{}),
 	}
 	for name, addr := range cfg.Peers {
 		t.AddPeer(name, addr)
 	}
 	t.wg.Go(t.acceptLoop)
-	return t, nil
+	return t
+}
+
+func withDefaults(cfg *TCPConfig) {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&cfg.MaxFrameSize, DefaultMaxFrameSize)
+	def(&cfg.MaxFirstFrameSize, DefaultMaxFirstFrameSize)
+	def(&cfg.QueueSize, DefaultQueueSize)
+	def(&cfg.MinFrameRate, DefaultMinFrameRate)
+	def(&cfg.MaxConns, DefaultMaxConns)
+	def(&cfg.MaxConnsPerIP, DefaultMaxConnsPerIP)
+	defDur(&cfg.DialTimeout, DefaultDialTimeout)
+	defDur(&cfg.HandshakeTimeout, DefaultHandshakeTimeout)
+	defDur(&cfg.FrameTimeout, DefaultFrameTimeout)
+	defDur(&cfg.IdleTimeout, DefaultIdleTimeout)
+	if cfg.BufferBudget <= 0 {
+		cfg.BufferBudget = max(MinBufferBudget, 4*int64(cfg.MaxFrameSize))
+	}
 }
 
 // Addr returns the address the transport listens on, with the actual
 // port when the configured one was 0.
 func (t *TCP) Addr() string { return t.ln.Addr().String() }
 
-// AddPeer sets the address of a member. A new address for a known member
-// replaces the old one and drops the current connection, so the next
-// frame is sent to the new address. AddPeer after Close does nothing.
+// AddPeer sets the address of a member and makes it a known peer, whose
+// frames are accepted. A new address for a known member replaces the old
+// one and drops the current connection, so the next frame is sent to the
+// new address. AddPeer after Close does nothing.
 func (t *TCP) AddPeer(name, addr string) {
 	if name == t.name {
 		return
@@ -178,9 +334,44 @@ func (t *TCP) AddPeer(name, addr string) {
 		}
 		return
 	}
-	p := &tcpPeer{name: name, addr: addr, queue: make(chan *bytes.Buffer, t.cfg.QueueSize)}
+	hello, err := encodeFrame(t.name, name, nil, t.cfg.MaxFrameSize)
+	if err != nil {
+		t.log.Error("transport: cannot add peer", "peer", name, "err", err)
+		return
+	}
+	p := &tcpPeer{
+		name:  name,
+		addr:  addr,
+		queue: make(chan *bytes.Buffer, t.cfg.QueueSize),
+		hello: bytes.Clone(hello.Bytes()),
+	}
+	putFrameBuf(hello)
+	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.peers[name] = p
 	t.wg.Go(func() { t.writeLoop(p) })
+}
+
+// RemovePeer forgets a member: its outbound connection and queue are
+// dropped, its inbound connections cut, and its frames refused from then
+// on, until AddPeer adds it again. Frames of its already received are
+// still delivered.
+func (t *TCP) RemovePeer(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[name]; p != nil {
+		delete(t.peers, name)
+		p.cancel()
+		p.mu.Lock()
+		if p.conn != nil {
+			hardClose(p.conn)
+		}
+		p.mu.Unlock()
+	}
+	for ic := range t.inbound[name] {
+		ic.cut.Store(true)
+		hardClose(ic.raw)
+	}
+	delete(t.inbound, name)
 }
 
 // Send encodes envs and queues them on their peers' writers; see
@@ -287,211 +478,6 @@ func (t *TCP) untrack(c net.Conn) {
 	t.mu.Unlock()
 }
 
-func (t *TCP) acceptLoop() {
-	for {
-		c, err := t.ln.Accept()
-		if err != nil {
-			if t.ctx.Err() != nil {
-				return
-			}
-			// Typically running out of file descriptors: pause rather
-			// than spin, and keep serving once it passes.
-			t.log.Error("transport: accept", "err", err)
-			if !t.sleep(minBackoff) {
-				return
-			}
-			continue
-		}
-		if t.track(c) {
-			t.wg.Go(func() { t.readLoop(c) })
-		}
-	}
-}
-
-// readLoop delivers the frames of one inbound connection until it ends.
-// Any bad frame ends the connection: after one, the stream cannot be
-// trusted to be in sync, and the peer will redial.
-func (t *TCP) readLoop(c net.Conn) {
-	defer t.untrack(c)
-	remote := c.RemoteAddr().String()
-	if tc, ok := c.(*tls.Conn); ok {
-		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
-			if t.ctx.Err() == nil {
-				t.log.Warn("transport: refused inbound connection: TLS handshake", "remote", remote, "err", err)
-			}
-			return
-		}
-	}
-	fr := newFrameReader(bufio.NewReaderSize(c, ioBufferSize), t.cfg.MaxFrameSize)
-	for {
-		env, err := fr.next()
-		if err != nil {
-			switch {
-			case t.ctx.Err() != nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-			case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrMalformedFrame):
-				t.log.Error("transport: closing inbound connection: bad frame", "remote", remote, "err", err)
-			default:
-				t.log.Warn("transport: inbound connection lost", "remote", remote, "err", err)
-			}
-			return
-		}
-		if env.To != t.name {
-			t.log.Error("transport: closing inbound connection: frame for another member",
-				"remote", remote, "from", env.From, "to", env.To, "err", ErrMalformedFrame)
-			return
-		}
-		select {
-		case t.recv <- env:
-		case <-t.ctx.Done():
-			return
-		}
-	}
-}
-
-// writeLoop owns the outbound connection to p. It blocks for the first
-// frame of a batch, then writes whatever else is queued without blocking,
-// and flushes once the queue is empty: one syscall per burst.
-func (t *TCP) writeLoop(p *tcpPeer) {
-	var (
-		conn        net.Conn
-		bw          = bufio.NewWriterSize(nil, ioBufferSize)
-		backoff     = minBackoff
-		connectedAt time.Time
-	)
-	defer func() {
-		if conn != nil {
-			t.dropConn(p, conn)
-		}
-	}()
-	for {
-		var buf *bytes.Buffer
-		select {
-		case buf = <-p.queue:
-		case <-t.ctx.Done():
-			return
-		}
-		if conn == nil {
-			var err error
-			conn, err = t.dial(p)
-			if err != nil {
-				putFrameBuf(buf)
-				if t.ctx.Err() != nil || errors.Is(err, ErrClosed) {
-					return
-				}
-				t.log.Warn("transport: dial", "peer", p.name, "err", err)
-				// What queued meanwhile is stale by the time we could
-				// connect; Raft resends what still matters.
-				t.discardQueue(p)
-				if !t.sleep(jitter(backoff)) {
-					return
-				}
-				backoff = min(2*backoff, maxBackoff)
-				continue
-			}
-			bw.Reset(conn)
-			connectedAt = time.Now()
-		}
-		err := t.writeBatch(p, conn, bw, buf)
-		if err == nil {
-			continue
-		}
-		if t.ctx.Err() != nil {
-			return
-		}
-		t.log.Warn("transport: connection lost", "peer", p.name, "err", err)
-		t.dropConn(p, conn)
-		conn = nil
-		// A connection that dies young (say, a TLS peer that refuses our
-		// certificate after the handshake) must not reset the backoff,
-		// or we would redial it in a tight loop.
-		if time.Since(connectedAt) > maxBackoff {
-			backoff = minBackoff
-		}
-		if !t.sleep(jitter(backoff)) {
-			return
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
-}
-
-// writeBatch writes buf and everything queued behind it, then flushes.
-func (t *TCP) writeBatch(p *tcpPeer, conn net.Conn, bw *bufio.Writer, buf *bytes.Buffer) error {
-	if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
-		putFrameBuf(buf)
-		return err
-	}
-	for {
-		_, err := bw.Write(buf.Bytes())
-		putFrameBuf(buf)
-		if err != nil {
-			return err
-		}
-		select {
-		case buf = <-p.queue:
-			continue
-		default:
-		}
-		return bw.Flush()
-	}
-}
-
-// dial connects to p's current address and starts a goroutine that
-// watches the connection for the peer closing it.
-func (t *TCP) dial(p *tcpPeer) (net.Conn, error) {
-	p.mu.Lock()
-	addr := p.addr
-	p.mu.Unlock()
-	nd := &net.Dialer{Timeout: t.cfg.DialTimeout}
-	var (
-		c   net.Conn
-		err error
-	)
-	if t.cfg.TLS != nil {
-		c, err = (&tls.Dialer{NetDialer: nd, Config: t.cfg.TLS}).DialContext(t.ctx, "tcp", addr)
-	} else {
-		c, err = nd.DialContext(t.ctx, "tcp", addr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !t.track(c) {
-		return nil, ErrClosed
-	}
-	p.mu.Lock()
-	if moved := p.addr; moved != addr {
-		// AddPeer moved the peer while we dialled the old address.
-		p.mu.Unlock()
-		t.untrack(c)
-		return nil, fmt.Errorf("peer moved from %s to %s while dialling", addr, moved)
-	}
-	p.conn = c
-	p.mu.Unlock()
-	// Peers never write to our outbound connections, so a read returns
-	// only when the peer closes it (or a TLS peer rejects us). Closing
-	// our end then makes the writer's next write fail and redial,
-	// instead of the next frame vanishing into a dead connection.
-	t.wg.Go(func() {
-		_, err := io.Copy(io.Discard, c)
-		if err != nil && !errors.Is(err, net.ErrClosed) && t.ctx.Err() == nil {
-			t.log.Warn("transport: peer closed connection", "peer", p.name, "err", err)
-		}
-		hardClose(c)
-	})
-	return c, nil
-}
-
-func (t *TCP) dropConn(p *tcpPeer, c net.Conn) {
-	p.mu.Lock()
-	if p.conn == c {
-		p.conn = nil
-	}
-	p.mu.Unlock()
-	t.untrack(c)
-}
-
 // hardClose closes c without the TLS close_notify alert: sending it can
 // block for seconds on a peer that does not read, and we close conns
 // while holding locks that Send needs. Frames are self-delimiting, so
@@ -504,31 +490,29 @@ func hardClose(c net.Conn) {
 	c.Close()
 }
 
-func (t *TCP) discardQueue(p *tcpPeer) {
-	for {
-		select {
-		case buf := <-p.queue:
-			putFrameBuf(buf)
-		default:
-			return
-		}
+// logRefused logs a refused or failed inbound connection, rate limited.
+func (t *TCP) logRefused(level slog.Level, msg string, args ...any) {
+	t.refused.Add(1)
+	ok, suppressed := t.refusedLog.allow()
+	if !ok {
+		return
 	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	t.log.Log(context.Background(), level, msg, args...)
 }
 
-// sleep waits d, reporting false if the transport closed first.
-func (t *TCP) sleep(d time.Duration) bool {
+// sleep waits d, reporting false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
 		return true
-	case <-t.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
 
-// jitter spreads redials over [d/2, d) so peers that lost each other at
-// the same moment do not redial in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2)
-}
+var errMoved = errors.New("peer moved while dialling")

@@ -271,8 +271,9 @@ func TestTCPBadInputClosesOnlyThatConnection(t *testing.T) {
 }
 
 func TestTCPValidFrameFromRawConn(t *testing.T) {
-	// Pins the wire format: a frame built by hand is accepted.
-	a := listen(t, TCPConfig{Name: "a"})
+	// Pins the wire format: a frame built by hand is accepted, from a
+	// known peer.
+	a := listen(t, TCPConfig{Name: "a", Peers: map[string]string{"x": "127.0.0.1:1"}})
 	c := rawConn(t, a.Addr())
 	body := []byte{0x94, 0x01, 0xa1, 'x', 0xa1, 'a', 0xc4, 0x02, 'h', 'i'}
 	_, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
@@ -395,10 +396,11 @@ func TestTCPMutualTLS(t *testing.T) {
 
 func TestTCPAddPeerMoves(t *testing.T) {
 	a := listen(t, TCPConfig{Name: "a"})
-	b1 := listen(t, TCPConfig{Name: "b"})
+	known := map[string]string{"a": a.Addr()}
+	b1 := listen(t, TCPConfig{Name: "b", Peers: known})
 	a.AddPeer("b", b1.Addr())
 	sendUntil(t, a, b1, seqEnv("b", 1))
-	b2 := listen(t, TCPConfig{Name: "b"})
+	b2 := listen(t, TCPConfig{Name: "b", Peers: known})
 	a.AddPeer("b", b2.Addr())
 	sendUntil(t, a, b2, seqEnv("b", 2))
 }

@@ -41,9 +41,18 @@ type Transport interface {
 }
 
 // PeerAdder is an optional capability: transports that address peers
-// (TCP) learn a new member's address through it.
+// (TCP) learn a new member's address through it. For TCP it also makes
+// the name a known peer, whose frames are accepted.
 type PeerAdder interface {
 	AddPeer(name, addr string)
+}
+
+// PeerRemover is an optional capability: transports that authenticate
+// peers (TCP) forget a removed member through it, cutting its
+// connections and refusing its frames from then on, until it is added
+// again.
+type PeerRemover interface {
+	RemovePeer(name string)
 }
 
 // Sentinel errors.
@@ -54,6 +63,20 @@ var (
 	ErrFrameTooLarge = errors.New("transport: frame too large")
 	// ErrMalformedFrame is reported for bytes that do not decode as a frame.
 	ErrMalformedFrame = errors.New("transport: malformed frame")
-	// ErrUnknownPeer is reported for a destination the transport has no address for.
+	// ErrUnknownPeer is reported for a destination the transport has no
+	// address for, and for a sender that is not a known peer.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
+	// ErrPeerIdentity is reported when a peer is not who it claims to be:
+	// its certificate does not name the member, or a connection bound to
+	// one member carries a frame from another.
+	ErrPeerIdentity = errors.New("transport: peer identity not proven")
+	// ErrWeakSecret is returned by ListenTCP and SecretTLS for a secret
+	// shorter than MinSecretLen.
+	ErrWeakSecret = errors.New("transport: secret too short")
+	// ErrConfig is returned by ListenTCP for a configuration it refuses,
+	// such as Secret and TLS together, or TLS without client certificates.
+	ErrConfig = errors.New("transport: invalid configuration")
+	// ErrOverloaded is reported for a connection closed because it would
+	// exceed a resource bound: the connection caps or the buffer budget.
+	ErrOverloaded = errors.New("transport: over resource limit")
 )

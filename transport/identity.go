@@ -1,0 +1,200 @@
+package transport
+
+import (
+	"crypto/ed25519"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"time"
+)
+
+// MinSecretLen is the shortest TCPConfig.Secret accepted, in bytes: the
+// secret is the only thing standing between the cell and anyone who can
+// reach its ports, so it must be as strong as the keys derived from it.
+const MinSecretLen = 32
+
+// secretCAInfo is the HKDF info string for the cell CA's key. Changing
+// it splits every cell that uses a Secret from its older members.
+const secretCAInfo = "coord cell CA"
+
+// Validity of the certificates SecretTLS makes. The leaf's key lives in
+// memory for one process only, so a wide window costs nothing, and it
+// keeps clock skew between members (invariant 9 of DESIGN.md) from ever
+// failing a handshake. 9999-12-31 is RFC 5280's "no expiry".
+var (
+	secretNotBefore = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	secretNotAfter  = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
+// DefaultVerifyPeer is the matcher used when TCPConfig.VerifyPeer is nil.
+// It accepts a verified certificate as naming member name when name
+// equals one of its DNS SANs, the whole text of one of its URI SANs, or
+// its subject common name. The chain itself has already been verified
+// against the configured CAs when it is called.
+func DefaultVerifyPeer(name string, leaf *x509.Certificate) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty member name", ErrPeerIdentity)
+	}
+	if slices.Contains(leaf.DNSNames, name) || leaf.Subject.CommonName == name {
+		return nil
+	}
+	for _, u := range leaf.URIs {
+		if u.String() == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: certificate for %q does not name %q", ErrPeerIdentity, leaf.Subject.CommonName, name)
+}
+
+// SecretTLS derives a mutual TLS configuration for member name from a
+// secret shared by the cell, for users without a PKI. It uses standard
+// TLS 1.3 and X.509 only, no protocol of its own:
+//
+//   - the cell CA's Ed25519 key is seeded by HKDF-SHA256(secret, info
+//     "coord cell CA"), so every member derives the same CA without
+//     exchanging anything, and its self-signed certificate is the only
+//     root trusted, for servers and clients alike;
+//   - a fresh Ed25519 leaf key, made on every call and never stored,
+//     gets a certificate for name (common name, and DNS SAN when name is
+//     ASCII) signed by that CA, valid for both client and server use;
+//   - client certificates are required and verified.
+//
+// Whoever knows the secret can mint a certificate for any name: the
+// secret is the cell's single credential, to be kept like a private key.
+// A peer with another secret fails the handshake. The secret must be at
+// least MinSecretLen bytes, or the error wraps ErrWeakSecret.
+func SecretTLS(secret []byte, name string) (*tls.Config, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty member name", ErrConfig)
+	}
+	seed, err := hkdf.Key(sha256.New, secret, nil, secretCAInfo, ed25519.SeedSize)
+	if err != nil {
+		return nil, fmt.Errorf("transport: derive CA key: %w", err)
+	}
+	caKey := ed25519.NewKeyFromSeed(seed)
+	// Every field is fixed, and Ed25519 signatures are deterministic, so
+	// all members hold the very same CA certificate.
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: secretCAInfo},
+		NotBefore:             secretNotBefore,
+		NotAfter:              secretNotAfter,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		return nil, fmt.Errorf("transport: make CA certificate: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, fmt.Errorf("transport: parse CA certificate: %w", err)
+	}
+	leafPub, leafKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("transport: make leaf key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("transport: make serial: %w", err)
+	}
+	leafTmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    secretNotBefore,
+		NotAfter:     secretNotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if isASCII(name) {
+		// Lets a plain tls.Dial with ServerName = name verify it too.
+		leafTmpl.DNSNames = []string{name}
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, leafPub, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("transport: make certificate for %q: %w", name, err)
+	}
+	leaf, err := x509.ParseCertificate(leafDER)
+	if err != nil {
+		return nil, fmt.Errorf("transport: parse certificate for %q: %w", name, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey, Leaf: leaf}},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	}, nil
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// peerClientTLS returns cfg adapted for dialling member peer. Go checks a
+// server's certificate against the address dialled, but a member is
+// known by its name, not its address: so the chain is verified here
+// against cfg.RootCAs, and verify must accept the leaf as naming peer,
+// or the handshake fails. cfg's own VerifyConnection, if any, runs after
+// these checks; VerifyPeerCertificate sees no verified chains.
+func peerClientTLS(cfg *tls.Config, peer string, verify func(string, *x509.Certificate) error) *tls.Config {
+	c := cfg.Clone()
+	c.InsecureSkipVerify = true // the checks are in VerifyConnection below
+	userVerify := cfg.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return fmt.Errorf("%w: %s presented no certificate", ErrPeerIdentity, peer)
+		}
+		opts := x509.VerifyOptions{
+			Roots:         cfg.RootCAs,
+			Intermediates: x509.NewCertPool(),
+			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}
+		if cfg.Time != nil {
+			opts.CurrentTime = cfg.Time()
+		}
+		for _, ic := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(ic)
+		}
+		leaf := cs.PeerCertificates[0]
+		if _, err := leaf.Verify(opts); err != nil {
+			return err
+		}
+		if err := verify(peer, leaf); err != nil {
+			return peerIdentityError(err)
+		}
+		if userVerify != nil {
+			return userVerify(cs)
+		}
+		return nil
+	}
+	return c
+}
+
+// peerIdentityError makes sure a matcher's refusal is errors.Is-able as
+// ErrPeerIdentity, whatever the user's matcher returned.
+func peerIdentityError(err error) error {
+	if errors.Is(err, ErrPeerIdentity) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrPeerIdentity, err)
+}
