@@ -9,10 +9,29 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Every envelope this package sends starts with the wire format version
-// and a kind byte, so a member refuses what a newer member sends rather
-// than misreading it (invariant 10 of DESIGN.md).
-const wireVersion byte = 1
+// Every envelope this package sends starts with a fixed header: the wire
+// format version and a kind byte, so a member refuses what a newer member
+// sends rather than misreading it (invariant 10 of DESIGN.md), then the
+// cell ID and the sender's incarnation (identity.go), so a member refuses
+// what another cell, or a member that lost its state, says (invariant 11).
+//
+// Version 1 had no cell ID or incarnation; it is refused.
+const (
+	wireVersion byte = 2
+	headerLen        = 2 + 8 + 8
+)
+
+// header is what this member puts at the head of every envelope.
+type header struct {
+	cell        uint64
+	incarnation uint64
+}
+
+func (h header) put(buf []byte, k wireKind) []byte {
+	buf = append(buf, wireVersion, byte(k))
+	buf = binary.BigEndian.AppendUint64(buf, h.cell)
+	return binary.BigEndian.AppendUint64(buf, h.incarnation)
+}
 
 type wireKind byte
 
@@ -21,13 +40,13 @@ const (
 	kindChunk    wireKind = 2 // one chunk of a snapshot's state
 	kindChunkAck wireKind = 3 // the receiver has staged a chunk
 	kindApp      wireKind = 4 // an application message (session keep-alives)
+	kindReject   wireKind = 5 // "I know you by another incarnation": you lost your state
 )
 
 var errWire = errors.New("raftnode: malformed envelope")
 
-func encodeRaft(m *pb.Message) ([]byte, error) {
-	buf := make([]byte, 2, 2+proto.Size(m))
-	buf[0], buf[1] = wireVersion, byte(kindRaft)
+func (h header) encodeRaft(m *pb.Message) ([]byte, error) {
+	buf := h.put(make([]byte, 0, headerLen+proto.Size(m)), kindRaft)
 	return proto.MarshalOptions{}.MarshalAppend(buf, m)
 }
 
@@ -41,9 +60,8 @@ type chunk struct {
 	Data  []byte
 }
 
-func encodeChunk(c *chunk) []byte {
-	buf := make([]byte, 0, 2+5*binary.MaxVarintLen64+len(c.Data))
-	buf = append(buf, wireVersion, byte(kindChunk))
+func (h header) encodeChunk(c *chunk) []byte {
+	buf := h.put(make([]byte, 0, headerLen+5*binary.MaxVarintLen64+len(c.Data)), kindChunk)
 	buf = binary.AppendUvarint(buf, c.From)
 	buf = binary.AppendUvarint(buf, c.Index)
 	buf = binary.AppendUvarint(buf, c.Term)
@@ -66,9 +84,8 @@ type chunkAck struct {
 	OK    bool
 }
 
-func encodeAck(a *chunkAck) []byte {
-	buf := make([]byte, 0, 2+5*binary.MaxVarintLen64)
-	buf = append(buf, wireVersion, byte(kindChunkAck))
+func (h header) encodeAck(a *chunkAck) []byte {
+	buf := h.put(make([]byte, 0, headerLen+5*binary.MaxVarintLen64), kindChunkAck)
 	buf = binary.AppendUvarint(buf, a.From)
 	buf = binary.AppendUvarint(buf, a.Index)
 	buf = binary.AppendUvarint(buf, a.Term)
@@ -80,12 +97,19 @@ func encodeAck(a *chunkAck) []byte {
 	return binary.AppendUvarint(buf, ok)
 }
 
-func encodeApp(data []byte) []byte {
-	return append([]byte{wireVersion, byte(kindApp)}, data...)
+func (h header) encodeApp(data []byte) []byte {
+	return append(h.put(make([]byte, 0, headerLen+len(data)), kindApp), data...)
 }
 
-// decoded is one received envelope; exactly one field is set.
+func (h header) encodeReject() []byte {
+	return h.put(make([]byte, 0, headerLen), kindReject)
+}
+
+// decoded is one received envelope: its header, and exactly one of the
+// message fields set (none for a reject).
 type decoded struct {
+	header
+	kind  wireKind
 	raft  *pb.Message
 	chunk *chunk
 	ack   *chunkAck
@@ -93,14 +117,23 @@ type decoded struct {
 }
 
 func decodeEnvelope(data []byte) (decoded, error) {
-	if len(data) < 2 {
-		return decoded{}, fmt.Errorf("%w: %d bytes", errWire, len(data))
+	if len(data) < 1 {
+		return decoded{}, fmt.Errorf("%w: empty", errWire)
 	}
 	if data[0] != wireVersion {
 		return decoded{}, fmt.Errorf("%w: unknown wire version %d", errWire, data[0])
 	}
-	body := data[2:]
-	switch wireKind(data[1]) {
+	if len(data) < headerLen {
+		return decoded{}, fmt.Errorf("%w: %d bytes", errWire, len(data))
+	}
+	h := header{cell: binary.BigEndian.Uint64(data[2:10]), incarnation: binary.BigEndian.Uint64(data[10:18])}
+	d, err := decodeBody(wireKind(data[1]), data[headerLen:])
+	d.header, d.kind = h, wireKind(data[1])
+	return d, err
+}
+
+func decodeBody(kind wireKind, body []byte) (decoded, error) {
+	switch kind {
 	case kindRaft:
 		m := &pb.Message{}
 		if err := proto.Unmarshal(body, m); err != nil {
@@ -122,8 +155,10 @@ func decodeEnvelope(data []byte) (decoded, error) {
 		return decoded{ack: &chunkAck{From: v[0], Index: v[1], Term: v[2], Seq: v[3], OK: v[4] == 1}}, nil
 	case kindApp:
 		return decoded{app: body}, nil
+	case kindReject:
+		return decoded{}, nil
 	default:
-		return decoded{}, fmt.Errorf("%w: unknown kind %d", errWire, data[1])
+		return decoded{}, fmt.Errorf("%w: unknown kind %d", errWire, kind)
 	}
 }
 

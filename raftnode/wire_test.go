@@ -7,32 +7,44 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
+var testHeader = header{cell: 0xc0ffee, incarnation: 42}
+
 func TestWireRoundTrip(t *testing.T) {
 	m := &pb.Message{Type: pb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(3)),
 		Entries: []*pb.Entry{{Index: new(uint64(7)), Term: new(uint64(3)), Data: []byte("x")}}}
-	b, err := encodeRaft(m)
+	b, err := testHeader.encodeRaft(m)
 	require.NoError(t, err)
 	d, err := decodeEnvelope(b)
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), d.raft.GetEntries()[0].GetIndex())
+	require.Equal(t, testHeader, d.header, "the header travels with every kind")
 
 	c := &chunk{From: 1, Index: 10, Term: 2, Seq: 3, Last: true, Data: []byte("state")}
-	d, err = decodeEnvelope(encodeChunk(c))
+	d, err = decodeEnvelope(testHeader.encodeChunk(c))
 	require.NoError(t, err)
 	require.Equal(t, c, d.chunk)
 
 	a := &chunkAck{From: 2, Index: 10, Term: 2, Seq: 3, OK: true}
-	d, err = decodeEnvelope(encodeAck(a))
+	d, err = decodeEnvelope(testHeader.encodeAck(a))
 	require.NoError(t, err)
 	require.Equal(t, a, d.ack)
 
-	d, err = decodeEnvelope(encodeApp([]byte("hi")))
+	d, err = decodeEnvelope(testHeader.encodeApp([]byte("hi")))
 	require.NoError(t, err)
 	require.Equal(t, []byte("hi"), d.app)
+
+	d, err = decodeEnvelope(testHeader.encodeReject())
+	require.NoError(t, err)
+	require.Equal(t, kindReject, d.kind)
+	require.Equal(t, testHeader, d.header)
 }
 
 func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
-	for _, b := range [][]byte{nil, {wireVersion}, {wireVersion + 1, byte(kindRaft)}, {wireVersion, 99}, {wireVersion, byte(kindChunk), 0xff}} {
+	full := func(kind byte, body ...byte) []byte {
+		return append(header{}.put(nil, wireKind(kind)), body...)
+	}
+	for _, b := range [][]byte{nil, {wireVersion}, {wireVersion + 1, byte(kindRaft)}, {1, byte(kindRaft), 0, 0},
+		full(99), full(byte(kindChunk), 0xff), full(byte(kindRaft))[:headerLen-1]} {
 		_, err := decodeEnvelope(b)
 		require.ErrorIs(t, err, errWire, "%x", b)
 	}
@@ -41,11 +53,11 @@ func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
 // FuzzDecodeEnvelope: whatever a peer sends, decoding fails cleanly or
 // yields exactly one message.
 func FuzzDecodeEnvelope(f *testing.F) {
-	b, _ := encodeRaft(&pb.Message{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(2))})
+	b, _ := testHeader.encodeRaft(&pb.Message{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(2))})
 	f.Add(b)
-	f.Add(encodeChunk(&chunk{From: 1, Index: 2, Term: 3, Seq: 4, Data: []byte("d")}))
-	f.Add(encodeAck(&chunkAck{From: 1, Index: 2, Term: 3, Seq: 4}))
-	f.Add(encodeApp(nil))
+	f.Add(testHeader.encodeChunk(&chunk{From: 1, Index: 2, Term: 3, Seq: 4, Data: []byte("d")}))
+	f.Add(testHeader.encodeAck(&chunkAck{From: 1, Index: 2, Term: 3, Seq: 4}))
+	f.Add(testHeader.encodeApp(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := decodeEnvelope(data)
 		if err != nil {
@@ -57,7 +69,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 				n++
 			}
 		}
-		if n != 1 && !(d.app == nil && len(data) == 2 && data[1] == byte(kindApp)) {
+		if n != 1 && d.kind != kindReject {
 			t.Fatalf("decoded %d messages from %x", n, data)
 		}
 	})

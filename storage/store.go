@@ -63,6 +63,7 @@ const (
 	prefixLogEntry   byte = 0x01 // raft entries: prefix + index (8 bytes BE)
 	prefixLogMeta    byte = 0x02 // hard state, truncated index/term
 	prefixStaging    byte = 0x03 // snapshot chunks being received: prefix + original key
+	prefixLocal      byte = 0x04 // this member's own records, never replicated (identity.go)
 	prefixStateFirst byte = 0x10
 	prefixStateMeta  byte = 0x10 // applied index/term, conf state, revision, sizes
 	prefixKV         byte = 0x11 // user keys: prefix + key

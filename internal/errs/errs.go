@@ -32,6 +32,9 @@ var (
 	UnknownMember  = errors.New("coord: no such member")
 	NotCaughtUp    = errors.New("coord: learner has not caught up with the leader")
 	Internal       = errors.New("coord: internal error")
+	StateLost      = errors.New("coord: member's durable state was lost or replaced")
+	DataDir        = errors.New("coord: data directory unusable")
+	Listen         = errors.New("coord: cannot listen")
 )
 
 // Fencing (fencing.go in the root package).
