@@ -2,8 +2,12 @@ package coord
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/coordcell/coord/internal/errs"
@@ -44,8 +48,16 @@ type Config struct {
 	// Join starts a member that was added to an existing cell (AddLearner)
 	// instead of founding one: it starts empty and catches up from the
 	// leader. Peers then lists (some of) the cell's current members, so it
-	// can reach them.
+	// can reach them. Join matters only the first time: once the member
+	// has state, its data directory knows which cell it belongs to.
 	Join bool
+	// CellName names the cell. With the founding Peers it makes the cell
+	// ID that every message carries: members drop what another cell says.
+	// Leave it empty unless a new cell may be founded with the same
+	// Peers (names and addresses) as another that may still be running,
+	// say a test that re-creates a cell on the same ports; then give each
+	// incarnation its own name. Only founders read it.
+	CellName string
 
 	// TickInterval is the Raft tick. Default 100ms.
 	TickInterval time.Duration
@@ -60,7 +72,13 @@ type Config struct {
 	// MaxValueSize bounds values in bytes. Default 64 KiB.
 	MaxValueSize int
 	// MaxTxnOps bounds the operations of one transaction. Default 128.
+	// MaxTxnOps × (MaxKeySize + MaxValueSize) must fit in a frame (see
+	// MaxFrameSize): a command that cannot be sent could never commit.
 	MaxTxnOps int
+	// MaxFrameSize bounds one message between members, in bytes, on the
+	// TCP transport (both ways). Default 16 MiB; it must hold the largest
+	// transaction the limits above allow, plus 1 MiB of Raft batching.
+	MaxFrameSize int
 	// QuotaBytes bounds the keyspace (keys plus values). Past it, writes
 	// that grow it fail with ErrQuotaExceeded; deletes still work.
 	// Default 2 GiB. Each member keeps the live keyspace in memory (with
@@ -99,7 +117,7 @@ func (c *Config) validate() error {
 		return bad("Name is required")
 	}
 	seen := map[string]bool{}
-	self := false
+	addrs := map[string]string{}
 	for _, p := range c.Peers {
 		if p.Name == "" {
 			return bad("a peer has no name")
@@ -108,20 +126,13 @@ func (c *Config) validate() error {
 			return bad("peer %q listed twice", p.Name)
 		}
 		seen[p.Name] = true
-		self = self || p.Name == c.Name
-	}
-	if len(c.Peers) > 0 && !self && !c.Join {
-		return bad("Peers must include this member (%q)", c.Name)
-	}
-	if c.Transport == nil && c.Addr == "" {
-		for _, p := range c.Peers {
-			if p.Name == c.Name {
-				c.Addr = p.Addr
-			}
+		if other, dup := addrs[p.Addr]; dup && p.Addr != "" {
+			return bad("peers %q and %q have the same address %q", other, p.Name, p.Addr)
 		}
-		if c.Addr == "" {
-			return bad("Addr is required with the TCP transport")
-		}
+		addrs[p.Addr] = p.Name
+	}
+	if err := c.validatePeers(); err != nil {
+		return err
 	}
 	setDefault(&c.TickInterval, 100*time.Millisecond)
 	setDefault(&c.ElectionTicks, 10)
@@ -129,6 +140,7 @@ func (c *Config) validate() error {
 	setDefault(&c.MaxKeySize, 4<<10)
 	setDefault(&c.MaxValueSize, 64<<10)
 	setDefault(&c.MaxTxnOps, 128)
+	setDefault(&c.MaxFrameSize, transport.DefaultMaxFrameSize)
 	setDefault(&c.QuotaBytes, 2<<30)
 	setDefault(&c.CompactEvery, 10_000)
 	setDefault(&c.CatchUpEntries, 5_000)
@@ -139,12 +151,85 @@ func (c *Config) validate() error {
 	switch {
 	case c.TickInterval < 0 || c.ElectionTicks < 0 || c.HeartbeatTicks < 0:
 		return bad("timings must be positive")
+	case c.TickInterval < minTickInterval:
+		return bad("TickInterval %v is below the floor of %v", c.TickInterval, minTickInterval)
 	case c.ElectionTicks <= c.HeartbeatTicks:
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	case c.MaxKeySize < 0 || c.MaxValueSize < 0 || c.MaxTxnOps < 0 || c.QuotaBytes < 0 || c.HistoryRevisions < 0:
 		return bad("limits must be positive")
 	case c.CatchUpEntries >= c.CompactEvery:
 		return bad("CatchUpEntries (%d) must be less than CompactEvery (%d)", c.CatchUpEntries, c.CompactEvery)
+	case c.MaxFrameSize < minFrameSize:
+		return bad("MaxFrameSize %d is below the floor of %d", c.MaxFrameSize, minFrameSize)
+	case int64(c.MaxTxnOps)*int64(c.MaxKeySize+c.MaxValueSize+opOverhead)+maxSizePerMsg+frameOverhead > int64(c.MaxFrameSize):
+		return bad("MaxTxnOps × (MaxKeySize + MaxValueSize) = %d × (%d + %d) does not fit in MaxFrameSize %d "+
+			"with 1 MiB of Raft batching: lower a limit or raise MaxFrameSize",
+			c.MaxTxnOps, c.MaxKeySize, c.MaxValueSize, c.MaxFrameSize)
+	}
+	return nil
+}
+
+// Sizes that tie the limits together.
+const (
+	// maxSizePerMsg is how many bytes of entries Raft batches into one
+	// append; one entry larger than that still goes alone.
+	maxSizePerMsg = 1 << 20
+	// opOverhead bounds an operation's encoding besides its key and value.
+	opOverhead = 64
+	// frameOverhead bounds a frame's envelope, Raft message and entry
+	// headers besides the commands.
+	frameOverhead = 64 << 10
+	minFrameSize  = 2 << 20
+	// minTickInterval keeps a mistyped tick (nanoseconds for
+	// milliseconds) from spinning the Raft loop.
+	minTickInterval = time.Millisecond
+)
+
+// validatePeers checks the addresses: the TCP transport must be able to
+// dial every peer, and this member's own entry must be where it listens.
+func (c *Config) validatePeers() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", errs.InvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if c.Join && !slices.ContainsFunc(c.Peers, func(p Peer) bool { return p.Name != c.Name }) {
+		return bad("a joining member needs Peers naming members of the cell to reach")
+	}
+	if c.Transport != nil {
+		return nil
+	}
+	for _, p := range c.Peers {
+		if err := checkAddr(p.Addr); err != nil {
+			return bad("peer %q: %v", p.Name, err)
+		}
+		if p.Name == c.Name {
+			if c.Addr == "" {
+				c.Addr = p.Addr
+			} else if c.Addr != p.Addr {
+				return bad("Addr %q differs from this member's entry in Peers (%q)", c.Addr, p.Addr)
+			}
+		}
+	}
+	if c.Addr == "" {
+		return bad("Addr is required with the TCP transport")
+	}
+	if err := checkAddr(c.Addr); err != nil {
+		return bad("Addr: %v", err)
+	}
+	return nil
+}
+
+// checkAddr accepts host:port with a numeric port (the host may be empty
+// to listen on every interface).
+func checkAddr(addr string) error {
+	if addr == "" {
+		return errors.New("no address")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("address %q: port %q is not a number from 0 to 65535", addr, port)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -11,7 +12,6 @@ import (
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
-	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // Node is one member of a cell, running inside this process. All its
@@ -60,53 +60,29 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		QuotaBytes:       cfg.QuotaBytes,
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
-	peers := cfg.Peers
-	if len(peers) == 0 {
-		peers = []Peer{{Name: cfg.Name, Addr: cfg.Addr}}
-	}
-	// The members to reach at start: the peers given, then whatever the
-	// replicated address book knows (it wins: it saw every change since).
-	members := map[uint64]storage.MemberInfo{}
-	cs := &pb.ConfState{}
-	var book []storage.MemberInfo
-	for _, p := range peers {
-		id := raftnode.IDFromName(p.Name)
-		m := storage.MemberInfo{ID: id, Name: p.Name, Addr: p.Addr}
-		members[id] = m
-		book = append(book, m)
-		cs.Voters = append(cs.Voters, id)
-	}
-	if store.IsNew() && !cfg.Join {
-		if err := store.Bootstrap(cs, book); err != nil {
-			store.Close()
-			return nil, err
-		}
-	}
-	known, err := store.StateMachine().Members()
+	ident, members, err := prepareStore(store, &cfg)
 	if err != nil {
 		store.Close()
 		return nil, err
-	}
-	for _, m := range known {
-		members[m.ID] = m
 	}
 	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport}
 	n.closing, n.cancelClose = context.WithCancel(context.Background())
 	if n.tr == nil {
 		addrs := map[string]string{}
-		for _, p := range peers {
-			if p.Name != cfg.Name {
-				addrs[p.Name] = p.Addr
+		for _, m := range members {
+			if m.Name != cfg.Name && m.Addr != "" {
+				addrs[m.Name] = m.Addr
 			}
 		}
 		tcp, err := transport.ListenTCP(transport.TCPConfig{
 			Name: cfg.Name, Addr: cfg.Addr, Peers: addrs, TLS: cfg.TLS, Logger: log,
+			MaxFrameSize: cfg.MaxFrameSize,
 		})
 		if err != nil {
 			store.Close()
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrListen, err)
 		}
 		n.tr, n.ownTr = tcp, true
 	}
@@ -115,6 +91,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.admin = newAdminRPC(n)
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
+		Identity:       ident,
 		Members:        members,
 		Store:          store,
 		Transport:      n.tr,
@@ -124,7 +101,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		HeartbeatTicks: cfg.HeartbeatTicks,
 		CompactEvery:   cfg.CompactEvery,
 		CatchUpEntries: cfg.CatchUpEntries,
-		MaxSizePerMsg:  1 << 20,
+		MaxSizePerMsg:  maxSizePerMsg,
+		// A follower forwards one proposal per frame at most.
+		MaxProposalBytes: cfg.MaxFrameSize - frameOverhead,
 		OnApply: func(out storage.ApplyOutput) {
 			// Sessions first: a watcher that sees a session's keys go
 			// must find the session ended too.
@@ -248,12 +227,33 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 	}
 }
 
-// readBarrier makes a read linearizable unless the caller opted out.
+// readBarrier makes a read linearizable unless the caller opted out. A
+// closed member serves no reads, not even serializable ones.
 func (n *Node) readBarrier(ctx context.Context, o readOptions) error {
+	if n.closing.Err() != nil {
+		return n.closedErr()
+	}
 	if o.serializable {
 		return nil
 	}
 	return n.raft.ReadBarrier(ctx)
+}
+
+// stateErr maps an error from reading the local state: a store closed
+// under the read means the member closed.
+func (n *Node) stateErr(err error) error {
+	if errors.Is(err, storage.ErrClosed) || n.closing.Err() != nil {
+		return n.closedErr()
+	}
+	return fmt.Errorf("%w: %w", errs.Internal, err)
+}
+
+// closedErr is ErrClosed, with the failure that stopped the member if any.
+func (n *Node) closedErr() error {
+	if err := n.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return ErrClosed
 }
 
 // Get returns the key. It fails with ErrNotFound if the key does not
@@ -270,7 +270,7 @@ func (n *Node) Get(ctx context.Context, key string, opts ...ReadOption) (KV, err
 	}
 	kv, ok, err := n.sm.Get(key)
 	if err != nil {
-		return KV{}, fmt.Errorf("%w: %w", errs.Internal, err)
+		return KV{}, n.stateErr(err)
 	}
 	if !ok {
 		return KV{}, fmt.Errorf("%w: %q", ErrNotFound, key)
@@ -291,7 +291,7 @@ func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]K
 	}
 	kvs, rev, err := n.sm.List(prefix)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errs.Internal, err)
+		return nil, 0, n.stateErr(err)
 	}
 	out := make([]KV, len(kvs))
 	for i, kv := range kvs {

@@ -66,6 +66,21 @@ var (
 	// ErrNotCaughtUp: Promote of a learner whose log is still well behind
 	// the leader's; try again once it has caught up.
 	ErrNotCaughtUp = errs.NotCaughtUp
+	// ErrStateLost: this member came back with a data directory the cell
+	// does not know (wiped, restored from an old copy, or another
+	// member's), so it may have lost its vote and entries it acknowledged.
+	// The other members ignore it; remove it (RemoveMember) and add it
+	// again under a new name with an empty data directory. Node.Err
+	// reports it.
+	ErrStateLost = errs.StateLost
+	// ErrDataDir: Open could not use the data directory (not writable,
+	// locked by another process, an unknown format, damaged).
+	ErrDataDir = errs.DataDir
+	// ErrListen: Open could not listen on Addr (in use, not local).
+	ErrListen = errs.Listen
+	// ErrInternal: a fault inside the member (an invariant broke, storage
+	// failed). The member stops; Node.Err says why.
+	ErrInternal = errs.Internal
 )
 
 // The sentinel errors of fencing (Fence, FileMarks, ParseToken).

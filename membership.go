@@ -85,6 +85,13 @@ func (n *Node) AddLearner(ctx context.Context, name, addr string) error {
 	if name == "" {
 		return fmt.Errorf("%w: a member needs a name", ErrInvalidConfig)
 	}
+	if n.cfg.Transport == nil {
+		if err := checkAddr(addr); err != nil {
+			return fmt.Errorf("%w: member %q: %v", ErrInvalidConfig, name, err)
+		}
+	} else if addr == "" {
+		return fmt.Errorf("%w: member %q needs an address", ErrInvalidConfig, name)
+	}
 	if err := n.raft.ReadBarrier(ctx); err != nil {
 		return err
 	}
@@ -222,22 +229,46 @@ var adminErrors = map[string]error{
 	"ambiguous":      ErrAmbiguous,
 }
 
+// adminVersion leads every admin message (invariant 10 of DESIGN.md):
+// a member refuses a version it does not know rather than misread it.
+const adminVersion byte = 1
+
+// maxAdminInFlight bounds the requests a leader serves at once. Only
+// members can send them, and a member asks one at a time per caller, so
+// a few suffice; the rest are dropped and their senders ask again.
+const maxAdminInFlight = 4
+
 // adminRPC carries membership requests from a follower to the leader.
 type adminRPC struct {
 	n       *Node
 	mu      sync.Mutex
 	waiting map[uint64]chan adminReply
-	wg      sync.WaitGroup
-	stop    chan struct{}
+	// slots holds a token per request being served: a flood of requests
+	// costs at most maxAdminInFlight goroutines.
+	slots chan struct{}
+	wg    sync.WaitGroup
+	// life ends when the node closes, cancelling requests being served.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 func newAdminRPC(n *Node) *adminRPC {
-	return &adminRPC{n: n, waiting: make(map[uint64]chan adminReply), stop: make(chan struct{})}
+	a := &adminRPC{n: n, waiting: make(map[uint64]chan adminReply), slots: make(chan struct{}, maxAdminInFlight)}
+	a.life, a.endLife = context.WithCancel(context.Background())
+	return a
 }
 
 func (a *adminRPC) close() {
-	close(a.stop)
+	a.endLife()
 	a.wg.Wait()
+}
+
+func encodeAdmin(m *adminMessage) ([]byte, error) {
+	data, err := msgpack.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{adminVersion}, data...), nil
 }
 
 // ask sends req to the leader and waits for its reply.
@@ -257,7 +288,7 @@ func (a *adminRPC) ask(ctx context.Context, req adminRequest) error {
 		delete(a.waiting, req.ID)
 		a.mu.Unlock()
 	}()
-	data, err := msgpack.Marshal(&adminMessage{Req: &req})
+	data, err := encodeAdmin(&adminMessage{Req: &req})
 	if err != nil {
 		return err
 	}
@@ -281,6 +312,10 @@ func (a *adminRPC) ask(ctx context.Context, req adminRequest) error {
 }
 
 func (a *adminRPC) onMessage(from string, data []byte) {
+	if len(data) == 0 || data[0] != adminVersion {
+		return
+	}
+	data = data[1:]
 	var m adminMessage
 	if mpcheck.Check(data) != nil {
 		return
@@ -300,30 +335,34 @@ func (a *adminRPC) onMessage(from string, data []byte) {
 			}
 		}
 	case m.Req != nil && m.Req.Op == "promote":
+		select {
+		case a.slots <- struct{}{}:
+		default:
+			return // busy: the asker times out and asks again
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 4*a.n.electionTimeout())
-			defer cancel()
-			go func() {
-				select {
-				case <-a.stop:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
-			reply := adminReply{ID: m.Req.ID}
-			if err := a.n.promoteHere(ctx, m.Req.Name); err != nil {
-				reply.Code, reply.Msg = "other", err.Error()
-				for code, sentinel := range adminErrors {
-					if errors.Is(err, sentinel) {
-						reply.Code = code
-					}
-				}
-			}
-			if data, err := msgpack.Marshal(&adminMessage{Reply: &reply}); err == nil {
-				_ = a.n.sendApp(from, appAdmin, data)
-			}
+			defer func() { <-a.slots }()
+			a.serve(from, m.Req)
 		}()
+	}
+}
+
+// serve carries out one request from member from and replies.
+func (a *adminRPC) serve(from string, req *adminRequest) {
+	ctx, cancel := context.WithTimeout(a.life, 4*a.n.electionTimeout())
+	defer cancel()
+	reply := adminReply{ID: req.ID}
+	if err := a.n.promoteHere(ctx, req.Name); err != nil {
+		reply.Code, reply.Msg = "other", err.Error()
+		for code, sentinel := range adminErrors {
+			if errors.Is(err, sentinel) {
+				reply.Code = code
+			}
+		}
+	}
+	if data, err := encodeAdmin(&adminMessage{Reply: &reply}); err == nil {
+		_ = a.n.sendApp(from, appAdmin, data)
 	}
 }

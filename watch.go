@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,11 @@ func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *W
 	if !o.fromSet {
 		o.fromRev = n.sm.Revision()
 	}
+	if bad := n.checkWatch(prefix, &o); bad != nil {
+		w := &Watcher{events: make(chan Event), cancel: func() {}, progress: make(chan struct{}, 1), err: bad}
+		close(w.events)
+		return w
+	}
 	if !o.maxLagSet {
 		o.maxLag = n.cfg.HistoryRevisions / 2
 	}
@@ -164,6 +170,19 @@ func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *W
 		close(w.events)
 	}()
 	return w
+}
+
+// checkWatch refuses a watch that could never work, before it starts.
+func (n *Node) checkWatch(prefix string, o *watchOptions) error {
+	switch {
+	case len(prefix) > n.cfg.MaxKeySize:
+		return fmt.Errorf("%w: prefix of %d bytes, limit %d", ErrKeyTooLarge, len(prefix), n.cfg.MaxKeySize)
+	case o.fromRev < 0:
+		return fmt.Errorf("%w: FromRev(%d): revisions start at 0", ErrInvalidArgument, o.fromRev)
+	case o.maxLag < 0:
+		return fmt.Errorf("%w: WithMaxLag(%d) is negative", ErrInvalidArgument, o.maxLag)
+	}
+	return nil
 }
 
 // Events returns the channel of changes. It is buffered and lossless: a
