@@ -67,7 +67,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 			out.Results = append(out.Results, Applied{Index: idx, Result: a.status(command.StatusInvalid)})
 			continue
 		}
-		res, err := a.exec(idx, cmd)
+		res, err := a.exec(idx, e.GetTerm(), cmd)
 		if err != nil {
 			return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
 		}
@@ -150,7 +150,16 @@ func (a *applier) status(s command.Status) command.Result {
 	return command.Result{Status: s, Rev: a.m.rev}
 }
 
-func (a *applier) exec(idx uint64, cmd *command.Command) (command.Result, error) {
+func (a *applier) exec(idx, term uint64, cmd *command.Command) (command.Result, error) {
+	// A leader's session decision is valid only in the term it was made
+	// in. A deposed leader that has not noticed (paused, partitioned)
+	// decides from a deadline table that stopped being the cell's when its
+	// successor was elected; if its proposal is forwarded to the
+	// successor, or otherwise reaches the log in a later term, applying it
+	// would expire sessions that the successor's grace still covers.
+	if s := cmd.Session; s != nil && s.Term != 0 && s.Term != term {
+		return a.status(command.StatusStaleTerm), nil
+	}
 	switch cmd.Kind {
 	case command.KindTxn:
 		t := cmd.Txn
@@ -381,5 +390,7 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 			return command.Result{}, err
 		}
 	}
-	return a.status(command.StatusOK), nil
+	res := a.status(command.StatusOK)
+	res.SessionID = s.ID
+	return res, nil
 }

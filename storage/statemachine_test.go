@@ -35,7 +35,7 @@ func TestSessionEphemeralKeys(t *testing.T) {
 	require.Equal(t, []SessionInfo{{ID: sid, TTL: 5e9}, {ID: other, TTL: 5e9}}, sessions)
 
 	out := ts.apply(&command.Command{ID: 77, Kind: command.KindSessionEnd, Session: &command.Session{ID: sid, Expired: true}})
-	require.Equal(t, []Applied{{Index: ts.AppliedIndex(), ID: 77, Result: command.Result{Rev: 4}}}, out.Results)
+	require.Equal(t, []Applied{{Index: ts.AppliedIndex(), ID: 77, Result: command.Result{Rev: 4, SessionID: sid}}}, out.Results)
 	want := []Revision{{Rev: 4, Events: []Event{
 		{Type: EventDelete, KV: command.KV{Key: "locks/a", Version: 1, CreateRev: 2, ModRev: 4, Session: sid},
 			Prev: &command.KV{Key: "locks/a", Value: []byte("1"), Version: 1, CreateRev: 2, ModRev: 2, Session: sid}},
