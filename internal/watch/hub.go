@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -78,7 +79,11 @@ type group struct {
 	prefix string
 	refs   int
 	// items holds the events under prefix with revisions in
-	// (start, hub.head], oldest first.
+	// (start, hub.head], oldest first. Readers are handed subslices of it
+	// and read them after the lock is released, so an item, once a
+	// Publish has returned, is never written again: the window moves on
+	// by reslicing from the front and grows into a fresh array (see add),
+	// never by moving items within the array.
 	items []item
 	start int64
 	wake  chan struct{} // closed and replaced when items grow
@@ -178,19 +183,32 @@ func (h *Hub) Publish(revs []storage.Revision) {
 func (g *group) add(rev int64, ev *storage.Event) (first bool) {
 	first = true
 	if n := len(g.items); n > 0 && g.items[n-1].rev == rev {
+		// The previous event is of the revision being added now, under the
+		// hub's lock: no reader has been handed it yet.
 		g.items[n-1].end = false
 		first = false
+	}
+	if len(g.items) == cap(g.items) {
+		// Full (trim reslices the front away, so this comes round every
+		// half window or so): carry the window over to a fresh array with
+		// room to grow. Readers may still hold the old one, which is why
+		// it is never written again. Half a window of room bounds the
+		// array at about 1.5 times the window, and copies each event about
+		// twice over its life in the window.
+		grown := make([]item, len(g.items), len(g.items)+max(len(g.items)/2, 8))
+		copy(grown, g.items)
+		g.items = grown
 	}
 	g.items = append(g.items, item{rev: rev, ev: ev, end: true})
 	return first
 }
 
-// trim keeps g's window within the hub's capacity.
+// trim keeps g's window within the hub's capacity. It only reslices:
+// readers may be reading the items it drops.
 func (h *Hub) trim(g *group) {
 	if over := len(g.items) - h.capacity; over > 0 {
 		g.start = g.items[over-1].rev
-		// Copy down rather than reslice so the array does not grow.
-		g.items = append(g.items[:0], g.items[over:]...)
+		g.items = g.items[over:]
 		// Keep whole revisions: a window never starts mid-revision.
 		for len(g.items) > 0 && g.items[0].rev == g.start {
 			g.items = g.items[1:]
@@ -371,11 +389,11 @@ func (h *Hub) read(g *group, prefix string, from int64) ([]item, <-chan struct{}
 	h.mu.RLock()
 	wake, head := g.wake, h.head
 	if from >= g.start {
-		// Find the first item after from (items are in revision order).
-		i := len(g.items)
-		for i > 0 && g.items[i-1].rev > from {
-			i--
-		}
+		// The first item after from (items are in revision order). The
+		// caller reads out after the lock is released: items in it are
+		// never written again, and its capacity ends at its length, so
+		// the items Publish appends later are out of its reach.
+		i := sort.Search(len(g.items), func(i int) bool { return g.items[i].rev > from })
 		out := g.items[i:len(g.items):len(g.items)]
 		h.mu.RUnlock()
 		return out, wake, head, nil
