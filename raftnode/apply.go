@@ -71,11 +71,18 @@ func (a *appliedIndex) set(idx uint64) {
 // handOver and applyInline). Raft may already have moved on (Advance does
 // not wait for apply); order is all that matters.
 func (n *Node) applyLoop() {
+	if !n.gate.enter(n.stopc) {
+		return
+	}
 	for {
 		var job applyJob
+		n.gate.exit()
 		select {
 		case job = <-n.applyc:
 		case <-n.stopc:
+			return
+		}
+		if !n.gate.enter(n.stopc) {
 			return
 		}
 		ok := n.apply(job)
@@ -144,7 +151,17 @@ func (n *Node) handOver(job applyJob) bool {
 		return true
 	case <-n.stopc:
 		return false
+	default:
 	}
+	// The apply loop is behind, or paused: wait as idle time.
+	sent := false
+	return n.idleWhile(func() {
+		select {
+		case n.applyc <- job:
+			sent = true
+		case <-n.stopc:
+		}
+	}) && sent
 }
 
 // Inline applies: the raft loop applies a batch itself when that is cheap

@@ -51,23 +51,44 @@ func (n *Node) raftLoop() {
 			n.waiters.deliver(p.id, proposalResult{err: stopped})
 		}
 	}()
+	if !n.gate.enter(n.stopc) {
+		return
+	}
 	for {
+		// Idle while waiting, so that Pause need not wait for an event;
+		// each event waits for Resume before it is handled (pause.go).
+		n.gate.exit()
 		select {
 		case <-ticker.C:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
 			ls.tick++
 			n.rn.Tick()
 			n.onTick(&ls)
 		case env, ok := <-recv:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
 			if !ok {
 				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
 				return
 			}
 			n.handleEnvelope(env)
 		case p := <-n.propc:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
 			ls.pending = append(ls.pending, p)
 		case r := <-n.readc:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
 			ls.reads.queued = append(ls.reads.queued, r)
 		case f := <-n.runc:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
 			f()
 		case <-n.stopc:
 			return
@@ -283,9 +304,14 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
 	if !n.handOver(applyJob{barrier: barrier}) {
 		return false
 	}
-	select {
-	case <-barrier:
-	case <-n.stopc:
+	passed := false
+	if !n.idleWhile(func() {
+		select {
+		case <-barrier:
+			passed = true
+		case <-n.stopc:
+		}
+	}) || !passed {
 		return false
 	}
 	if err := n.store.InstallSnapshot(snap); err != nil {
@@ -293,6 +319,7 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
 		return false
 	}
 	n.log.Info("installed snapshot", "index", snap.GetMetadata().GetIndex())
+	n.endCoveredBySnapshot(snap.GetMetadata().GetIndex())
 	return n.handOver(applyJob{snap: snap})
 }
 
@@ -312,7 +339,7 @@ func (n *Node) send(msgs []*pb.Message) {
 			n.startSnapshotSender(m, to)
 			continue
 		}
-		data, err := encodeRaft(m)
+		data, err := n.hdr().encodeRaft(m)
 		if err != nil {
 			n.log.Error("encode raft message", "err", err)
 			continue
@@ -329,20 +356,15 @@ func (n *Node) send(msgs []*pb.Message) {
 func (n *Node) handleEnvelope(env transport.Envelope) {
 	d, err := decodeEnvelope(env.Data)
 	if err != nil {
-		n.log.Warn("dropped undecodable message", "from", env.From, "err", err)
+		n.dropped(env.From, "envelope", err)
+		return
+	}
+	if !n.admit(env.From, d) {
 		return
 	}
 	switch {
 	case d.raft != nil:
-		m := d.raft
-		if m.GetType() == pb.MsgSnap {
-			md := m.GetSnapshot().GetMetadata()
-			if !n.sm.StagedComplete(md.GetIndex(), md.GetTerm()) {
-				n.log.Debug("snapshot message before its state; dropped", "index", md.GetIndex())
-				return
-			}
-		}
-		n.stepFromWire(env.From, m)
+		n.stepFromWire(env.From, d.raft)
 	case d.chunk != nil:
 		if err := n.checkChunk(env.From, d.chunk); err != nil {
 			n.dropped(env.From, "snapshot chunk", err)
@@ -350,7 +372,14 @@ func (n *Node) handleEnvelope(env transport.Envelope) {
 		}
 		select {
 		case n.chunkc <- d.chunk:
-		case <-n.stopc:
+		default:
+			// The receiver is busy, or paused: wait as idle time.
+			n.idleWhile(func() {
+				select {
+				case n.chunkc <- d.chunk:
+				case <-n.stopc:
+				}
+			})
 		}
 	case d.ack != nil:
 		if err := n.checkAck(env.From, d.ack); err != nil {

@@ -44,6 +44,10 @@ func IDFromName(name string) uint64 {
 // the monotonic clock.
 type Config struct {
 	Name string
+	// Identity is the data directory's (storage.Store.Identity): the cell
+	// ID (0 for a joining member that has not heard from the cell yet)
+	// and the incarnation every envelope carries.
+	Identity storage.Identity
 	// Members names (and, for transports that need them, addresses) the
 	// members known at start, by Raft ID. Membership changes applied from
 	// the log update it.
@@ -153,6 +157,8 @@ type Node struct {
 	dropLog  rateLimit
 	lossLog  rateLimit
 	electTTL time.Duration // one election timeout, wall time
+	gate     pauseGate
+	ident    identity
 }
 
 // Start opens the member on cfg.Store (which must be bootstrapped or hold
@@ -176,6 +182,9 @@ func Start(cfg Config) (*Node, error) {
 		stopc:    make(chan struct{}),
 		electTTL: time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
 	}
+	if err := n.initIdentity(); err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
 	n.waiters.init()
 	n.confs.init()
 	n.members = make(map[uint64]storage.MemberInfo)
@@ -183,6 +192,7 @@ func Start(cfg Config) (*Node, error) {
 	n.applied.init(n.sm.AppliedIndex())
 	n.lastCompact = n.sm.AppliedIndex()
 	n.senders.init()
+	n.gate.init()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        n.id,
 		ElectionTick:              cfg.ElectionTicks,
@@ -253,7 +263,7 @@ func (n *Node) reloadMembers() {
 // SendApp sends an application message to member to, delivered to its
 // Config.OnMessage. Like every message, it may be lost.
 func (n *Node) SendApp(to string, data []byte) error {
-	return n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: encodeApp(data)}})
+	return n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.hdr().encodeApp(data)}})
 }
 
 // guard runs a goroutine and turns a panic (raft's invariants, Pebble
@@ -296,7 +306,8 @@ func (n *Node) Done() <-chan struct{} { return n.stopc }
 // first hands leadership to the most up-to-date follower so the cell does
 // not wait an election timeout. Stop returns once every goroutine ended.
 func (n *Node) Stop(graceful bool) {
-	if graceful {
+	// A paused member cannot hand over: it is as good as stopped.
+	if graceful && !n.gate.isPaused() {
 		n.transferLeadership()
 	}
 	n.stop()
@@ -335,6 +346,8 @@ func (n *Node) transferLeadership() {
 		}
 	case <-n.stopc:
 		return
+	case <-time.After(n.electTTL):
+		return // paused meanwhile (Pause): there is nobody to hand over
 	}
 	deadline := time.After(2 * n.electTTL)
 	tick := time.NewTicker(n.cfg.TickInterval)

@@ -86,6 +86,33 @@ func (w *waiters) failAll(err error) {
 	}
 }
 
+// endCoveredBySnapshot ends the waiters a snapshot may have overtaken.
+// It runs on the raft loop once the snapshot at index replaced the state
+// machine, so every entry committed before it either applied (and woke
+// its waiter) or is inside the snapshot, whose state says nothing of
+// which command made it. A command handed to Raft may be either inside
+// it or still to commit after it; which one cannot be told, so each ends
+// at once with ErrAmbiguous rather than waiting for an apply that may
+// never come. Commands not yet handed to Raft wait on. Readers waiting
+// for an index are released by the apply loop when it reaches the
+// snapshot's.
+func (n *Node) endCoveredBySnapshot(index uint64) {
+	err := fmt.Errorf("%w: a snapshot (index %d) replaced this member's state while the command was in flight",
+		errs.Ambiguous, index)
+	n.waiters.mu.Lock()
+	var ended []*proposal
+	for id, p := range n.waiters.m {
+		if p.handed.Load() {
+			ended = append(ended, p)
+			delete(n.waiters.m, id)
+		}
+	}
+	n.waiters.mu.Unlock()
+	for _, p := range ended {
+		p.resc <- proposalResult{err: err}
+	}
+}
+
 // Propose replicates cmd (setting its ID) and waits until it applied on
 // this member, returning the state machine's result.
 //

@@ -2,10 +2,12 @@ package raftnode
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
 
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/transport"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -60,6 +62,13 @@ func (n *Node) startSnapshotSender(m *pb.Message, to string) {
 	n.senders.wg.Add(1)
 	go func() {
 		defer n.senders.wg.Done()
+		defer func() {
+			// Like the node's own goroutines (guard): a panic fails the
+			// node, never the host process.
+			if r := recover(); r != nil {
+				n.fail(fmt.Errorf("%w: snapshot sender panicked: %v", errs.Internal, r))
+			}
+		}()
 		err := n.streamSnapshot(m, to, acks)
 		n.senders.mu.Lock()
 		delete(n.senders.active, peer)
@@ -121,8 +130,11 @@ func (n *Node) streamSnapshot(m *pb.Message, to string, acks <-chan *chunkAck) e
 				return err
 			}
 		}
+		if !n.gate.wait(n.stopc) {
+			return n.errStopped()
+		}
 		c := &chunk{From: n.id, Index: md.GetIndex(), Term: md.GetTerm(), Seq: sent, Last: last, Data: cur}
-		if err := n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: encodeChunk(c)}}); err != nil {
+		if err := n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.hdr().encodeChunk(c)}}); err != nil {
 			return err
 		}
 		sent++
@@ -136,7 +148,7 @@ func (n *Node) streamSnapshot(m *pb.Message, to string, acks <-chan *chunkAck) e
 			return err
 		}
 	}
-	env, err := encodeRaft(m)
+	env, err := n.hdr().encodeRaft(m)
 	if err != nil {
 		return err
 	}
@@ -145,11 +157,18 @@ func (n *Node) streamSnapshot(m *pb.Message, to string, acks <-chan *chunkAck) e
 
 // receiveChunks stages incoming snapshot chunks and acknowledges each.
 func (n *Node) receiveChunks() {
+	if !n.gate.enter(n.stopc) {
+		return
+	}
 	for {
 		var c *chunk
+		n.gate.exit()
 		select {
 		case c = <-n.chunkc:
 		case <-n.stopc:
+			return
+		}
+		if !n.gate.enter(n.stopc) {
 			return
 		}
 		err := n.sm.StageChunk(c.Index, c.Term, int(c.Seq), c.Data, c.Last)
@@ -161,6 +180,6 @@ func (n *Node) receiveChunks() {
 			continue
 		}
 		ack := &chunkAck{From: n.id, Index: c.Index, Term: c.Term, Seq: c.Seq, OK: err == nil}
-		_ = n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: encodeAck(ack)}})
+		_ = n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.hdr().encodeAck(ack)}})
 	}
 }

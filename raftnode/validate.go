@@ -408,6 +408,15 @@ func (n *Node) stepFromWire(from string, m *pb.Message) {
 		n.dropped(from, m.GetType().String(), err)
 		return
 	}
+	if m.GetType() == pb.MsgSnap {
+		// The state streams ahead of the message (snapshot.go); Raft
+		// must not take a snapshot we could not install.
+		md := m.GetSnapshot().GetMetadata()
+		if !n.sm.StagedComplete(md.GetIndex(), md.GetTerm()) {
+			n.log.Debug("snapshot message before its state; dropped", "index", md.GetIndex())
+			return
+		}
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			n.fail(fmt.Errorf("%w: raft panicked on %s from %s: %v", errs.Internal, m.GetType(), from, r))
