@@ -47,8 +47,10 @@ type sentBatch struct {
 // leaderSessions is the leader's side, for one term.
 type leaderSessions struct {
 	term   uint64
-	ready  bool // the table was loaded from the replicated state
+	ready  bool          // the table was loaded from the replicated state
+	readyc chan struct{} // closed when ready is set
 	table  *lease.Table
+	ctx    context.Context // ends with the term
 	cancel context.CancelFunc
 }
 
@@ -67,10 +69,15 @@ func newSessionEngine(n *Node) *sessionEngine {
 
 // margin is how much earlier than the cell the holder counts its session
 // as expired: 2% of the TTL for the difference in clock rates between
-// members, and half an election timeout of cushion for a deposed leader
-// that has not noticed yet (leaders credit unheard time only once it is
-// an election timeout old, which covers most of that blind spot).
-func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return e.et/2 + ttl/50 }
+// members, and a quarter election timeout because the holder looks at
+// its deadline once per tick (so Done closes at most a tick after Until).
+//
+// No cushion is needed for a deposed leader that has not noticed yet:
+// its expiries and credits carry its term and apply only in that term,
+// so once a successor is elected nothing it decides takes effect (see
+// handleKeepAlive for why a successor then grants at least TTL from the
+// send of every keep-alive a leader acknowledged).
+func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return e.et/4 + ttl/50 }
 
 func (e *sessionEngine) start() {
 	e.wg.Add(1)
@@ -162,7 +169,19 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 	}
 	e.mu.Unlock()
 	for _, s := range ended {
-		s.end(ErrSessionExpired)
+		e.endedByCell(s, "its end was applied")
+	}
+}
+
+// endedByCell ends a local session the cell ended, with one INFO line if
+// this is what ended it (not a Close from here, nor an earlier end).
+func (e *sessionEngine) endedByCell(s *Session, how string) {
+	if err := s.end(ErrSessionExpired); err == ErrSessionExpired {
+		s.mu.Lock()
+		lastAcked := s.lastAcked
+		s.mu.Unlock()
+		e.n.cfg.Logger.Info("session ended by the cell", "session", int64(s.id), "how", how,
+			"last_confirmed_ago", time.Since(lastAcked).Round(time.Millisecond), "ttl", s.ttl)
 	}
 }
 
@@ -172,6 +191,16 @@ func (e *sessionEngine) run() {
 	defer tick.Stop()
 	var lastSend time.Time
 	for {
+		// A paused member is silent as a whole: no keep-alives, no
+		// expiries. On resume its first tick may decide from a table that
+		// went stale while it slept; the term those decisions carry makes
+		// the cell refuse them if another leader took over meanwhile.
+		select {
+		case <-e.n.raft.Unpaused():
+		case <-e.life.Done():
+			e.stepDown()
+			return
+		}
 		select {
 		case <-e.life.Done():
 			e.stepDown()
@@ -292,7 +321,7 @@ func (e *sessionEngine) handleAck(a *lease.Ack) {
 		s.confirmed(b.at)
 	}
 	for _, s := range gone {
-		s.end(ErrSessionExpired)
+		e.endedByCell(s, "the leader no longer knows it")
 	}
 }
 
@@ -305,6 +334,13 @@ func (e *sessionEngine) checkLocal(now time.Time) {
 	e.mu.Unlock()
 	for _, s := range local {
 		if s.check(now) {
+			s.mu.Lock()
+			lastAcked := s.lastAcked
+			s.mu.Unlock()
+			e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", int64(s.id),
+				"last_confirmed_ago", now.Sub(lastAcked).Round(time.Millisecond), "ttl", s.ttl)
+			// The holder's own decision about its own session: valid in
+			// any term, so it carries none.
 			e.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
 				Session: &command.Session{ID: int64(s.id), Expired: true}})
 		}
@@ -365,7 +401,8 @@ func (e *sessionEngine) stepDown() {
 func (e *sessionEngine) stepUp(term uint64) {
 	elected := time.Now()
 	ctx, cancel := context.WithCancel(e.life)
-	l := &leaderSessions{term: term, table: lease.New(elected, e.et), cancel: cancel}
+	l := &leaderSessions{term: term, table: lease.New(elected, e.et), ctx: ctx, cancel: cancel,
+		readyc: make(chan struct{})}
 	e.mu.Lock()
 	e.lead = l
 	e.mu.Unlock()
@@ -373,10 +410,13 @@ func (e *sessionEngine) stepUp(term uint64) {
 	go func() {
 		defer e.wg.Done()
 		for ctx.Err() == nil {
-			// A no-op of this term, once applied here, means every entry
-			// committed before the election has been applied too.
+			// A read index is served only once an entry of this term has
+			// committed (Raft's own no-op at election), and is at least
+			// that entry's index: once applied here, every entry committed
+			// before the election has been applied too. No entry of ours
+			// is needed, which saves a log write and its round trip.
 			pctx, pcancel := context.WithTimeout(ctx, 2*e.et)
-			_, err := e.n.raft.Propose(pctx, &command.Command{Kind: command.KindNoop})
+			err := e.n.raft.ReadBarrier(pctx)
 			pcancel()
 			if err != nil {
 				select {
@@ -395,6 +435,7 @@ func (e *sessionEngine) stepUp(term uint64) {
 					l.table.Load(si.ID, time.Duration(si.TTL), time.Duration(si.Unheard))
 				}
 				l.ready = true
+				close(l.readyc)
 			}
 			e.mu.Unlock()
 			return
@@ -413,61 +454,106 @@ func (e *sessionEngine) leaderTick(now time.Time) {
 	credits := l.table.Credits(now, e.et/2, e.et)
 	due := l.table.Due(now, 2*e.et)
 	e.mu.Unlock()
+	// Both decisions come from this term's table, so both carry the term:
+	// if this member was deposed without noticing (paused, cut off) and
+	// the proposal reaches the log in a later term (forwarded to the new
+	// leader), the state machine refuses it.
 	if len(credits) > 0 {
-		c := &command.Session{Credits: make([]command.Credit, len(credits))}
+		c := &command.Session{Term: l.term, Credits: make([]command.Credit, len(credits))}
 		for i, cr := range credits {
 			c.Credits[i] = command.Credit{ID: cr.ID, Nanos: int64(cr.Unheard)}
 		}
 		e.proposeAsync(&command.Command{Kind: command.KindSessionCredit, Session: c})
 	}
-	for _, id := range due {
-		e.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
-			Session: &command.Session{ID: id, Expired: true}})
+	for _, x := range due {
+		e.expire(l, x)
 	}
 }
 
-// handleKeepAlive records a keep-alive at the leader and acknowledges it
-// once that is safe: after leadership is confirmed by a heartbeat round
-// that began after the keep-alive arrived (so no other leader was elected
-// before it was sent), and after the sessions' unheard time is committed
-// as zero (so later leaders grant them a full TTL from now).
-func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
-	now := time.Now()
-	// A session's ID is the index of its creation, and onApply adds it to
-	// the table before the applied index moves past it: read the index
-	// first, so an unknown session at or below it has certainly ended
-	// (this leader may apply a creation later than the holder's member).
-	applied := e.n.raft.AppliedIndex()
-	e.mu.Lock()
-	l := e.lead
-	if l == nil || !l.ready {
-		e.mu.Unlock()
-		return // not (yet) leading: the holder retries
-	}
-	var alive, gone, seen []int64
-	for _, id := range ka.IDs {
-		known, needsSeen := l.table.Heard(id, now)
-		switch {
-		case !known && uint64(id) <= applied:
-			gone = append(gone, id)
-		case !known:
-			// Not applied here yet: neither alive nor gone.
-		case needsSeen:
-			seen = append(seen, id)
-		default:
-			alive = append(alive, id)
-		}
-	}
-	e.mu.Unlock()
+// expire proposes the end of a session whose deadline passed, and logs
+// it once the cell ended it by this decision.
+func (e *sessionEngine) expire(l *leaderSessions, x lease.Expiry) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
 		defer cancel()
+		res, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionEnd,
+			Session: &command.Session{ID: x.ID, Expired: true, Term: l.term}})
+		if err != nil || res.Status != command.StatusOK || res.SessionID != x.ID {
+			return // lost, refused as stale, or ended meanwhile: nothing to report
+		}
+		owner := x.Owner
+		if owner == "" {
+			owner = "unknown (not heard this term)"
+		}
+		e.n.cfg.Logger.Info("session expired", "session", x.ID, "owner", owner,
+			"last_heard_ago", time.Since(x.LastHeard).Round(time.Millisecond), "ttl", x.TTL, "term", l.term)
+	}()
+}
+
+// handleKeepAlive records a keep-alive at the leader and acknowledges it
+// once that is safe. An ack tells the holder that no leader will expire
+// its sessions before the keep-alive's send time plus TTL. That holds if
+//
+//  1. this member led at some moment after the keep-alive arrived (time
+//     r): then any later leader was elected after r, because a read
+//     index is confirmed by a heartbeat round that a majority answered
+//     after r in this term, and a voter of a later term answers no
+//     heartbeat of this one (read barrier below);
+//  2. the sessions' unheard time in the replicated state is zero, or is
+//     committed as zero (a KindSessionSeen of this term) before the ack:
+//     a later leader grants TTL minus unheard time from its election, and
+//     credits cover only time after the last keep-alive a leader heard,
+//     so that grant ends at or after r + TTL; and
+//  3. no expiry decided before r applies: this leader's own table holds
+//     the session until r + TTL, and a deposed leader's decisions carry
+//     its term and are refused outside it.
+//
+// That is the whole sequence, and its steps run side by side: the read
+// barrier starts as soon as the keep-alive arrives, even before the
+// table has loaded (which itself waits for a read barrier of this term,
+// see stepUp), and a seen mark, when one is needed, is proposed while
+// the barrier is out. Nothing of it is waited for in turn, so after a
+// leader change the first keep-alive is answered about one heartbeat
+// round after the election's no-op commits. Invariant 6 follows: every
+// session the new leader loads gets TTL (less unheard time that no ack
+// covered) from its election, and only this leader's own table, never a
+// predecessor's, can expire it.
+//
+// A keep-alive that arrives before the table is ready is held, not
+// dropped: its answer goes out once the table is loaded.
+func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
+	arrived := time.Now()
+	e.mu.Lock()
+	l := e.lead
+	e.mu.Unlock()
+	if l == nil {
+		return // not leading: the holder retries with the leader it sees
+	}
+	e.wg.Add(2)
+	barrier := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(l.ctx, 2*e.et)
+	go func() {
+		defer e.wg.Done()
+		barrier <- e.n.raft.ReadBarrier(ctx)
+	}()
+	go func() {
+		defer e.wg.Done()
+		defer cancel()
+		select {
+		case <-l.readyc:
+		case <-ctx.Done():
+			return
+		}
+		alive, gone, seen, ok := e.classify(l, from, ka, arrived)
+		if !ok {
+			return
+		}
 		if len(seen) > 0 {
-			_, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionSeen,
-				Session: &command.Session{IDs: seen}})
-			if err == nil {
+			res, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionSeen,
+				Session: &command.Session{IDs: seen, Term: l.term}})
+			if err == nil && res.Status == command.StatusOK {
 				e.mu.Lock()
 				if e.lead == l {
 					for _, id := range seen {
@@ -478,7 +564,7 @@ func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
 				alive = append(alive, seen...)
 			}
 		}
-		if err := e.n.raft.ReadBarrier(ctx); err != nil {
+		if err := <-barrier; err != nil {
 			return
 		}
 		e.mu.Lock()
@@ -496,6 +582,36 @@ func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
 			_ = e.n.sendApp(from, appSessions, data)
 		}
 	}()
+}
+
+// classify records a keep-alive that arrived at arrived in the ready
+// table l, and sorts its sessions: alive, gone (ended in the cell), or
+// needing a seen mark first. ok is false if l no longer leads.
+func (e *sessionEngine) classify(l *leaderSessions, from string, ka *lease.KeepAlive, arrived time.Time) (alive, gone, seen []int64, ok bool) {
+	// A session's ID is the index of its creation, and onApply adds it to
+	// the table before the applied index moves past it: read the index
+	// first, so an unknown session at or below it has certainly ended
+	// (this leader may apply a creation later than the holder's member).
+	applied := e.n.raft.AppliedIndex()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lead != l {
+		return nil, nil, nil, false
+	}
+	for _, id := range ka.IDs {
+		known, needsSeen := l.table.Heard(id, from, arrived)
+		switch {
+		case !known && uint64(id) <= applied:
+			gone = append(gone, id)
+		case !known:
+			// Not applied here yet: neither alive nor gone.
+		case needsSeen:
+			seen = append(seen, id)
+		default:
+			alive = append(alive, id)
+		}
+	}
+	return alive, gone, seen, true
 }
 
 // proposeAsync proposes a bookkeeping command without waiting: if it is

@@ -215,12 +215,14 @@ func (s *Session) Orphan() {
 	s.end(ErrSessionClosed)
 }
 
-// end records why the session ended and releases everything waiting on it.
-func (s *Session) end(err error) {
+// end records why the session ended and releases everything waiting on
+// it. It returns the reason recorded, or nil if the session had already
+// ended.
+func (s *Session) end(err error) error {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	if s.closing && err == ErrSessionExpired {
 		err = ErrSessionClosed
@@ -232,6 +234,7 @@ func (s *Session) end(err error) {
 	s.mu.Unlock()
 	s.n.sessions.remove(s.id)
 	s.cancel()
+	return err
 }
 
 // confirmed records a keep-alive sent at sent and confirmed by the leader.

@@ -34,6 +34,7 @@ type entry struct {
 	unheard       bool      // the replicated unheard time may be non-zero
 	heard         bool      // heard from (or created) during this term
 	expiring      time.Time // when its expiry was last proposed; zero = never
+	owner         string    // the member its keep-alives come from; "" until heard
 }
 
 // Table is the leader's session deadlines. It is not safe for concurrent
@@ -76,10 +77,12 @@ func (t *Table) Remove(id int64) { delete(t.m, id) }
 // Len returns the number of sessions.
 func (t *Table) Len() int { return len(t.m) }
 
-// Heard records a keep-alive received at now. It reports whether the
-// session is known, and whether its unheard time must be committed as
-// zero (a KindSessionSeen) before the keep-alive may be acknowledged.
-func (t *Table) Heard(id int64, now time.Time) (known, needsSeen bool) {
+// Heard records a keep-alive from member owner received at now (which
+// may be earlier than keep-alives already recorded: one held while the
+// table loaded). It reports whether the session is known, and whether
+// its unheard time must be committed as zero (a KindSessionSeen) before
+// the keep-alive may be acknowledged.
+func (t *Table) Heard(id int64, owner string, now time.Time) (known, needsSeen bool) {
 	e, ok := t.m[id]
 	if !ok {
 		return false, false
@@ -87,7 +90,10 @@ func (t *Table) Heard(id int64, now time.Time) (known, needsSeen bool) {
 	if d := now.Add(e.ttl); d.After(e.deadline) {
 		e.deadline = d
 	}
-	e.lastHeard = now
+	if now.After(e.lastHeard) {
+		e.lastHeard = now
+	}
+	e.owner = owner
 	e.heard = true
 	e.expiring = time.Time{}
 	return true, e.unheard
@@ -141,10 +147,20 @@ func (t *Table) Credits(now time.Time, slack, settle time.Duration) []Credit {
 	return out
 }
 
+// Expiry describes a session whose deadline passed, for the leader's log
+// line when the cell ends it.
+type Expiry struct {
+	ID        int64
+	Owner     string // "" if this leader never heard from it
+	LastHeard time.Time
+	TTL       time.Duration
+}
+
 // Due returns the sessions whose deadline passed, except those whose
 // expiry was proposed less than retry ago, and marks them proposed.
-func (t *Table) Due(now time.Time, retry time.Duration) []int64 {
-	var out []int64
+// LastHeard is the election for a session not heard in this term.
+func (t *Table) Due(now time.Time, retry time.Duration) []Expiry {
+	var out []Expiry
 	for id, e := range t.m {
 		if now.Before(e.deadline) {
 			continue
@@ -153,7 +169,7 @@ func (t *Table) Due(now time.Time, retry time.Duration) []int64 {
 			continue
 		}
 		e.expiring = now
-		out = append(out, id)
+		out = append(out, Expiry{ID: id, Owner: e.owner, LastHeard: e.lastHeard, TTL: e.ttl})
 	}
 	return out
 }

@@ -23,9 +23,9 @@ func TestNewLeaderGrantsTTLMinusUnheard(t *testing.T) {
 	require.Equal(t, at(10*time.Second), d1, "a session heard lately gets a full TTL from the election")
 	require.Equal(t, at(6*time.Second), d2)
 	require.Equal(t, at(time.Second), d3, "never less than the grace period")
-	_, needsSeen := tb.Heard(2, at(time.Second))
+	_, needsSeen := tb.Heard(2, "m", at(time.Second))
 	require.True(t, needsSeen, "its unheard time must be committed as zero before an ack")
-	_, needsSeen = tb.Heard(1, at(time.Second))
+	_, needsSeen = tb.Heard(1, "m", at(time.Second))
 	require.False(t, needsSeen)
 }
 
@@ -33,14 +33,29 @@ func TestHeardExtendsAndDueExpires(t *testing.T) {
 	tb := New(at(0), time.Second)
 	tb.Add(7, 3*time.Second, at(0))
 	require.Empty(t, tb.Due(at(2*time.Second), time.Second))
-	known, _ := tb.Heard(7, at(2*time.Second))
+	known, _ := tb.Heard(7, "m1", at(2*time.Second))
 	require.True(t, known)
 	require.Empty(t, tb.Due(at(4*time.Second), time.Second))
-	require.Equal(t, []int64{7}, tb.Due(at(5*time.Second), time.Second))
+	want := []Expiry{{ID: 7, Owner: "m1", LastHeard: at(2 * time.Second), TTL: 3 * time.Second}}
+	require.Equal(t, want, tb.Due(at(5*time.Second), time.Second))
 	require.Empty(t, tb.Due(at(5500*time.Millisecond), time.Second), "not proposed again within retry")
-	require.Equal(t, []int64{7}, tb.Due(at(6100*time.Millisecond), time.Second))
-	known, _ = tb.Heard(99, at(0))
+	require.Equal(t, want, tb.Due(at(6100*time.Millisecond), time.Second))
+	known, _ = tb.Heard(99, "m", at(0))
 	require.False(t, known)
+}
+
+// TestLateHeldKeepAliveDoesNotMoveBack: a keep-alive held while the
+// table loaded is recorded at its arrival, earlier than one recorded
+// since; neither the deadline nor the last-heard time moves back.
+func TestLateHeldKeepAliveDoesNotMoveBack(t *testing.T) {
+	tb := New(at(0), time.Second)
+	tb.Add(7, 3*time.Second, at(0))
+	tb.Heard(7, "m1", at(2*time.Second))
+	tb.Heard(7, "m1", at(time.Second))
+	d, _ := tb.Deadline(7)
+	require.Equal(t, at(5*time.Second), d)
+	require.Empty(t, tb.Due(at(4900*time.Millisecond), time.Second))
+	require.Equal(t, at(2*time.Second), tb.Due(at(5*time.Second), time.Second)[0].LastHeard)
 }
 
 func TestCreditsOnlyForSilentSessions(t *testing.T) {
@@ -48,7 +63,7 @@ func TestCreditsOnlyForSilentSessions(t *testing.T) {
 	tb.Load(1, 3*time.Second, 0) // keeps in touch
 	tb.Load(2, 3*time.Second, 0) // silent
 	for s := time.Duration(0); s <= 6*time.Second; s += 500 * time.Millisecond {
-		tb.Heard(1, at(s))
+		tb.Heard(1, "m", at(s))
 		for _, c := range tb.Credits(at(s), 500*time.Millisecond, 0) {
 			require.Equal(t, int64(2), c.ID, "a session heard every keep-alive interval is never credited")
 		}
@@ -61,7 +76,7 @@ func TestCreditsOnlyForSilentSessions(t *testing.T) {
 		"not heard since the election: a live holder would have called at once")
 	c = tb2.Credits(at(2*time.Second), 500*time.Millisecond, 0)
 	require.Equal(t, []Credit{{ID: 2, Unheard: 1500 * time.Millisecond}}, c, "each span is credited once")
-	tb2.Heard(2, at(2100*time.Millisecond))
+	tb2.Heard(2, "m", at(2100*time.Millisecond))
 	require.Empty(t, tb2.Credits(at(3*time.Second), 500*time.Millisecond, 0), "heard: silent only after TTL/4 + slack")
 	require.Empty(t, tb2.Credits(at(3100*time.Millisecond), 500*time.Millisecond, 0))
 	c = tb2.Credits(at(3600*time.Millisecond), 500*time.Millisecond, 0)
