@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -67,24 +66,13 @@ func (e *SlowError) Error() string {
 // Is makes errors.Is(err, errs.SlowWatcher) hold.
 func (e *SlowError) Is(target error) bool { return target == errs.SlowWatcher }
 
-// item is one event in a group's window.
-type item struct {
-	rev int64
-	ev  *storage.Event
-	end bool // the last event of its revision under this prefix
-}
-
 // group is every watcher of one prefix.
 type group struct {
 	prefix string
 	refs   int
-	// items holds the events under prefix with revisions in
-	// (start, hub.head], oldest first. Readers are handed subslices of it
-	// and read them after the lock is released, so an item, once a
-	// Publish has returned, is never written again: the window moves on
-	// by reslicing from the front and grows into a fresh array (see add),
-	// never by moving items within the array.
-	items []item
+	// win holds the events under prefix with revisions in
+	// (start, hub.head], oldest first.
+	win   window
 	start int64
 	wake  chan struct{} // closed and replaced when items grow
 }
@@ -93,6 +81,7 @@ type group struct {
 type Hub struct {
 	hist     History
 	capacity int // events kept per group
+	segLimit int // the largest segment of a group's window
 
 	mu     sync.RWMutex
 	head   int64 // the last revision published
@@ -102,17 +91,8 @@ type Hub struct {
 	// empty: a watch from a revision just behind the head (a lock waiter
 	// watching the key it has just created, at its create revision) is
 	// then served from memory instead of a Pebble read of the history.
-	recent      []storage.Revision
-	recentBytes int
+	recent recentRing
 }
-
-// The recent revisions kept for new groups: a few hundred revisions (a
-// new watch usually starts a handful behind the head), and never more
-// than this many bytes of values, so big values do not pin memory.
-const (
-	recentRevisions = 256
-	recentMaxBytes  = 1 << 20
-)
 
 // NewHub returns a hub over hist that keeps up to capacity recent events
 // per watched prefix in memory.
@@ -120,7 +100,7 @@ func NewHub(hist History, capacity int) *Hub {
 	if capacity <= 0 {
 		capacity = 4096
 	}
-	return &Hub{hist: hist, capacity: capacity, head: hist.Revision(), groups: make(map[string]*group)}
+	return &Hub{hist: hist, capacity: capacity, segLimit: segmentLimit(capacity), head: hist.Revision(), groups: make(map[string]*group)}
 }
 
 // Head returns the last revision published.
@@ -156,7 +136,7 @@ func (h *Hub) Publish(revs []storage.Revision) {
 				if !ok {
 					continue
 				}
-				if g.add(r.Rev, ev) && !contains(touched[first:], g) {
+				if h.add(g, r.Rev, ev) && !contains(touched[first:], g) {
 					touched = append(touched, g)
 				}
 			}
@@ -180,71 +160,35 @@ func (h *Hub) Publish(revs []storage.Revision) {
 // add appends ev, of revision rev, to g's window, marked as the last
 // event of its revision here. It reports whether ev is the first event of
 // rev in the window.
-func (g *group) add(rev int64, ev *storage.Event) (first bool) {
+func (h *Hub) add(g *group, rev int64, ev *storage.Event) (first bool) {
 	first = true
-	if n := len(g.items); n > 0 && g.items[n-1].rev == rev {
-		// The previous event is of the revision being added now, under the
-		// hub's lock: no reader has been handed it yet.
-		g.items[n-1].end = false
+	if last := g.win.last(); last != nil && last.rev == rev {
+		// An event of the revision being added now, under the hub's lock:
+		// no watcher has been handed it yet.
+		last.end = false
 		first = false
 	}
-	if len(g.items) == cap(g.items) {
-		// Full (trim reslices the front away, so this comes round every
-		// half window or so): carry the window over to a fresh array with
-		// room to grow. Readers may still hold the old one, which is why
-		// it is never written again. Half a window of room bounds the
-		// array at about 1.5 times the window, and copies each event about
-		// twice over its life in the window.
-		grown := make([]item, len(g.items), len(g.items)+max(len(g.items)/2, 8))
-		copy(grown, g.items)
-		g.items = grown
-	}
-	g.items = append(g.items, item{rev: rev, ev: ev, end: true})
+	g.win.push(item{rev: rev, ev: ev, end: true}, h.segLimit)
 	return first
 }
 
-// trim keeps g's window within the hub's capacity. It only reslices:
-// readers may be reading the items it drops.
+// trim keeps g's window within the hub's capacity.
 func (h *Hub) trim(g *group) {
-	if over := len(g.items) - h.capacity; over > 0 {
-		g.start = g.items[over-1].rev
-		g.items = g.items[over:]
+	if over := g.win.len() - h.capacity; over > 0 {
+		g.start = g.win.at(over - 1).rev
+		g.win.drop(over)
 		// Keep whole revisions: a window never starts mid-revision.
-		for len(g.items) > 0 && g.items[0].rev == g.start {
-			g.items = g.items[1:]
+		for g.win.len() > 0 && g.win.at(0).rev == g.start {
+			g.win.drop(1)
 		}
 	}
 }
 
-// remember adds published revisions to the recent ones and forgets the
-// oldest beyond the bounds.
+// remember adds published revisions to the recent ones.
 func (h *Hub) remember(revs []storage.Revision) {
 	for _, r := range revs {
-		h.recent = append(h.recent, r)
-		h.recentBytes += revisionBytes(r)
+		h.recent.push(r)
 	}
-	drop := 0
-	for len(h.recent)-drop > recentRevisions || (h.recentBytes > recentMaxBytes && drop < len(h.recent)) {
-		h.recentBytes -= revisionBytes(h.recent[drop])
-		drop++
-	}
-	if drop > 0 {
-		// Copy down rather than reslice so the array does not grow.
-		n := copy(h.recent, h.recent[drop:])
-		clear(h.recent[n:])
-		h.recent = h.recent[:n]
-	}
-}
-
-func revisionBytes(r storage.Revision) int {
-	n := 0
-	for _, ev := range r.Events {
-		n += len(ev.KV.Key) + len(ev.KV.Value)
-		if ev.Prev != nil {
-			n += len(ev.Prev.Value)
-		}
-	}
-	return n
 }
 
 func contains(gs []*group, g *group) bool {
@@ -266,10 +210,10 @@ func (h *Hub) Reset(rev int64) {
 
 func (h *Hub) resetLocked(rev int64) {
 	h.head = rev
-	clear(h.recent)
-	h.recent, h.recentBytes = h.recent[:0], 0
+	h.recent.reset()
 	for _, g := range h.groups {
-		g.items, g.start = nil, rev
+		g.win.reset()
+		g.start = rev
 		close(g.wake)
 		g.wake = make(chan struct{})
 	}
@@ -281,14 +225,14 @@ func (h *Hub) join(prefix string) *group {
 	g, ok := h.groups[prefix]
 	if !ok {
 		g = &group{prefix: prefix, start: h.head, wake: make(chan struct{})}
-		if len(h.recent) > 0 {
+		if h.recent.len() > 0 {
 			// The recent revisions run without a gap up to head; those the
 			// history no longer retains are left out, so a watch from below
 			// the history is refused the same way whatever is in memory.
-			first := max(h.recent[0].Rev, h.hist.OldestRevision())
+			first := max(h.recent.at(0).Rev, h.hist.OldestRevision())
 			g.start = first - 1
-			for ri := range h.recent {
-				r := &h.recent[ri]
+			for ri := range h.recent.len() {
+				r := h.recent.at(ri)
 				if r.Rev < first {
 					continue
 				}
@@ -297,7 +241,7 @@ func (h *Hub) join(prefix string) *group {
 					if !strings.HasPrefix(ev.KV.Key, prefix) {
 						continue
 					}
-					g.add(r.Rev, ev)
+					h.add(g, r.Rev, ev)
 				}
 			}
 			h.trim(g)
@@ -343,21 +287,29 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 		progress = timer.C
 	}
 	wantProgress := false
+	var buf [][]item
 	for {
-		items, wake, current, err := h.read(g, prefix, from)
+		batches, wake, current, err := h.read(g, prefix, from, buf[:0])
 		if err != nil {
 			return err
 		}
-		for _, it := range items {
-			if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
-				return err
-			}
-			from = it.rev
-			if timer != nil {
-				timer.Reset(every)
+		delivered := false
+		for _, items := range batches {
+			for _, it := range items {
+				if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
+					return err
+				}
+				from = it.rev
+				delivered = true
+				if timer != nil {
+					timer.Reset(every)
+				}
 			}
 		}
-		if len(items) > 0 {
+		// Hold on to no segment while waiting: the window may drop it.
+		clear(batches)
+		buf = batches
+		if delivered {
 			continue
 		}
 		// Caught up: every event under prefix up to current was delivered.
@@ -381,22 +333,19 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 	}
 }
 
-// read returns the events under prefix after from: from the group's
-// window when it covers from, else from the history. With nothing to
-// deliver it returns the revision the watch is current to and the channel
-// that says when there may be more.
-func (h *Hub) read(g *group, prefix string, from int64) ([]item, <-chan struct{}, int64, error) {
+// read appends to dst the events under prefix after from, in batches
+// to deliver in order: from the group's window when it covers from, else
+// from the history. With nothing to deliver it returns the revision the
+// watch is current to and the channel that says when there may be more.
+func (h *Hub) read(g *group, prefix string, from int64, dst [][]item) ([][]item, <-chan struct{}, int64, error) {
 	h.mu.RLock()
 	wake, head := g.wake, h.head
 	if from >= g.start {
-		// The first item after from (items are in revision order). The
-		// caller reads out after the lock is released: items in it are
-		// never written again, and its capacity ends at its length, so
-		// the items Publish appends later are out of its reach.
-		i := sort.Search(len(g.items), func(i int) bool { return g.items[i].rev > from })
-		out := g.items[i:len(g.items):len(g.items)]
+		// The caller reads these after the lock is released: the window
+		// never writes an item it has handed out.
+		dst = g.win.after(from, dst)
 		h.mu.RUnlock()
-		return out, wake, head, nil
+		return dst, wake, head, nil
 	}
 	h.mu.RUnlock()
 	const batch = 256
@@ -411,7 +360,7 @@ func (h *Hub) read(g *group, prefix string, from int64) ([]item, <-chan struct{}
 		if len(revs) == 0 {
 			// The history has nothing after from yet (the window lags the
 			// history only while a publish is on its way).
-			return nil, wake, from, nil
+			return dst, wake, from, nil
 		}
 		var out []item
 		for ri := range revs {
@@ -428,10 +377,10 @@ func (h *Hub) read(g *group, prefix string, from int64) ([]item, <-chan struct{}
 			from = r.Rev
 		}
 		if len(out) > 0 {
-			return out, wake, from, nil
+			return append(dst, out), wake, from, nil
 		}
 		if from >= head {
-			return nil, wake, from, nil
+			return dst, wake, from, nil
 		}
 	}
 }

@@ -168,7 +168,7 @@ func TestManyWatchersOfOnePrefixShareOneGroup(t *testing.T) {
 		require.Equal(t, int64(1), r.next(t).rev)
 	}
 	h.mu.RLock()
-	require.Len(t, h.groups["hot"].items, 1, "one copy of the event for all its watchers")
+	require.Equal(t, 1, h.groups["hot"].win.len(), "one copy of the event for all its watchers")
 	h.mu.RUnlock()
 }
 
@@ -274,7 +274,7 @@ func TestRecentRevisionsBoundedByBytes(t *testing.T) {
 	}
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	require.LessOrEqual(t, h.recentBytes, recentMaxBytes)
-	require.Less(t, len(h.recent), 64)
-	require.Equal(t, h.head, h.recent[len(h.recent)-1].Rev, "the recent revisions end at the head")
+	require.LessOrEqual(t, h.recent.bytes, recentMaxBytes)
+	require.Less(t, h.recent.len(), 64)
+	require.Equal(t, h.head, h.recent.at(h.recent.len()-1).Rev, "the recent revisions end at the head")
 }

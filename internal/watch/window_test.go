@@ -250,9 +250,13 @@ func runSlowWatchers(t *testing.T, seed uint64, revs []storage.Revision, capacit
 // or from both in turn. Run it with -race: a watcher must never read
 // memory that a publisher may move.
 func TestSlowWatchersPastTheWindowSeeEveryEventOnce(t *testing.T) {
-	seed := rand.Uint64()
-	revs := randomRevisions(rand.New(rand.NewPCG(seed, 1)), 20000)
-	runSlowWatchers(t, seed, revs, 256, 0)
+	for _, capacity := range []int{5, 256} {
+		t.Run(fmt.Sprintf("window=%d", capacity), func(t *testing.T) {
+			seed := rand.Uint64()
+			revs := randomRevisions(rand.New(rand.NewPCG(seed, 1)), 20000)
+			runSlowWatchers(t, seed, revs, capacity, 0)
+		})
+	}
 }
 
 // With a history that forgets old revisions, a watcher that falls behind
@@ -263,4 +267,103 @@ func TestSlowWatchersBehindTheHistoryAreToldWhereToResume(t *testing.T) {
 	revs := randomRevisions(rand.New(rand.NewPCG(seed, 1)), 20000)
 	resumed := runSlowWatchers(t, seed, revs, 256, 512)
 	t.Logf("%d resumptions after compaction", resumed)
+}
+
+// The recent revisions are a ring: oldest first across the wrap, within
+// both bounds, and forgetting a revision clears its slot.
+func TestRecentRingKeepsTheNewestInOrder(t *testing.T) {
+	var q recentRing
+	for rev := int64(1); rev <= 3*recentRevisions+7; rev++ {
+		q.push(storage.Revision{Rev: rev, Events: []storage.Event{{KV: command.KV{Key: "k", Value: []byte("v")}}}})
+		require.Equal(t, min(rev, recentRevisions), int64(q.len()))
+		require.Equal(t, rev, q.at(q.len()-1).Rev, "the newest is last")
+		require.Equal(t, rev-int64(q.len())+1, q.at(0).Rev, "no gap from the oldest to the newest")
+	}
+	require.Equal(t, recentRevisions*2, q.bytes)
+	for i := range q.len() - 1 {
+		require.Equal(t, q.at(i).Rev+1, q.at(i+1).Rev)
+	}
+
+	big := make([]byte, recentMaxBytes/3)
+	for rev := int64(1000); rev < 1010; rev++ {
+		q.push(storage.Revision{Rev: rev, Events: []storage.Event{{KV: command.KV{Key: "b", Value: big}}}})
+		require.LessOrEqual(t, q.bytes, recentMaxBytes)
+		require.Equal(t, rev, q.at(q.len()-1).Rev)
+	}
+	require.Equal(t, 2, q.len(), "two thirds of the byte bound, with the small revisions' bytes gone too")
+	pinned := 0
+	for _, r := range q.buf {
+		if r.Events != nil {
+			pinned++
+		}
+	}
+	require.Equal(t, q.len(), pinned, "forgotten revisions' slots pin nothing")
+
+	q.reset()
+	require.Zero(t, q.len())
+	require.Zero(t, q.bytes)
+	q.push(storage.Revision{Rev: 5})
+	require.Equal(t, int64(5), q.at(0).Rev)
+}
+
+// A window hands out slices of its segments that nothing writes again:
+// what a reader was given reads the same after the window has moved far
+// past it, and the window always holds exactly the newest items, whole
+// revisions served across segment boundaries.
+func TestWindowNeverChangesWhatItHandedOut(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	const capacity, limit = 20, 8
+	var w window
+	type handed struct {
+		batches [][]item
+		then    []item // what they held when handed out
+	}
+	var given []handed
+	var all []item // every item pushed, oldest first
+	rev := int64(0)
+	for range 2000 {
+		rev++
+		for i := range 1 + rng.IntN(3) {
+			if i > 0 {
+				w.last().end = false
+				all[len(all)-1].end = false
+			}
+			it := item{rev: rev, end: true}
+			w.push(it, limit)
+			all = append(all, it)
+		}
+		if over := w.len() - capacity; over > 0 {
+			w.drop(over)
+		}
+		require.Equal(t, all[len(all)-w.len():], flatten(w.after(0, nil)), "the newest items, in order")
+		require.LessOrEqual(t, len(w.segs), capacity/minSegment+2)
+
+		from := rev - int64(rng.IntN(8))
+		b := w.after(from, nil)
+		got := flatten(b)
+		var want []item
+		for _, it := range all[len(all)-w.len():] {
+			if it.rev > from {
+				want = append(want, it)
+			}
+		}
+		require.Equal(t, want, got, "after %d", from)
+		for _, x := range b {
+			require.Equal(t, len(x), cap(x), "nothing appended later is within reach")
+		}
+		given = append(given, handed{batches: b, then: got})
+	}
+	for _, g := range given {
+		require.Equal(t, g.then, flatten(g.batches), "a handed-out slice never changes")
+	}
+}
+
+func flatten(batches [][]item) []item {
+	var out []item
+	for _, b := range batches {
+		out = append(out, b...)
+	}
+	return out
 }
