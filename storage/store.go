@@ -116,6 +116,14 @@ type Options struct {
 	// would exceed it fail with StatusQuotaExceeded; deletes always work.
 	// 0 = 2 GiB.
 	QuotaBytes int64
+	// OnFault is called once, with an error wrapping ErrFault, when the
+	// store meets a fault it cannot go on after (corruption, a full disk,
+	// repeated I/O errors). From then on the store writes nothing and its
+	// calls return that error. It may be called on one of Pebble's
+	// goroutines while Pebble holds its locks: it must not block nor call
+	// the store (stopping the member and closing the store later is the
+	// way). nil = none; Store.Fault still reports it.
+	OnFault func(error)
 }
 
 func (o *Options) setDefaults() {
@@ -135,19 +143,28 @@ func (o *Options) setDefaults() {
 
 // Store is one member's Pebble database with its two halves.
 type Store struct {
-	db  *pebble.DB
-	log *RaftLog
-	sm  *StateMachine
+	db     *pebble.DB
+	log    *RaftLog
+	sm     *StateMachine
+	faults *faults
+	marks  *marks
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // Open opens (or creates) the store described by opts.
-func Open(opts Options) (*Store, error) {
+//
+// It returns an error wrapping ErrLostState when the directory holds
+// less than this member is known to have made durable (see marks.go),
+// or Pebble finds its write-ahead log corrupt, and one wrapping ErrFault
+// when a fault stops it while opening.
+func Open(opts Options) (s *Store, err error) {
 	opts.setDefaults()
+	f := newFaults(opts.Logger, opts.OnFault)
 	popts := &pebble.Options{
-		Logger: pebbleLogger{opts.Logger},
+		Logger:        faultLogger{pebbleLogger{opts.Logger}, f},
+		EventListener: f.listener(),
 		// The state machine reads its live state from memory, so Pebble
 		// only reads for the Raft log (entries the cache no longer holds),
 		// watch history and snapshots: a small block cache does, and
@@ -158,40 +175,85 @@ func Open(opts Options) (*Store, error) {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	dir := opts.Dir
+	var fs *faultFS
 	if dir == "" {
 		if opts.Disk == nil {
 			// Nobody can crash this disk: skip the bookkeeping of syncs.
 			opts.Disk = &MemDisk{fs: vfs.NewMem()}
 		}
-		popts.FS = opts.Disk.fs
+		fs = &faultFS{FS: opts.Disk.fs, f: f}
+		popts.FS = fs
 		if opts.Disk.crashable {
 			// A sync copies the whole file on a crashable disk: rotate
 			// the write-ahead log often so each copy stays small.
 			popts.MemTableSize = 256 << 10
 		}
 		dir = "/coord"
+	} else {
+		fs = &faultFS{FS: vfs.Default, f: f}
+		popts.FS = fs
+		popts.WithFSDefaults() // disk health checks, as Pebble's default FS has
 	}
+	// A commit that fails while opening panics in Pebble (faultLogger).
+	defer recoverFault(&err)
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
+		if errors.Is(err, pebble.ErrCorruption) {
+			return nil, fmt.Errorf("%w: open %s: %w", ErrLostState, dir, err)
+		}
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	s := &Store{db: db}
+	s = &Store{db: db, faults: f}
+	defer func() {
+		if err == nil {
+			err = f.get()
+		}
+		if err != nil {
+			if s.marks != nil {
+				s.marks.close()
+			}
+			s.closeDB()
+			s = nil
+		}
+	}()
 	if err := s.checkFormat(); err != nil {
-		db.Close()
 		return nil, err
 	}
 	s.sm, err = newStateMachine(db, &opts)
 	if err != nil {
-		db.Close()
 		return nil, err
 	}
 	s.log, err = newRaftLog(db, &opts, s.sm)
 	if err != nil {
-		db.Close()
+		return nil, err
+	}
+	term, vote, last := s.raftState()
+	s.marks, err = openMarks(db, fs, dir, term, vote, last)
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// closeDB closes Pebble, and the state machine if it was opened.
+func (s *Store) closeDB() error {
+	if s.sm != nil {
+		s.sm.close()
+	}
+	return s.db.Close()
+}
+
+// raftState returns the persisted term and vote and the last log index.
+func (s *Store) raftState() (term, vote, last uint64) {
+	s.log.mu.Lock()
+	hs := s.log.hardState
+	s.log.mu.Unlock()
+	return hs.GetTerm(), hs.GetVote(), s.log.last.Load()
+}
+
+// Fault returns the fault that stopped the store (wrapping ErrFault), or
+// nil.
+func (s *Store) Fault() error { return s.faults.get() }
 
 func (s *Store) checkFormat() error {
 	key := []byte{prefixFormat}
@@ -226,7 +288,11 @@ func (s *Store) IsNew() bool {
 // on every founding member. The log starts after it, so a member that
 // joins later cannot replay its way to the membership: it gets a
 // snapshot, which carries the conf state.
-func (s *Store) Bootstrap(cs *pb.ConfState, members []MemberInfo) error {
+func (s *Store) Bootstrap(cs *pb.ConfState, members []MemberInfo) (err error) {
+	if err := s.faults.get(); err != nil {
+		return err
+	}
+	defer recoverFault(&err)
 	b := s.db.NewBatch()
 	defer b.Close()
 	m, err := s.sm.bootstrapInto(b, cs, members, 1, 1)
@@ -241,16 +307,25 @@ func (s *Store) Bootstrap(cs *pb.ConfState, members []MemberInfo) error {
 	}
 	s.log.afterBootstrap(meta, hs)
 	s.sm.afterBootstrap(m, cs)
-	return nil
+	term, vote, last := s.raftState()
+	return s.marks.advance(term, vote, last, false)
 }
 
 // InstallSnapshot replaces the state machine with the staged snapshot
 // received for snap and resets the Raft log to start after it, in one
 // synced batch.
-func (s *Store) InstallSnapshot(snap *pb.Snapshot) error {
+func (s *Store) InstallSnapshot(snap *pb.Snapshot) (err error) {
+	if err := s.faults.get(); err != nil {
+		return err
+	}
+	defer recoverFault(&err)
 	b := s.db.NewBatch()
 	defer b.Close()
 	if err := s.sm.installStaged(b, snap); err != nil {
+		return err
+	}
+	// The log may end beyond the snapshot (a tail it conflicts with).
+	if err := s.marks.lowerTo(snap.GetMetadata().GetIndex()); err != nil {
 		return err
 	}
 	s.log.resetTo(b, snap.GetMetadata())
@@ -259,21 +334,67 @@ func (s *Store) InstallSnapshot(snap *pb.Snapshot) error {
 	}
 	s.log.afterReset(snap.GetMetadata())
 	s.sm.afterInstall(snap)
-	return nil
+	term, vote, last := s.raftState()
+	return s.marks.advance(term, vote, last, false)
+}
+
+// Append persists hs and ents in the Raft log like RaftLog.Append, and
+// keeps the account of what is durable that Open checks the log against
+// (marks.go). It is what the Raft loop calls: a new term or vote costs
+// one more sync, before Append returns (so before raft's messages that
+// depend on it go out); a synced append costs one small write, no sync.
+func (s *Store) Append(hs *pb.HardState, ents []*pb.Entry, sync bool) (err error) {
+	if err := s.faults.get(); err != nil {
+		return err
+	}
+	defer recoverFault(&err)
+	if len(ents) > 0 {
+		newLast := ents[0].GetIndex() + uint64(len(ents)) - 1
+		if err := s.marks.lowerTo(newLast); err != nil {
+			return err
+		}
+	}
+	if err := s.log.Append(hs, ents, sync); err != nil {
+		return err
+	}
+	if !sync {
+		return nil
+	}
+	term, vote, last := s.raftState()
+	return s.marks.advance(term, vote, last, false)
 }
 
 // Sync makes every write so far durable.
-func (s *Store) Sync() error {
+func (s *Store) Sync() (err error) {
+	if err := s.faults.get(); err != nil {
+		return err
+	}
+	defer recoverFault(&err)
 	return s.db.LogData(nil, pebble.Sync)
 }
 
-// Close closes the database. It is safe to call more than once.
+// Close closes the database. It is safe to call more than once. A store
+// without a fault first syncs and records exactly what is durable, so
+// the next Open checks the log against all of it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.sm.close()
-		s.closeErr = s.db.Close()
+		var err error
+		if s.faults.get() == nil {
+			err = s.closeMarks()
+		}
+		err = errors.Join(err, s.marks.close())
+		s.closeErr = errors.Join(err, s.closeDB())
 	})
 	return s.closeErr
+}
+
+func (s *Store) closeMarks() (err error) {
+	defer recoverFault(&err)
+	term, vote, last := s.raftState()
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("storage: close: %w", err)
+	}
+	return s.marks.advance(term, vote, last, true)
 }
 
 type pebbleLogger struct{ l *slog.Logger }
@@ -285,9 +406,10 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
-// Fatalf is called by Pebble on unrecoverable corruption. A library must
-// not exit the process; panicking lets the node's recover turn it into the
-// node's error.
+// Fatalf panics: a library must not exit the process. The Store gives
+// Pebble a faultLogger instead (faults.go), which never panics on
+// Pebble's own goroutines; this one serves databases opened without a
+// Store (tests).
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "component", "pebble")
