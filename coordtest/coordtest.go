@@ -314,6 +314,32 @@ func (c *Cluster) Restart(i int) {
 	c.start(i)
 }
 
+// Pause freezes member i as SIGSTOP or a long GC pause would: it ticks,
+// sends, applies and keeps alive nothing, its timers stand still, and
+// what the others send it queues (then drops, once its buffers are
+// full), while time goes on for everyone else. Requests made on it wait.
+// Resume lets it carry on with what it had queued: a leader that was
+// replaced meanwhile steps down, its sessions may have expired.
+func (c *Cluster) Pause(i int) { c.net.Pause(c.Name(i)) }
+
+// Resume ends Pause(i).
+func (c *Cluster) Resume(i int) { c.net.Resume(c.Name(i)) }
+
+// Wipe replaces crashed member i's disk with an empty one, as an
+// operator who wiped its data directory (or restored an old copy) would.
+// Restarted, the member founds nothing: the others know it by its old
+// data directory and ignore it, and it stops with coord.ErrStateLost
+// (see Node.Err). The way back is RemoveMember, then a new name.
+func (c *Cluster) Wipe(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] != nil {
+		c.t.Fatalf("coordtest: member %s is running; Crash it first", c.names[i])
+	}
+	c.disks[i] = storage.NewMemDisk()
+}
+
 // Running reports whether member i is up.
 func (c *Cluster) Running(i int) bool { return c.Node(i) != nil }
 

@@ -155,7 +155,7 @@ type Node struct {
 	synced   atomic.Uint64 // entries made durable by them
 	drops    atomic.Uint64 // messages refused by the checks in validate.go
 	dropLog  rateLimit
-	lossLog  rateLimit
+	loss     lossReports
 	electTTL time.Duration // one election timeout, wall time
 	gate     pauseGate
 	ident    identity
@@ -214,6 +214,10 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.rn = rn
 	n.publishStatus()
+	if f, ok := cfg.Transport.(transport.Freezer); ok {
+		n.wg.Add(1)
+		go n.guard("freeze follower", func() { n.followFreezes(f) })
+	}
 	n.wg.Add(3)
 	go n.guard("raft loop", n.raftLoop)
 	go n.guard("apply loop", n.applyLoop)
@@ -250,12 +254,35 @@ func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
 }
 
 // reloadMembers refreshes the address book from the replicated state,
-// after a membership change or a snapshot.
+// after a membership change or a snapshot. A member the book no longer
+// has was removed: it is forgotten, and the transport refuses it from now
+// on, so nothing it says reaches Raft or the application.
 func (n *Node) reloadMembers() {
 	ms, err := n.sm.Members()
 	if err != nil {
 		n.log.Warn("read members", "err", err)
 		return
+	}
+	if len(ms) == 0 {
+		return // an old store without an address book: keep what we know
+	}
+	keep := make(map[uint64]bool, len(ms))
+	for _, m := range ms {
+		keep[m.ID] = true
+	}
+	var gone []string
+	n.memMu.Lock()
+	for id, m := range n.members {
+		if !keep[id] && m.Name != n.cfg.Name {
+			delete(n.members, id)
+			gone = append(gone, m.Name)
+		}
+	}
+	n.memMu.Unlock()
+	if remover, ok := n.tr.(transport.PeerRemover); ok {
+		for _, name := range gone {
+			remover.RemovePeer(name)
+		}
 	}
 	n.setMembers(slices.Values(ms))
 }

@@ -1,6 +1,10 @@
 package raftnode
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/coordcell/coord/transport"
+)
 
 // Pausing stands still as a process stopped by SIGSTOP, or a long GC
 // pause, would: the raft loop, the apply loop and the snapshot receiver
@@ -149,4 +153,23 @@ func (n *Node) idleWhile(wait func()) bool {
 	n.gate.exit()
 	wait()
 	return n.gate.enter(n.stopc)
+}
+
+// followFreezes pauses and resumes the node as its transport says (the
+// in-memory Network's Pause, for tests), until the node stops.
+func (n *Node) followFreezes(f transport.Freezer) {
+	for {
+		frozen, changed := f.Frozen()
+		if frozen {
+			n.Pause()
+		} else {
+			n.Resume()
+		}
+		f.Settled(frozen)
+		select {
+		case <-changed:
+		case <-n.stopc:
+			return
+		}
+	}
 }

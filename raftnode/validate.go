@@ -138,7 +138,7 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 		// A leader never commits past what we acknowledged as durable;
 		// if it thinks so we lost our log (a wiped data directory).
 		if last, _ := n.store.RaftLog().LastIndex(); m.GetCommit() > last {
-			n.warnDataLoss(from, m.GetCommit(), last)
+			n.lostState(from, m.GetCommit(), last)
 			return errDropCommit
 		}
 	case pb.MsgSnap:
@@ -436,14 +436,40 @@ func (n *Node) dropped(from, what string, err error) {
 	}
 }
 
-// warnDataLoss says, at most once per dropLogEvery, that a leader
-// believes we hold entries we do not.
-func (n *Node) warnDataLoss(from string, commit, last uint64) {
-	if ok, quiet := n.lossLog.allow(time.Now()); ok {
-		n.log.Error("leader believes this member holds entries it does not: its durable state may have been lost; "+
-			"remove the member and add it again with an empty data directory",
-			"leader", from, "leader_commit", commit, "last_index", last, "suppressed", quiet)
+// lostState handles a heartbeat from the leader that commits past our
+// log. A leader commits on a follower only what that follower
+// acknowledged as durable, so this member lost entries it promised to
+// keep (a wiped data directory, a damaged log): it may also have lost its
+// vote, and must not take part again (invariant 12 of DESIGN.md). Once
+// the leader has said so for a whole election timeout (a real loss
+// repeats with every heartbeat; one forged frame does not), the member
+// stops, saying what to do.
+func (n *Node) lostState(from string, commit, last uint64) {
+	now := time.Now()
+	if n.loss.first.IsZero() || now.Sub(n.loss.last) > 2*n.electTTL {
+		n.loss.first, n.loss.seen = now, 0
 	}
+	n.loss.last = now
+	n.loss.seen++
+	err := fmt.Errorf("%w: the leader (%s) committed up to index %d on this member, whose log ends at %d: "+
+		"entries it acknowledged are gone (a wiped or damaged data directory); "+
+		"remove it (RemoveMember) and add it again under a new name with an empty data directory",
+		errs.StateLost, from, commit, last)
+	if n.loss.seen >= 3 && now.Sub(n.loss.first) >= n.electTTL {
+		n.fail(err)
+		return
+	}
+	if ok, quiet := n.loss.log.allow(now); ok {
+		n.log.Error("leader believes this member holds entries it does not", "err", err, "suppressed", quiet)
+	}
+}
+
+// lossReports tracks the leader's reports that this member lost state
+// (lostState); only the raft loop touches it.
+type lossReports struct {
+	first, last time.Time
+	seen        int
+	log         rateLimit
 }
 
 // rateLimit lets one event through per dropLogEvery and counts the rest.

@@ -124,6 +124,25 @@ func (n *Network) Join(name string) Transport {
 	return t
 }
 
+// Pause freezes member name as SIGSTOP would, and returns once it
+// stands still (see Freezer): it stays so until Resume, while envelopes to it queue in its inbox
+// and, once that is full, on its links and then drop, as a frozen
+// process's socket buffers would. A restart (a new Join of the name)
+// starts unfrozen. Pausing an unknown member does nothing.
+func (n *Network) Pause(name string) { n.freeze(name, true) }
+
+// Resume lets a member frozen by Pause carry on with what it had queued.
+func (n *Network) Resume(name string) { n.freeze(name, false) }
+
+func (n *Network) freeze(name string, frozen bool) {
+	n.mu.Lock()
+	t := n.members[name]
+	n.mu.Unlock()
+	if t != nil {
+		t.setFrozen(frozen)
+	}
+}
+
 // Close stops all delivery, closes every member's transport (so their
 // Receive channels close) and waits for the network's goroutines to exit.
 // It is safe to call more than once.
@@ -453,6 +472,70 @@ type memTransport struct {
 	mu        sync.RWMutex
 	closed    bool
 	closeOnce sync.Once
+
+	// Freezing (Network.Pause): changed is closed and replaced at each
+	// change of frozen.
+	freezeMu  sync.Mutex
+	frozen    bool
+	changed   chan struct{}
+	following bool          // a member follows Frozen, so freezing waits for it
+	settled   chan struct{} // closed by Settled for the current state
+}
+
+var _ Freezer = (*memTransport)(nil)
+
+// Frozen implements Freezer.
+func (t *memTransport) Frozen() (bool, <-chan struct{}) {
+	t.freezeMu.Lock()
+	defer t.freezeMu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+		t.settled = make(chan struct{})
+	}
+	t.following = true
+	return t.frozen, t.changed
+}
+
+// Settled implements Freezer.
+func (t *memTransport) Settled(frozen bool) {
+	t.freezeMu.Lock()
+	defer t.freezeMu.Unlock()
+	if t.frozen == frozen && t.settled != nil {
+		select {
+		case <-t.settled:
+		default:
+			close(t.settled)
+		}
+	}
+}
+
+// setFrozen changes the state and, if a member follows it, waits until
+// the member has settled (or the transport closed, or 10 s passed).
+func (t *memTransport) setFrozen(frozen bool) {
+	t.freezeMu.Lock()
+	if t.frozen == frozen {
+		t.freezeMu.Unlock()
+		return
+	}
+	t.frozen = frozen
+	if t.changed != nil {
+		close(t.changed)
+	}
+	t.changed = make(chan struct{})
+	t.settled = make(chan struct{})
+	settled, following := t.settled, t.following
+	t.freezeMu.Unlock()
+	if following {
+		// A member that stopped (failed without closing its transport)
+		// never settles: do not wait for it forever.
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-settled:
+		case <-t.done:
+		case <-timer.C:
+		}
+	}
 }
 
 // Send queues envs for delivery; see Transport. From is always this

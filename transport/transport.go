@@ -55,6 +55,20 @@ type PeerRemover interface {
 	RemovePeer(name string)
 }
 
+// Freezer is an optional capability of test transports: the in-memory
+// Network's Pause freezes the member behind an endpoint as SIGSTOP or a
+// long GC pause would, and a member whose transport is a Freezer stands
+// still while it says so (no ticks, sends or applies; timers frozen).
+type Freezer interface {
+	// Frozen reports whether the member must stand still now, and a
+	// channel that is closed at the next change.
+	Frozen() (frozen bool, changed <-chan struct{})
+	// Settled tells the transport that the member now stands still (or
+	// runs again) as Frozen said, so that whoever paused it can rely on
+	// it from then on.
+	Settled(frozen bool)
+}
+
 // Sentinel errors.
 var (
 	// ErrClosed is returned by Send after Close.
