@@ -98,10 +98,19 @@ type Config struct {
 	// keeps for watches that resume from an old revision. Default 100,000.
 	HistoryRevisions int64
 
-	// TLS, when set, secures the default TCP transport. Set ClientCAs and
-	// ClientAuth = tls.RequireAndVerifyClientCert, plus RootCAs and
-	// Certificates, for mutual TLS between members.
+	// TLS, when set, secures the default TCP transport with mutual TLS:
+	// set Certificates, RootCAs, ClientCAs and ClientAuth =
+	// tls.RequireAndVerifyClientCert. Each member's certificate must name
+	// it (a DNS or URI SAN, or the common name, equal to its member name):
+	// a certificate signed by the CA for another name, or for a name that
+	// is not a member, gets nothing. See SECURITY.md.
 	TLS *tls.Config
+	// Secret, when set (32 bytes or more, the same on every member),
+	// authenticates members without a PKI: the TCP transport derives
+	// mutual TLS from it. Use it or TLS unless the members' port is
+	// reachable by members only; without either, anyone who can reach
+	// the port can speak for any member (Open logs a warning).
+	Secret []byte
 	// Logger receives the member's logs. nil = discard.
 	Logger *slog.Logger
 	// Disk is the in-memory disk used when DataDir is "". nil = a fresh
@@ -196,6 +205,14 @@ func (c *Config) validatePeers() error {
 	}
 	if c.Transport != nil {
 		return nil
+	}
+	switch {
+	case c.TLS != nil && c.Secret != nil:
+		return bad("set TLS or Secret, not both")
+	case c.Secret != nil && len(c.Secret) < transport.MinSecretLen:
+		return bad("Secret has %d bytes; it needs at least %d (draw them at random)", len(c.Secret), transport.MinSecretLen)
+	case c.TLS != nil && c.TLS.ClientAuth != tls.RequireAndVerifyClientCert:
+		return bad("TLS must be mutual: set ClientAuth to tls.RequireAndVerifyClientCert (and ClientCAs)")
 	}
 	for _, p := range c.Peers {
 		if err := checkAddr(p.Addr); err != nil {

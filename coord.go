@@ -77,7 +77,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 		tcp, err := transport.ListenTCP(transport.TCPConfig{
-			Name: cfg.Name, Addr: cfg.Addr, Peers: addrs, TLS: cfg.TLS, Logger: log,
+			Name: cfg.Name, Addr: cfg.Addr, Peers: addrs, TLS: cfg.TLS, Secret: cfg.Secret, Logger: log,
 			MaxFrameSize: cfg.MaxFrameSize,
 		})
 		if err != nil {

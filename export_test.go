@@ -1,6 +1,16 @@
 package coord
 
-import "context"
+import (
+	"context"
+
+	"github.com/coordcell/coord/raftnode"
+)
+
+// CellID is the cell ID founders derive from their configuration.
+func CellID(name string, peers []Peer) uint64 { return cellID(name, peers) }
+
+// IDFromName is a member's Raft ID.
+func IDFromName(name string) uint64 { return raftnode.IDFromName(name) }
 
 // QueueProbe counts the waits and wake-ups of the waiters of one lock or
 // election queue, so tests can show that a release wakes one waiter and

@@ -9,6 +9,8 @@ import (
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/coordtest"
+	"github.com/coordcell/coord/storage"
+	"github.com/coordcell/coord/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -121,4 +123,49 @@ func TestReplaceAVoterWithoutDowntime(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, key, string(kv.Value))
 	}
+}
+
+// A member that comes back with an empty data directory may have lost
+// its vote and entries it acknowledged (invariant 12): the others must
+// not count it, and it must stop with a clear error rather than rejoin
+// as if nothing happened (which used to panic Raft on the first
+// heartbeat). The cell keeps working with the other two.
+func TestWipedMemberIsRefusedAndStops(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := c.Leader().Put(ctx, "before", []byte("x"))
+	require.NoError(t, err)
+	victim := (c.LeaderIndex() + 1) % 3
+	c.Crash(victim)
+	c.Wipe(victim)
+	c.Restart(victim)
+	n := c.Node(victim)
+	select {
+	case <-n.Done():
+	case <-ctx.Done():
+		t.Fatal("a wiped member kept running")
+	}
+	require.ErrorIs(t, n.Err(), coord.ErrStateLost)
+	// The two others are a quorum of three and carry on.
+	for i := range 3 {
+		if i == victim {
+			continue
+		}
+		_, err := c.Node(i).Put(ctx, "after", []byte("y"))
+		require.NoError(t, err)
+	}
+}
+
+func TestDataDirBelongsToOneMember(t *testing.T) {
+	ctx := context.Background()
+	disk := storage.NewMemDisk()
+	net := transport.NewNetwork(1)
+	defer net.Close()
+	n, err := coord.Open(ctx, coord.Config{Name: "a", Transport: net.Join("a"), Disk: disk})
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	_, err = coord.Open(ctx, coord.Config{Name: "b", Transport: net.Join("b"), Disk: disk})
+	require.ErrorIs(t, err, coord.ErrInvalidConfig)
+	require.ErrorContains(t, err, `belongs to member "a"`)
 }
