@@ -32,7 +32,7 @@ func main() {
 	addr := flag.String("addr", "", "this member's transport address")
 	peers := flag.String("peers", "", "founding members: name=addr,name=addr,...")
 	data := flag.String("data", "", "data directory (\"\" = in memory)")
-	ttl := flag.Duration("ttl", 3*time.Second, "session TTL: how long a dead leader keeps the office")
+	ttl := flag.Duration("ttl", 5*time.Second, "session TTL: how long a dead leader keeps the office (at least MinSessionTTL, 4s with the default timing)")
 	flag.Parse()
 	if err := run(*name, *addr, *peers, *data, *ttl); err != nil {
 		fmt.Fprintln(os.Stderr, "leader-election:", err)

@@ -48,7 +48,7 @@ func TestKillTheLeaderProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, n := range names {
 		cmd := exec.Command(bin, "-name", n, "-addr", addrs[n], "-peers", strings.Join(peers, ","),
-			"-data", filepath.Join(dir, n), "-ttl", "3s")
+			"-data", filepath.Join(dir, n), "-ttl", "4s")
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
