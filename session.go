@@ -260,6 +260,13 @@ func (s *Session) end(err error) error {
 	s.err = err
 	if !s.inJeopard {
 		s.healthy = make(chan struct{}) // never closed: it will not be healthy again
+		if err == ErrSessionExpired {
+			// However the holder learns of an expiry (its own deadline,
+			// or the cell's word after a pause), jeopardy is closed no
+			// later than Done, so code that waits on Jeopardy stops.
+			s.inJeopard = true
+			close(s.jeopardy)
+		}
 	}
 	s.mu.Unlock()
 	s.n.sessions.remove(s.id)

@@ -225,6 +225,9 @@ func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) err
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(node.Status())
 	})
+	sessions := newSessionBook(node)
+	mux.HandleFunc("POST /sessions", sessions.create)
+	mux.HandleFunc("GET /sessions/{id}", sessions.get)
 	srv := &http.Server{Addr: httpAddr, Handler: mux}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()

@@ -152,3 +152,152 @@ func TestMultiProcessLeaderKill(t *testing.T) {
 		require.NoError(t, m.cmd.Wait())
 	}
 }
+
+// cell is a 3-process cell over TCP, for the tests below.
+type cell struct {
+	t       *testing.T
+	members []*member
+	client  *http.Client
+}
+
+// startCell builds the example and starts three members; cleanup kills
+// whatever is still running.
+func startCell(t *testing.T) *cell {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kv")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+	c := &cell{t: t, members: make([]*member, 3), client: &http.Client{Timeout: 2 * time.Second}}
+	var peers []string
+	for i := range c.members {
+		addr, err := freePort()
+		require.NoError(t, err)
+		httpAddr, err := freePort()
+		require.NoError(t, err)
+		c.members[i] = &member{name: fmt.Sprintf("m%d", i), addr: addr, http: httpAddr, data: filepath.Join(dir, fmt.Sprintf("m%d", i))}
+		peers = append(peers, c.members[i].name+"="+addr)
+	}
+	for _, m := range c.members {
+		m.cmd = exec.Command(bin, "-name", m.name, "-addr", m.addr, "-http", m.http,
+			"-peers", strings.Join(peers, ","), "-data", m.data)
+		m.cmd.Stdout, m.cmd.Stderr = io.Discard, os.Stderr
+		require.NoError(t, m.cmd.Start())
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			if m.cmd.ProcessState == nil {
+				m.cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot die of SIGKILL until continued on some systems
+				m.cmd.Process.Kill()
+				m.cmd.Wait()
+			}
+		}
+	})
+	return c
+}
+
+// leader returns the index of the member that says it leads, or -1.
+func (c *cell) leader() int {
+	for i, m := range c.members {
+		resp, err := c.client.Get("http://" + m.http + "/status")
+		if err != nil {
+			continue
+		}
+		var st coord.Status
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err == nil && st.Role == coord.RoleLeader {
+			return i
+		}
+	}
+	return -1
+}
+
+// newSession opens a session held by member i.
+func (c *cell) newSession(i int) int64 {
+	resp, err := c.client.Post("http://"+c.members[i].http+"/sessions", "", nil)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	var st SessionState
+	require.NoError(c.t, json.NewDecoder(resp.Body).Decode(&st))
+	return st.ID
+}
+
+// session reports session id's state on member i.
+func (c *cell) session(i int, id int64) SessionState {
+	resp, err := c.client.Get(fmt.Sprintf("http://%s/sessions/%d", c.members[i].http, id))
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	var st SessionState
+	require.NoError(c.t, json.NewDecoder(resp.Body).Decode(&st))
+	return st
+}
+
+// TestMultiProcessLeaderPause freezes the Raft leader's process with
+// SIGSTOP for longer than the session TTL, then continues it. Sessions
+// held on the other members, kept alive by the new leader meanwhile,
+// must not end: the woken leader's expiries, decided from its stale
+// deadline table, carry its old term and are refused. The paused
+// member's own sessions end, and their holder sees jeopardy first.
+func TestMultiProcessLeaderPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs OS processes")
+	}
+	c := startCell(t)
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 30*time.Second, 50*time.Millisecond)
+	const ttl = 4 * time.Second // MinSessionTTL with the default timing (1 s election timeout)
+	for round := range 2 {
+		var victim int
+		require.Eventually(t, func() bool { victim = c.leader(); return victim >= 0 }, 30*time.Second, 50*time.Millisecond)
+		type held struct {
+			member int
+			id     int64
+		}
+		var others, own []held
+		for i := range c.members {
+			for range 2 {
+				h := held{i, c.newSession(i)}
+				if i == victim {
+					own = append(own, h)
+				} else {
+					others = append(others, h)
+				}
+			}
+		}
+		p := c.members[victim].cmd.Process
+		t.Logf("round %d: SIGSTOP leader %s", round, c.members[victim].name)
+		require.NoError(t, p.Signal(syscall.SIGSTOP))
+		stopped := time.Now()
+		for time.Since(stopped) < ttl+3*time.Second {
+			for _, h := range others {
+				require.False(t, c.session(h.member, h.id).Ended, "round %d: session %d on %s ended while the leader was stopped", round, h.id, c.members[h.member].name)
+			}
+			time.Sleep(200 * time.Millisecond) // the pause is a fixed span by design: longer than the TTL
+		}
+		require.NoError(t, p.Signal(syscall.SIGCONT))
+		t.Logf("round %d: SIGCONT %s after %v", round, c.members[victim].name, time.Since(stopped).Round(time.Millisecond))
+		// The woken member's sessions end, with jeopardy first.
+		for _, h := range own {
+			require.Eventually(t, func() bool { return c.session(h.member, h.id).Ended }, 20*time.Second, 50*time.Millisecond,
+				"round %d: the paused member's session %d never ended", round, h.id)
+			st := c.session(h.member, h.id)
+			require.True(t, st.Warned, "round %d: session %d ended without jeopardy first", round, h.id)
+			require.Contains(t, st.Err, "expired")
+		}
+		// A TTL after the wake, the other members' sessions still live.
+		woke := time.Now()
+		for time.Since(woke) < ttl {
+			for _, h := range others {
+				st := c.session(h.member, h.id)
+				require.False(t, st.Ended, "round %d: session %d on %s ended after the old leader woke: %s", round, h.id, c.members[h.member].name, st.Err)
+			}
+			time.Sleep(100 * time.Millisecond) // sampling over the window after the wake
+		}
+	}
+	for _, m := range c.members {
+		require.NoError(t, m.cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, m.cmd.Wait())
+	}
+}
