@@ -484,11 +484,11 @@ func TestDecodeMalformed(t *testing.T) {
 		"non-minimal varint": cat(header(KindTxn, bodyTxn), []byte{0, 2, 0, byte(OpGet), 0, 0x80, 0, 0, 0}),
 		"varint overflow": cat(header(KindSessionEnd, bodySession),
 			[]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0}),
-		"expired 2":       cat(header(KindSessionEnd, bodySession), []byte{0, 0, 2, 0, 0}),
-		"huge ids count":  cat(header(KindSessionSeen, bodySession), []byte{0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}),
-		"credits beyond":  cat(header(KindSessionCredit, bodySession), []byte{0, 0, 0, 0, 3, 0, 0, 0}),
-		"header only":     {versionBinary2},
-		"v3 header only":  {Version},
+		"expired 2":      cat(header(KindSessionEnd, bodySession), []byte{0, 0, 2, 0, 0}),
+		"huge ids count": cat(header(KindSessionSeen, bodySession), []byte{0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}),
+		"credits beyond": cat(header(KindSessionCredit, bodySession), []byte{0, 0, 0, 0, 3, 0, 0, 0}),
+		"header only":    {versionBinary2},
+		"v3 header only": {Version},
 		// Format 3 is only for a session with a term: term 0, no session
 		// at all, or a missing term would be a second encoding.
 		"v3 term 0":           cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0}),
@@ -496,9 +496,9 @@ func TestDecodeMalformed(t *testing.T) {
 		"v3 txn, no session":  cat(header3(KindTxn, bodyTxn), []byte{0, 0, 0}),
 		"v3 term missing":     cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1}),
 		"v3 non-minimal term": cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0x85, 0, 0, 0}),
-		"short id":        {Version, 1, 2, 3},
-		"missing txn":     header(KindTxn, bodyTxn),
-		"missing session": header(KindSessionEnd, bodySession),
+		"short id":            {Version, 1, 2, 3},
+		"missing txn":         header(KindTxn, bodyTxn),
+		"missing session":     header(KindSessionEnd, bodySession),
 	} {
 		got, err := Decode(data)
 		require.ErrorIs(t, err, ErrMalformed, name)
