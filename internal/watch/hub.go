@@ -8,10 +8,13 @@
 // revision costs one map lookup per prefix of each changed key, however
 // many watchers there are, and wakes only the groups whose prefix
 // matched; a watcher that keeps up never reads Pebble, and one that falls
-// behind the in-memory window reads the history instead. A new group
-// starts with the events under its prefix among the last few hundred
-// revisions, so a new watch from a revision just behind the head reads
-// no Pebble either. The apply loop never waits for a watcher.
+// behind the in-memory window reads the history instead. A watcher
+// copies what it delivers out of a window under the lock, a bounded batch
+// at a time: the windows are the hub's alone, so a publish may overwrite
+// them at once, and a watcher that stops reading holds one batch at most.
+// A new group starts with the events under its prefix among the last few
+// hundred revisions, so a new watch from a revision just behind the head
+// reads no Pebble either. The apply loop never waits for a watcher.
 package watch
 
 import (
@@ -70,18 +73,14 @@ func (e *SlowError) Is(target error) bool { return target == errs.SlowWatcher }
 type group struct {
 	prefix string
 	refs   int
-	// win holds the events under prefix with revisions in
-	// (start, hub.head], oldest first.
-	win   window
-	start int64
-	wake  chan struct{} // closed and replaced when items grow
+	win    window        // the events under prefix, up to hub.head
+	wake   chan struct{} // closed and replaced when the window grows
 }
 
 // Hub fans applied revisions out to the member's watchers.
 type Hub struct {
 	hist     History
 	capacity int // events kept per group
-	segLimit int // the largest segment of a group's window
 
 	mu     sync.RWMutex
 	head   int64 // the last revision published
@@ -100,7 +99,7 @@ func NewHub(hist History, capacity int) *Hub {
 	if capacity <= 0 {
 		capacity = 4096
 	}
-	return &Hub{hist: hist, capacity: capacity, segLimit: segmentLimit(capacity), head: hist.Revision(), groups: make(map[string]*group)}
+	return &Hub{hist: hist, capacity: capacity, head: hist.Revision(), groups: make(map[string]*group)}
 }
 
 // Head returns the last revision published.
@@ -136,17 +135,17 @@ func (h *Hub) Publish(revs []storage.Revision) {
 				if !ok {
 					continue
 				}
-				if h.add(g, r.Rev, ev) && !contains(touched[first:], g) {
+				if add(g, r.Rev, ev) && !contains(touched[first:], g) {
 					touched = append(touched, g)
 				}
 			}
 		}
+		for _, g := range touched[first:] {
+			g.win.endRevision()
+		}
 		h.head = r.Rev
 	}
 	h.remember(revs)
-	for _, g := range touched {
-		h.trim(g)
-	}
 	woken := map[*group]bool{}
 	for _, g := range touched {
 		if !woken[g] {
@@ -160,28 +159,14 @@ func (h *Hub) Publish(revs []storage.Revision) {
 // add appends ev, of revision rev, to g's window, marked as the last
 // event of its revision here. It reports whether ev is the first event of
 // rev in the window.
-func (h *Hub) add(g *group, rev int64, ev *storage.Event) (first bool) {
+func add(g *group, rev int64, ev *storage.Event) (first bool) {
 	first = true
 	if last := g.win.last(); last != nil && last.rev == rev {
-		// An event of the revision being added now, under the hub's lock:
-		// no watcher has been handed it yet.
 		last.end = false
 		first = false
 	}
-	g.win.push(item{rev: rev, ev: ev, end: true}, h.segLimit)
+	g.win.push(item{rev: rev, ev: ev, end: true})
 	return first
-}
-
-// trim keeps g's window within the hub's capacity.
-func (h *Hub) trim(g *group) {
-	if over := g.win.len() - h.capacity; over > 0 {
-		g.start = g.win.at(over - 1).rev
-		g.win.drop(over)
-		// Keep whole revisions: a window never starts mid-revision.
-		for g.win.len() > 0 && g.win.at(0).rev == g.start {
-			g.win.drop(1)
-		}
-	}
 }
 
 // remember adds published revisions to the recent ones.
@@ -212,8 +197,7 @@ func (h *Hub) resetLocked(rev int64) {
 	h.head = rev
 	h.recent.reset()
 	for _, g := range h.groups {
-		g.win.reset()
-		g.start = rev
+		g.win.reset(rev)
 		close(g.wake)
 		g.wake = make(chan struct{})
 	}
@@ -224,13 +208,13 @@ func (h *Hub) join(prefix string) *group {
 	defer h.mu.Unlock()
 	g, ok := h.groups[prefix]
 	if !ok {
-		g = &group{prefix: prefix, start: h.head, wake: make(chan struct{})}
+		g = &group{prefix: prefix, win: newWindow(h.capacity, h.head), wake: make(chan struct{})}
 		if h.recent.len() > 0 {
 			// The recent revisions run without a gap up to head; those the
 			// history no longer retains are left out, so a watch from below
 			// the history is refused the same way whatever is in memory.
 			first := max(h.recent.at(0).Rev, h.hist.OldestRevision())
-			g.start = first - 1
+			g.win.start = first - 1
 			for ri := range h.recent.len() {
 				r := h.recent.at(ri)
 				if r.Rev < first {
@@ -241,10 +225,10 @@ func (h *Hub) join(prefix string) *group {
 					if !strings.HasPrefix(ev.KV.Key, prefix) {
 						continue
 					}
-					h.add(g, r.Rev, ev)
+					add(g, r.Rev, ev)
 				}
+				g.win.endRevision()
 			}
-			h.trim(g)
 		}
 		h.groups[prefix] = g
 	}
@@ -287,29 +271,25 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 		progress = timer.C
 	}
 	wantProgress := false
-	var buf [][]item
+	var buf []item // this watch's own: the window hands out copies
 	for {
-		batches, wake, current, err := h.read(g, prefix, from, buf[:0])
+		items, wake, current, err := h.read(g, prefix, from, buf[:0])
 		if err != nil {
 			return err
 		}
-		delivered := false
-		for _, items := range batches {
-			for _, it := range items {
-				if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
-					return err
-				}
-				from = it.rev
-				delivered = true
-				if timer != nil {
-					timer.Reset(every)
-				}
+		for _, it := range items {
+			if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
+				return err
+			}
+			from = it.rev
+			if timer != nil {
+				timer.Reset(every)
 			}
 		}
-		// Hold on to no segment while waiting: the window may drop it.
-		clear(batches)
-		buf = batches
-		if delivered {
+		// Pin no event while waiting.
+		clear(items)
+		buf = items
+		if len(items) > 0 {
 			continue
 		}
 		// Caught up: every event under prefix up to current was delivered.
@@ -333,17 +313,22 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 	}
 }
 
-// read appends to dst the events under prefix after from, in batches
-// to deliver in order: from the group's window when it covers from, else
+// The most events a watch copies out of a window at once (more only to
+// end on a whole revision): enough to make the lock's cost per event
+// small, and a bound on what a stuck watcher holds.
+const readBatch = 256
+
+// read appends to dst the events under prefix after from, up to whole
+// revisions: copies from the group's window when it covers from, else
 // from the history. With nothing to deliver it returns the revision the
 // watch is current to and the channel that says when there may be more.
-func (h *Hub) read(g *group, prefix string, from int64, dst [][]item) ([][]item, <-chan struct{}, int64, error) {
+func (h *Hub) read(g *group, prefix string, from int64, dst []item) ([]item, <-chan struct{}, int64, error) {
 	h.mu.RLock()
 	wake, head := g.wake, h.head
-	if from >= g.start {
-		// The caller reads these after the lock is released: the window
-		// never writes an item it has handed out.
-		dst = g.win.after(from, dst)
+	if from >= g.win.start {
+		// Copied under the lock: the window's ring is Publish's to move
+		// and overwrite as soon as the lock is released.
+		dst = g.win.copyAfter(from, dst, readBatch)
 		h.mu.RUnlock()
 		return dst, wake, head, nil
 	}
@@ -362,22 +347,21 @@ func (h *Hub) read(g *group, prefix string, from int64, dst [][]item) ([][]item,
 			// history only while a publish is on its way).
 			return dst, wake, from, nil
 		}
-		var out []item
 		for ri := range revs {
 			r := &revs[ri]
-			n := len(out)
+			n := len(dst)
 			for ei := range r.Events {
 				if strings.HasPrefix(r.Events[ei].KV.Key, prefix) {
-					out = append(out, item{rev: r.Rev, ev: &r.Events[ei]})
+					dst = append(dst, item{rev: r.Rev, ev: &r.Events[ei]})
 				}
 			}
-			if len(out) > n {
-				out[len(out)-1].end = true
+			if len(dst) > n {
+				dst[len(dst)-1].end = true
 			}
 			from = r.Rev
 		}
-		if len(out) > 0 {
-			return append(dst, out), wake, from, nil
+		if len(dst) > 0 {
+			return dst, wake, from, nil
 		}
 		if from >= head {
 			return dst, wake, from, nil

@@ -13,109 +13,101 @@ type item struct {
 	end bool // the last event of its revision under this prefix
 }
 
-// window is a group's recent events, oldest first, in segments: arrays
-// that are filled once, from the front, and never written again once a
-// Publish has returned. Watchers read slices of them after the hub's lock
-// is released, so nothing may move or overwrite an item they can see: the
-// window moves on by dropping items from the front, and grows by
-// appending past the end of what any watcher was handed. Each event is
-// stored once and never copied; the memory a window pins is its
-// capacity plus at most one segment (and whatever segments a watcher
-// still reads, until it is done with them).
+// window is a group's recent events: whole revisions in (start, head],
+// oldest first, at most capacity events, in a ring. It is the hub's
+// alone, read and written only under the hub's lock: a watcher gets
+// copies of its items (copyAfter), never a slice of the ring, so the ring
+// may move and overwrite its slots freely, and a watcher that stops
+// reading pins nothing of it.
 type window struct {
-	segs [][]item // every segment but the last is full (len == cap)
-	n    int      // items in the window
-	size int      // the size of the last segment allocated
+	buf      []item // a ring of power-of-two size, at most the capacity rounded up
+	first, n int    // the items are buf[first], buf[first+1], ... (mod len(buf)), n of them
+	start    int64
+	capacity int
 }
 
-// The segment sizes: small for a quiet prefix (a lock waiter's key sees a
-// change or two), doubling up to an eighth of the window, within bounds.
-const (
-	minSegment = 4
-	maxSegment = 512
-)
-
-func segmentLimit(capacity int) int {
-	return min(max(capacity/8, minSegment), maxSegment)
+func newWindow(capacity int, start int64) window {
+	return window{capacity: capacity, start: start}
 }
 
 // len returns how many items the window holds.
 func (w *window) len() int { return w.n }
+
+// at returns the i-th oldest item.
+func (w *window) at(i int) *item { return &w.buf[(w.first+i)&(len(w.buf)-1)] }
 
 // last returns the newest item, nil when the window is empty.
 func (w *window) last() *item {
 	if w.n == 0 {
 		return nil
 	}
-	s := w.segs[len(w.segs)-1]
-	return &s[len(s)-1]
+	return w.at(w.n - 1)
 }
 
-// at returns the i-th oldest item.
-func (w *window) at(i int) *item {
-	for _, s := range w.segs {
-		if i < len(s) {
-			return &s[i]
+// push adds it as the newest item. A full window first forgets its
+// oldest item, which may leave it starting mid-revision: endRevision
+// puts that right once the revision being added is complete.
+func (w *window) push(it item) {
+	if w.n == w.capacity {
+		w.start = w.at(0).rev
+		w.dropOldest()
+	}
+	if w.n == len(w.buf) {
+		// Grow by doubling, so a quiet prefix costs a few items and a busy
+		// one reaches its capacity in a handful of copies.
+		buf := make([]item, min(max(2*len(w.buf), 4), ceilPow2(w.capacity)))
+		for i := range w.n {
+			buf[i] = *w.at(i)
 		}
-		i -= len(s)
+		w.buf, w.first = buf, 0
 	}
-	panic("watch: window index out of range")
-}
-
-// push adds it as the newest item, in the last segment or, when that is
-// full, in a new one of at most limit items.
-func (w *window) push(it item, limit int) {
-	k := len(w.segs)
-	if k == 0 || len(w.segs[k-1]) == cap(w.segs[k-1]) {
-		w.size = min(max(2*w.size, minSegment), limit)
-		w.segs = append(w.segs, make([]item, 0, w.size))
-		k++
-	}
-	w.segs[k-1] = append(w.segs[k-1], it)
+	*w.at(w.n) = it
 	w.n++
 }
 
-// drop forgets the k oldest items. It only reslices: watchers may still
-// be reading them.
-func (w *window) drop(k int) {
-	w.n -= k
-	for k > 0 {
-		s := w.segs[0]
-		if k < len(s) || len(s) < cap(s) {
-			// Within the first segment, or it is the last, partly filled
-			// one: keep appending to it past what was handed out.
-			w.segs[0] = s[k:]
-			return
-		}
-		k -= len(s)
-		// A full segment, wholly dropped. The segment list itself is
-		// never handed out, so it may be shifted in place.
-		n := copy(w.segs, w.segs[1:])
-		w.segs[n] = nil
-		w.segs = w.segs[:n]
+func (w *window) dropOldest() {
+	*w.at(0) = item{} // pin no event
+	w.first = (w.first + 1) & (len(w.buf) - 1)
+	w.n--
+}
+
+// endRevision is called once a revision is complete: it forgets what is
+// left of the revision whose first events were forgotten, so the window
+// never starts mid-revision.
+func (w *window) endRevision() {
+	for w.n > 0 && w.at(0).rev == w.start {
+		w.dropOldest()
 	}
 }
 
-// after appends to dst the items with revisions after rev, oldest
-// first, as slices of the segments that hold them (a revision may span
-// two). Each slice's capacity ends at its length, so items appended later
-// are out of its reach.
-func (w *window) after(rev int64, dst [][]item) [][]item {
-	if w.n == 0 {
+// copyAfter appends to dst copies of the items with revisions after rev,
+// oldest first: limit of them, or as many more as it takes to end on a
+// whole revision (the watch goes on from the revision of the last item
+// it delivered), or all there are if fewer.
+func (w *window) copyAfter(rev int64, dst []item, limit int) []item {
+	i := sort.Search(w.n, func(i int) bool { return w.at(i).rev > rev })
+	j := min(i+max(limit, 1), w.n)
+	for j < w.n && !w.at(j-1).end {
+		j++
+	}
+	if i == j {
 		return dst
 	}
-	// Only an empty window has an empty segment.
-	j := sort.Search(len(w.segs), func(j int) bool {
-		s := w.segs[j]
-		return s[len(s)-1].rev > rev
-	})
-	for ; j < len(w.segs); j++ {
-		s := w.segs[j]
-		i := sort.Search(len(s), func(i int) bool { return s[i].rev > rev })
-		dst = append(dst, s[i:len(s):len(s)])
+	// At most two runs of the ring.
+	lo, hi := (w.first+i)&(len(w.buf)-1), (w.first+j)&(len(w.buf)-1)
+	if lo < hi {
+		return append(dst, w.buf[lo:hi]...)
 	}
-	return dst
+	return append(append(dst, w.buf[lo:]...), w.buf[:hi]...)
 }
 
-// reset empties the window. Watchers keep what they were handed.
-func (w *window) reset() { *w = window{} }
+// reset empties the window, which now starts at rev.
+func (w *window) reset(rev int64) { *w = newWindow(w.capacity, rev) }
+
+func ceilPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}

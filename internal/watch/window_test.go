@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -306,64 +307,135 @@ func TestRecentRingKeepsTheNewestInOrder(t *testing.T) {
 	require.Equal(t, int64(5), q.at(0).Rev)
 }
 
-// A window hands out slices of its segments that nothing writes again:
-// what a reader was given reads the same after the window has moved far
-// past it, and the window always holds exactly the newest items, whole
-// revisions served across segment boundaries.
-func TestWindowNeverChangesWhatItHandedOut(t *testing.T) {
+// A window holds exactly the newest whole revisions that fit in its
+// capacity, however big the revisions, within a ring no bigger than the
+// capacity rounded up; and a watch copies out at least its batch, ending
+// on a whole revision. The copies are the watch's own: the window moving
+// on never changes them.
+func TestWindowKeepsTheNewestWholeRevisions(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	const capacity, limit = 20, 8
-	var w window
-	type handed struct {
-		batches [][]item
-		then    []item // what they held when handed out
-	}
-	var given []handed
-	var all []item // every item pushed, oldest first
-	rev := int64(0)
-	for range 2000 {
-		rev++
-		for i := range 1 + rng.IntN(3) {
-			if i > 0 {
-				w.last().end = false
-				all[len(all)-1].end = false
+	for range 50 {
+		capacity := 1 + rng.IntN(20)
+		w := newWindow(capacity, 0)
+		var all []item // every item pushed, oldest first
+		type copied struct{ got, then []item }
+		var copies []copied
+		for rev := int64(1); rev <= 300; rev++ {
+			size := 1 + rng.IntN(4)
+			if rng.IntN(20) == 0 {
+				size = capacity + rng.IntN(3) // sometimes too big to keep
 			}
-			it := item{rev: rev, end: true}
-			w.push(it, limit)
-			all = append(all, it)
-		}
-		if over := w.len() - capacity; over > 0 {
-			w.drop(over)
-		}
-		require.Equal(t, all[len(all)-w.len():], flatten(w.after(0, nil)), "the newest items, in order")
-		require.LessOrEqual(t, len(w.segs), capacity/minSegment+2)
+			for i := range size {
+				if i > 0 {
+					w.last().end = false
+					all[len(all)-1].end = false
+				}
+				w.push(item{rev: rev, end: true})
+				all = append(all, item{rev: rev, end: true})
+			}
+			w.endRevision()
 
-		from := rev - int64(rng.IntN(8))
-		b := w.after(from, nil)
-		got := flatten(b)
-		var want []item
-		for _, it := range all[len(all)-w.len():] {
-			if it.rev > from {
-				want = append(want, it)
+			// The model: whole revisions from the newest back, while they fit.
+			keep := len(all)
+			for keep > 0 {
+				r, j := all[keep-1].rev, keep
+				for j > 0 && all[j-1].rev == r {
+					j--
+				}
+				if len(all)-j > capacity {
+					break
+				}
+				keep = j
 			}
+			want := all[keep:]
+			var got []item
+			for i := range w.len() {
+				got = append(got, *w.at(i))
+			}
+			require.Equal(t, len(want), len(got), "capacity %d, revision %d", capacity, rev)
+			if len(want) > 0 {
+				require.Equal(t, want, got)
+			}
+			if keep > 0 {
+				require.Equal(t, all[keep-1].rev, w.start, "the window starts after the last revision it forgot")
+			}
+			require.LessOrEqual(t, len(w.buf), ceilPow2(capacity))
+
+			from, limit := rev-int64(rng.IntN(6)), 1+rng.IntN(5)
+			c := w.copyAfter(from, nil, limit)
+			var after []item
+			for _, it := range want {
+				if it.rev > from {
+					after = append(after, it)
+				}
+			}
+			n := 0
+			for n < len(after) && (n < limit || !after[n-1].end) {
+				n++
+			}
+			if n > 0 {
+				require.Equal(t, after[:n], c, "from %d, batch %d", from, limit)
+			} else {
+				require.Empty(t, c)
+			}
+			copies = append(copies, copied{got: c, then: slices.Clone(c)})
 		}
-		require.Equal(t, want, got, "after %d", from)
-		for _, x := range b {
-			require.Equal(t, len(x), cap(x), "nothing appended later is within reach")
+		for _, c := range copies {
+			require.Equal(t, c.then, c.got, "a copy handed out never changes")
 		}
-		given = append(given, handed{batches: b, then: got})
-	}
-	for _, g := range given {
-		require.Equal(t, g.then, flatten(g.batches), "a handed-out slice never changes")
 	}
 }
 
-func flatten(batches [][]item) []item {
-	var out []item
-	for _, b := range batches {
-		out = append(out, b...)
+// gatedEmitter holds its first event until the gate opens, then records.
+type gatedEmitter struct {
+	entered chan struct{} // closed on the first event
+	gate    chan struct{} // closed by the test to let it go on
+	revs    chan int64
+}
+
+func (g *gatedEmitter) Event(ctx context.Context, rev int64, ev *storage.Event, end bool) error {
+	select {
+	case <-g.entered:
+	default:
+		close(g.entered)
+		<-g.gate
 	}
-	return out
+	g.revs <- rev
+	return nil
+}
+
+func (g *gatedEmitter) Progress(ctx context.Context, rev int64) error { return nil }
+
+// A watch that stops in the middle of what it read from a full window,
+// while the publisher replaces that window many times over, goes on with
+// exactly the events it had, then the rest from the history: it never
+// delivers what the window was overwritten with.
+func TestStuckWatchResumesExactlyAfterItsWindowWasOverwritten(t *testing.T) {
+	f := &fakeHistory{oldest: 1}
+	h := NewHub(f, 8)
+	h.join("k") // the group, and its window, outlive the watch's start
+	for range 20 { // the window has moved on already, and is full
+		h.Publish([]storage.Revision{f.add("k")})
+	}
+	e := &gatedEmitter{entered: make(chan struct{}), gate: make(chan struct{}), revs: make(chan int64, 200)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Watch(ctx, "k", 12, 0, e, nil) }()
+	<-e.entered
+	for range 100 {
+		h.Publish([]storage.Revision{f.add("k")})
+	}
+	close(e.gate)
+	for want := int64(13); want <= 120; want++ {
+		select {
+		case got := <-e.revs:
+			require.Equal(t, want, got)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("revision %d never delivered", want)
+		}
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
 }
