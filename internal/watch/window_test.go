@@ -415,7 +415,7 @@ func (g *gatedEmitter) Progress(ctx context.Context, rev int64) error { return n
 func TestStuckWatchResumesExactlyAfterItsWindowWasOverwritten(t *testing.T) {
 	f := &fakeHistory{oldest: 1}
 	h := NewHub(f, 8)
-	h.join("k") // the group, and its window, outlive the watch's start
+	h.join("k")    // the group, and its window, outlive the watch's start
 	for range 20 { // the window has moved on already, and is full
 		h.Publish([]storage.Revision{f.add("k")})
 	}
