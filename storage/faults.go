@@ -45,6 +45,7 @@ type faults struct {
 	onFault func(error)
 	log     *slog.Logger
 	lim     logLimiter
+	retries atomic.Int64 // background errors reported after the fault
 
 	mu      sync.Mutex
 	repeats int    // background errors in a row since the last flush or compaction that worked
@@ -126,6 +127,7 @@ func (f *faults) listener() *pebble.EventListener {
 func (f *faults) background(err error) {
 	if f.get() != nil {
 		// Already failed: the flush that failed is about to be retried.
+		f.retries.Add(1)
 		time.Sleep(faultRetryPause)
 		return
 	}
@@ -244,13 +246,31 @@ const commitErrorFormat = "pebble: fatal commit error: %v"
 // nothing more reaches the disk, which stays as a crash at that instant
 // would have left it.
 func (p faultLogger) Fatalf(format string, args ...any) {
-	err := p.f.fail(fmt.Errorf("%w: pebble: %s", ErrFault, fmt.Sprintf(format, args...)))
+	fe := &fatalError{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if e, ok := a.(error); ok {
+			fe.causes = append(fe.causes, e)
+		}
+	}
+	err := p.f.fail(fe)
 	if format == commitErrorFormat {
 		panic(&faultPanic{err: err})
 	}
 }
 
-// faultFS refuses every change to the disk once the store has a fault,
+// fatalError is a fault Pebble reported through Fatalf: it wraps
+// ErrFault and the errors among Fatalf's arguments (ENOSPC, ...).
+type fatalError struct {
+	msg    string
+	causes []error
+}
+
+func (e *fatalError) Error() string { return ErrFault.Error() + ": " + e.msg }
+func (e *fatalError) Unwrap() []error {
+	return append([]error{ErrFault}, e.causes...)
+}
+
+// faultFS refuses every new write to the disk once the store has a fault,
 // so whatever Pebble does after one (it may go on after a failed MANIFEST
 // write, and keeps retrying a failed flush) leaves the directory as it
 // was at the fault. It costs an atomic load per write.
@@ -326,7 +346,10 @@ func (fs *faultFS) MkdirAll(dir string, perm os.FileMode) error {
 	return fs.FS.MkdirAll(dir, perm)
 }
 
-// faultFile is a file of faultFS: writes and syncs fail after a fault.
+// faultFile is a file of faultFS: writes fail after a fault. Syncs do
+// not: they only make durable what was written before the fault, which
+// the kernel may write back anyway, and Pebble's syncing file leaks its
+// descriptor when the sync in its Close fails.
 type faultFile struct {
 	vfs.File
 	f *faults
@@ -353,25 +376,4 @@ func (f *faultFile) Preallocate(offset, length int64) error {
 		return err
 	}
 	return f.File.Preallocate(offset, length)
-}
-
-func (f *faultFile) Sync() error {
-	if err := f.f.get(); err != nil {
-		return err
-	}
-	return f.File.Sync()
-}
-
-func (f *faultFile) SyncTo(length int64) (bool, error) {
-	if err := f.f.get(); err != nil {
-		return false, err
-	}
-	return f.File.SyncTo(length)
-}
-
-func (f *faultFile) SyncData() error {
-	if err := f.f.get(); err != nil {
-		return err
-	}
-	return f.File.SyncData()
 }

@@ -124,6 +124,10 @@ type Options struct {
 	// the store (stopping the member and closing the store later is the
 	// way). nil = none; Store.Fault still reports it.
 	OnFault func(error)
+
+	// wrapFS, if set, wraps the file system under the store (tests inject
+	// disk errors with it).
+	wrapFS func(vfs.FS) vfs.FS
 }
 
 func (o *Options) setDefaults() {
@@ -139,6 +143,13 @@ func (o *Options) setDefaults() {
 	if o.QuotaBytes == 0 {
 		o.QuotaBytes = 2 << 30
 	}
+}
+
+func (o *Options) wrap(fs vfs.FS) vfs.FS {
+	if o.wrapFS == nil {
+		return fs
+	}
+	return o.wrapFS(fs)
 }
 
 // Store is one member's Pebble database with its two halves.
@@ -181,7 +192,7 @@ func Open(opts Options) (s *Store, err error) {
 			// Nobody can crash this disk: skip the bookkeeping of syncs.
 			opts.Disk = &MemDisk{fs: vfs.NewMem()}
 		}
-		fs = &faultFS{FS: opts.Disk.fs, f: f}
+		fs = &faultFS{FS: opts.wrap(opts.Disk.fs), f: f}
 		popts.FS = fs
 		if opts.Disk.crashable {
 			// A sync copies the whole file on a crashable disk: rotate
@@ -190,7 +201,7 @@ func Open(opts Options) (s *Store, err error) {
 		}
 		dir = "/coord"
 	} else {
-		fs = &faultFS{FS: vfs.Default, f: f}
+		fs = &faultFS{FS: opts.wrap(vfs.Default), f: f}
 		popts.FS = fs
 		popts.WithFSDefaults() // disk health checks, as Pebble's default FS has
 	}
