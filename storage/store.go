@@ -214,36 +214,36 @@ func Open(opts Options) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	s = &Store{db: db, faults: f}
+	st := &Store{db: db, faults: f}
 	defer func() {
 		if err == nil {
 			err = f.get()
 		}
 		if err != nil {
-			if s.marks != nil {
-				s.marks.close()
+			if st.marks != nil {
+				st.marks.close()
 			}
-			s.closeDB()
+			st.closeDB()
 			s = nil
 		}
 	}()
-	if err := s.checkFormat(); err != nil {
+	if err := st.checkFormat(); err != nil {
 		return nil, err
 	}
-	s.sm, err = newStateMachine(db, &opts)
+	st.sm, err = newStateMachine(db, &opts)
 	if err != nil {
 		return nil, err
 	}
-	s.log, err = newRaftLog(db, &opts, s.sm)
+	st.log, err = newRaftLog(db, &opts, st.sm)
 	if err != nil {
 		return nil, err
 	}
-	term, vote, last := s.raftState()
-	s.marks, err = openMarks(db, fs, dir, term, vote, last)
+	term, vote, last := st.raftState()
+	st.marks, err = openMarks(db, fs, dir, term, vote, last)
 	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	return st, nil
 }
 
 // closeDB closes Pebble, and the state machine if it was opened.
