@@ -31,6 +31,7 @@ type sessionEngine struct {
 	fresh   bool // a session was added since the last keep-alive
 	seq     uint64
 	sent    map[uint64]sentBatch // recent keep-alives awaiting an ack
+	maxTTL  time.Duration        // the longest TTL of a local session so far
 	lead    *leaderSessions      // non-nil while this member leads
 }
 
@@ -112,6 +113,7 @@ func (e *sessionEngine) add(s *Session) {
 	e.mu.Lock()
 	e.local[s.id] = s
 	e.fresh = true
+	e.maxTTL = max(e.maxTTL, s.ttl)
 	e.mu.Unlock()
 }
 
@@ -267,7 +269,10 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 	seq := e.seq
 	e.sent[seq] = sentBatch{at: now, ids: ids}
 	for s := range e.sent {
-		if now.Sub(e.sent[s].at) > 4*e.et+time.Second {
+		// An ack confirms its send time plus the TTL, so one that arrives
+		// late (a loaded leader) is still worth having while that lies
+		// ahead: keep each batch for as long as the longest TTL.
+		if now.Sub(e.sent[s].at) > max(4*e.et+time.Second, e.maxTTL) {
 			delete(e.sent, s) // unanswered: the leader moved on or the message was lost
 		}
 	}

@@ -70,6 +70,10 @@ type Session struct {
 	acked     chan struct{} // closed (and replaced) at each confirmed keep-alive
 	closing   bool
 	orphaned  bool // ended locally by Orphan, perhaps alive in the cell
+	// confirming is set while NewSession confirms a session whose
+	// creation took long: nobody holds it yet, so its deadline, which
+	// may already have passed, is not acted on until the confirmation.
+	confirming bool
 
 	// keySeq numbers the session's queue acquisitions. Session IDs are
 	// unique in the cell forever, so session plus sequence names each
@@ -143,7 +147,31 @@ func (n *Node) newSession(ctx context.Context, o sessionOptions) (*Session, erro
 	// session a full TTL from its creation or election.
 	s.until = sent.Add(o.ttl - n.sessions.margin(o.ttl))
 	s.lastSent, s.lastAcked = sent, sent
+	// A creation that took long (a loaded machine, a change of leader)
+	// leaves the holder's deadline near or past: the cell granted the TTL
+	// from when its leader applied the creation, later than sent, but the
+	// holder cannot know how much later. Confirm the session with one
+	// keep-alive before handing it out, so that it starts healthy rather
+	// than expiring at its first check.
+	slow := time.Since(sent) > o.ttl/4
+	s.confirming = slow
 	n.sessions.add(s)
+	if slow {
+		if _, err := n.sessions.renew(ctx, s); err != nil {
+			s.mu.Lock()
+			s.confirming = false
+			s.mu.Unlock()
+			// Nobody will hold it: end it in the cell rather than leave it
+			// to expire.
+			n.sessions.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
+				Session: &command.Session{ID: int64(s.id)}})
+			s.end(ErrSessionClosed)
+			return nil, fmt.Errorf("session %d created but not confirmed, so ended: %w", s.id, err)
+		}
+		s.mu.Lock()
+		s.confirming = false
+		s.mu.Unlock()
+	}
 	return s, nil
 }
 
@@ -313,7 +341,7 @@ func (s *Session) ackChan() <-chan struct{} {
 // session expired locally.
 func (s *Session) check(now time.Time) bool {
 	s.mu.Lock()
-	if s.err != nil {
+	if s.err != nil || s.confirming {
 		s.mu.Unlock()
 		return false
 	}

@@ -2,7 +2,6 @@ package coord_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -166,14 +165,6 @@ func TestSessionFailoverSweep(t *testing.T) {
 	t.Log("\n" + strings.Join(table, "\n"))
 }
 
-var errNoPause = errors.New("coordtest has no Pause/Resume yet")
-
-// pauser is what coordtest offers for freezing a member as SIGSTOP would.
-type pauser interface {
-	Pause(i int)
-	Resume(i int)
-}
-
 // TestPausedLeaderExpiresNothingOnWake: a leader frozen for longer than
 // the TTL wakes with a deadline table that went stale while a new leader
 // kept the sessions alive. Its first tick decides expiries while it still
@@ -182,10 +173,6 @@ type pauser interface {
 // the cell refuses them, and the sessions held on the other members live.
 func TestPausedLeaderExpiresNothingOnWake(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
-	p, ok := any(c).(pauser)
-	if !ok {
-		t.Skip(errNoPause)
-	}
 	ctx := ctxT(t, 60*time.Second)
 	ttl := c.Node(0).MinSessionTTL()
 	for round := range 3 {
@@ -202,12 +189,12 @@ func TestPausedLeaderExpiresNothingOnWake(t *testing.T) {
 			u := s.Until()
 			require.Eventually(t, func() bool { return s.Until().After(u) }, 10*time.Second, 5*time.Millisecond)
 		}
-		p.Pause(leader)
+		c.Pause(leader)
 		woke := time.Now().Add(ttl + 2*testElectionTimeout)
 		for time.Now().Before(woke) {
 			time.Sleep(testElectionTimeout / 4) // the pause is a fixed span by design: longer than the TTL
 		}
-		p.Resume(leader)
+		c.Resume(leader)
 		end := time.Now().Add(ttl)
 		for time.Now().Before(end) {
 			for _, s := range held {

@@ -40,6 +40,11 @@ func (t EventType) String() string {
 }
 
 // Event is one change to one key, or a progress report.
+//
+// The bytes of KV.Value and PrevKV.Value are shared by every watcher of
+// the member that receives the same change, and by the member's own
+// memory of recent changes: read them, copy them to keep a changed
+// version, never modify them in place.
 type Event struct {
 	Type EventType
 	// KV is the key after a put; after a delete, the key with its last
