@@ -14,6 +14,12 @@
 // copy it is rebuilt from when the store opens or installs a snapshot.
 // Memory therefore grows with the key space, which Options.QuotaBytes
 // bounds, while Pebble's own caches stay small.
+//
+// A storage fault (corruption, a full disk, repeated I/O errors) stops
+// the store, never the process: it is reported once (Options.OnFault,
+// ErrFault), nothing more is written, and every later call returns it
+// (faults.go). A directory that holds less than this member made durable
+// is refused at Open with ErrLostState (marks.go).
 package storage
 
 import (
