@@ -12,6 +12,7 @@
 package raftnode
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"iter"
@@ -44,6 +45,9 @@ func IDFromName(name string) uint64 {
 // the monotonic clock.
 type Config struct {
 	Name string
+	// ID is the member's Raft ID. 0 = IDFromName(Name), which founders
+	// given the same peer list all derive alike.
+	ID uint64
 	// Identity is the data directory's (storage.Store.Identity): the cell
 	// ID (0 for a joining member that has not heard from the cell yet)
 	// and the incarnation every envelope carries.
@@ -148,6 +152,7 @@ type Node struct {
 	confs    confWaiters
 	memMu    sync.RWMutex
 	members  map[uint64]storage.MemberInfo
+	byName   map[string]uint64
 	applied  appliedIndex
 	status   atomic.Pointer[Status]
 	senders  snapshotSenders
@@ -169,7 +174,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg:      cfg,
-		id:       IDFromName(cfg.Name),
+		id:       cmp.Or(cfg.ID, IDFromName(cfg.Name)),
 		log:      cfg.Logger,
 		store:    cfg.Store,
 		sm:       cfg.Store.StateMachine(),
@@ -188,6 +193,7 @@ func Start(cfg Config) (*Node, error) {
 	n.waiters.init()
 	n.confs.init()
 	n.members = make(map[uint64]storage.MemberInfo)
+	n.byName = make(map[string]uint64)
 	n.setMembers(maps.Values(cfg.Members))
 	n.applied.init(n.sm.AppliedIndex())
 	n.lastCompact = n.sm.AppliedIndex()
@@ -236,6 +242,14 @@ func (n *Node) MemberName(id uint64) (string, bool) {
 	return m.Name, ok
 }
 
+// MemberID returns the Raft ID of the member named name.
+func (n *Node) MemberID(name string) (uint64, bool) {
+	n.memMu.RLock()
+	defer n.memMu.RUnlock()
+	id, ok := n.byName[name]
+	return id, ok
+}
+
 // setMembers adds members to the address book and tells the transport
 // their addresses.
 func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
@@ -246,7 +260,11 @@ func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
 		if old, ok := n.members[m.ID]; ok && old == m {
 			continue
 		}
+		if old, ok := n.members[m.ID]; ok && n.byName[old.Name] == m.ID {
+			delete(n.byName, old.Name)
+		}
 		n.members[m.ID] = m
+		n.byName[m.Name] = m.ID
 		if adder != nil && m.Name != n.cfg.Name && m.Addr != "" {
 			adder.AddPeer(m.Name, m.Addr)
 		}
@@ -275,6 +293,9 @@ func (n *Node) reloadMembers() {
 	for id, m := range n.members {
 		if !keep[id] && m.Name != n.cfg.Name {
 			delete(n.members, id)
+			if n.byName[m.Name] == id {
+				delete(n.byName, m.Name)
+			}
 			gone = append(gone, m.Name)
 		}
 	}

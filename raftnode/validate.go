@@ -90,9 +90,7 @@ func (n *Node) senderID(name string) (uint64, bool) {
 	if name == n.cfg.Name {
 		return 0, false
 	}
-	id := IDFromName(name)
-	got, ok := n.MemberName(id)
-	return id, ok && got == name
+	return n.MemberID(name)
 }
 
 // checkRaft returns why m, received from member from, must not reach
