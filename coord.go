@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
@@ -52,13 +53,24 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("member", cfg.Name)
+	// A storage fault (corruption, a full disk) may be reported from
+	// Pebble's own goroutines: it stops this member, never the process.
+	var running atomic.Pointer[raftnode.Node]
 	store, err := storage.Open(storage.Options{
 		Dir:              cfg.DataDir,
 		Disk:             cfg.Disk,
 		Logger:           log,
 		HistoryRevisions: cfg.HistoryRevisions,
 		QuotaBytes:       cfg.QuotaBytes,
+		OnFault: func(err error) {
+			if r := running.Load(); r != nil {
+				r.Fail(fmt.Errorf("%w: %w", ErrInternal, err))
+			}
+		},
 	})
+	if errors.Is(err, storage.ErrLostState) {
+		return nil, fmt.Errorf("%w: %w", ErrStateLost, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
@@ -118,6 +130,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeTransport()
 		store.Close()
 		return nil, err
+	}
+	running.Store(n.raft)
+	if err := store.Fault(); err != nil {
+		n.raft.Fail(fmt.Errorf("%w: %w", ErrInternal, err)) // reported before the node could hear it
 	}
 	n.sessions.start()
 	go func() {

@@ -240,7 +240,7 @@ func (n *Node) handleReady(ls *loopState) bool {
 	}
 	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
 		// Group commit: every entry of this Ready, one batch, one fsync.
-		if err := n.store.RaftLog().Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+		if err := n.store.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
 			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
 			return false
 		}

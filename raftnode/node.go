@@ -187,6 +187,9 @@ func Start(cfg Config) (*Node, error) {
 		stopc:    make(chan struct{}),
 		electTTL: time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
 	}
+	if err := cfg.Store.Fault(); err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
 	if err := n.initIdentity(); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
@@ -326,6 +329,11 @@ func (n *Node) guard(name string, f func()) {
 	}()
 	f()
 }
+
+// Fail stops the member with err, as a fault of its own would: Err
+// reports it and Done closes. The embedding layer uses it for faults the
+// node cannot see, such as the store's background faults.
+func (n *Node) Fail(err error) { n.fail(err) }
 
 // fail records the first fatal error and stops the node.
 func (n *Node) fail(err error) {

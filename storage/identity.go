@@ -59,7 +59,11 @@ func (s *Store) Identity() (Identity, bool, error) {
 
 // SaveIdentity records id durably. A zero Incarnation is replaced by a
 // fresh random one; the saved identity is returned.
-func (s *Store) SaveIdentity(id Identity) (Identity, error) {
+func (s *Store) SaveIdentity(id Identity) (_ Identity, err error) {
+	if err := s.faults.get(); err != nil {
+		return Identity{}, err
+	}
+	defer recoverFault(&err)
 	for id.Incarnation == 0 {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -102,7 +106,11 @@ func (s *Store) PeerIncarnations() (map[uint64]uint64, error) {
 // SavePeerIncarnation durably records the incarnation of peer id. It is
 // called once per peer, on first contact, before anything that peer said
 // is believed.
-func (s *Store) SavePeerIncarnation(id, incarnation uint64) error {
+func (s *Store) SavePeerIncarnation(id, incarnation uint64) (err error) {
+	if err := s.faults.get(); err != nil {
+		return err
+	}
+	defer recoverFault(&err)
 	key := binary.BigEndian.AppendUint64([]byte{prefixLocal, peerIncarnations}, id)
 	val := binary.BigEndian.AppendUint64(nil, incarnation)
 	if err := s.db.Set(key, val, pebble.Sync); err != nil {
