@@ -1,0 +1,286 @@
+package coord
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HandlerOption changes what Handler serves.
+type HandlerOption func(*handlerOptions)
+
+type handlerOptions struct {
+	gatherer prometheus.Gatherer
+	admin    bool
+	token    string
+}
+
+// WithMetricsGatherer serves g's metrics at /metrics, in the Prometheus
+// text format. Give the registry that RegisterMetrics registered into.
+// Without it the handler has no /metrics.
+func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
+	return func(o *handlerOptions) { o.gatherer = g }
+}
+
+// WithAdmin turns on the /admin/ endpoints that coordctl uses: reads,
+// writes, membership changes and backups. They are off by default since
+// whoever reaches them controls the cell. A non-empty token must then be
+// sent by every admin request as "Authorization: Bearer <token>"; the
+// host serves the handler over TLS so that the token stays secret. An
+// empty token leaves authentication to the host (mutual TLS, a
+// loopback-only listener).
+func WithAdmin(token string) HandlerOption {
+	return func(o *handlerOptions) { o.admin, o.token = true, token }
+}
+
+// Handler returns the member's operational HTTP handler, for the host to
+// mount where it likes (it serves no port of its own):
+//
+//	/healthz   200 while the member runs, 503 once it has stopped
+//	/readyz    200 when the member knows a leader and has applied up to
+//	           its commit index, else 503 with the reason (see Ready)
+//	/status    the member and cell status as JSON (StatusReport)
+//	/metrics   Prometheus metrics, with WithMetricsGatherer
+//	/          a read-only HTML page: members, locks, elections, sessions
+//	/admin/... the operator's API used by coordctl, with WithAdmin
+//
+// Paths are relative to where the handler is mounted: mount it with
+// http.StripPrefix under a prefix. Every page but /admin/ reads only this
+// member's applied state and never writes.
+func (n *Node) Handler(opts ...HandlerOption) http.Handler {
+	var o handlerOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", n.serveHealth)
+	mux.HandleFunc("GET /readyz", n.serveReady)
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.statusReport(r.Context()))
+	})
+	mux.HandleFunc("GET /{$}", n.servePage)
+	if o.gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.gatherer, promhttp.HandlerOpts{}))
+	}
+	if o.admin {
+		mux.Handle("/admin/", requireToken(o.token, n.adminMux()))
+	}
+	return mux
+}
+
+func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-n.Done():
+		msg := "stopped"
+		if err := n.Err(); err != nil {
+			msg = "stopped: " + err.Error()
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
+	default:
+		fmt.Fprintln(w, "ok")
+	}
+}
+
+func (n *Node) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if reason := n.notReady(); reason != "" {
+		http.Error(w, reason, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// ErrNotReady is returned by Ready when its context ends first; it wraps
+// the context's error and says which condition was still unmet.
+var ErrNotReady = errors.New("coord: member not ready")
+
+// notReady returns why the member is not ready, or "" when it is.
+func (n *Node) notReady() string {
+	select {
+	case <-n.Done():
+		return "member stopped"
+	default:
+	}
+	st := n.Status()
+	switch {
+	case st.Leader == "":
+		return fmt.Sprintf("no leader known (term %d)", st.Term)
+	case st.Applied < st.Commit:
+		return fmt.Sprintf("applied index %d behind commit index %d", st.Applied, st.Commit)
+	}
+	return ""
+}
+
+// readyPoll is how often Ready looks again: the conditions have no event
+// of their own to wait on, and reading Status costs nothing.
+const readyPoll = 10 * time.Millisecond
+
+// Ready waits until the member is ready to serve, the condition /readyz
+// reports: it knows a leader and has applied every entry it knows
+// committed. A member that stopped is never ready: Ready then returns
+// ErrClosed (or the error that stopped it). When ctx ends first it
+// returns ErrNotReady wrapping ctx's error, with the unmet condition.
+func (n *Node) Ready(ctx context.Context) error {
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for {
+		reason := n.notReady()
+		if reason == "" {
+			return nil
+		}
+		select {
+		case <-n.Done():
+			if err := n.Err(); err != nil {
+				return err
+			}
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s: %w", ErrNotReady, reason, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// StatusReport is what /status serves: this member's view of itself and
+// of the cell.
+type StatusReport struct {
+	Member    string         `json:"member"`
+	Role      Role           `json:"role"`
+	Term      uint64         `json:"term"`
+	Leader    string         `json:"leader"`
+	Commit    uint64         `json:"commit_index"`
+	Applied   uint64         `json:"applied_index"`
+	LastIndex uint64         `json:"last_index"`
+	Revision  int64          `json:"revision"`
+	Ready     bool           `json:"ready"`
+	NotReady  string         `json:"not_ready,omitempty"`
+	Members   []MemberHealth `json:"members"`
+	Sessions  int            `json:"sessions"`
+	// Autopilot is the autopilot's state when the cell runs one; null
+	// until this member can report it.
+	Autopilot any `json:"autopilot"`
+}
+
+// Member health as the leader sees it.
+const (
+	HealthHealthy     = "healthy"     // answered the leader within an election timeout
+	HealthUnreachable = "unreachable" // did not
+	HealthUnknown     = "unknown"     // this member does not lead, so cannot tell
+)
+
+// MemberHealth is one member as /status shows it.
+type MemberHealth struct {
+	Name    string `json:"name"`
+	Addr    string `json:"addr"`
+	ID      uint64 `json:"id"`
+	Role    string `json:"role"` // "voter" or "learner"
+	Leader  bool   `json:"leader"`
+	Health  string `json:"health"`
+	Match   uint64 `json:"match_index,omitempty"` // known only to the leader
+	Current bool   `json:"this_member"`
+}
+
+// replicationWait bounds how long a status page waits for the Raft loop
+// to report replication progress: a busy or stopping loop must not hang
+// the page.
+const replicationWait = time.Second
+
+// statusReport gathers the report from this member's own state only.
+func (n *Node) statusReport(ctx context.Context) StatusReport {
+	st := n.Status()
+	rep := StatusReport{
+		Member: st.Name, Role: st.Role, Term: st.Term, Leader: st.Leader,
+		Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
+		Revision: st.Revision,
+	}
+	rep.NotReady = n.notReady()
+	rep.Ready = rep.NotReady == ""
+	if ss, err := n.sm.Sessions(); err == nil {
+		rep.Sessions = len(ss)
+	}
+	rep.Members = n.memberHealth(ctx, st)
+	return rep
+}
+
+func (n *Node) memberHealth(ctx context.Context, st Status) []MemberHealth {
+	ms, err := n.members()
+	if err != nil {
+		return nil
+	}
+	var prs map[uint64]progress
+	if st.Role == RoleLeader {
+		prs = n.replication(ctx)
+	}
+	out := make([]MemberHealth, 0, len(ms))
+	for _, m := range ms {
+		h := MemberHealth{Name: m.Name, Addr: m.Addr, ID: m.ID, Role: "voter",
+			Leader: m.Name == st.Leader, Health: HealthUnknown, Current: m.Name == st.Name}
+		if m.Learner {
+			h.Role = "learner"
+		}
+		if pr, ok := prs[m.ID]; ok {
+			h.Match = pr.match
+			h.Health = HealthUnreachable
+			if pr.active {
+				h.Health = HealthHealthy
+			}
+		} else if h.Leader || (h.Current && st.Leader != "") {
+			// A follower hears from the leader, and is itself alive.
+			h.Health = HealthHealthy
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+type progress struct {
+	match  uint64
+	active bool
+}
+
+// replication returns the leader's view of each member, or nil when this
+// member does not lead or its loop does not answer in time.
+func (n *Node) replication(ctx context.Context) map[uint64]progress {
+	ctx, cancel := context.WithTimeout(ctx, replicationWait)
+	defer cancel()
+	prs, _, ok, err := n.raft.Replication(ctx)
+	if err != nil || !ok {
+		return nil
+	}
+	out := make(map[uint64]progress, len(prs))
+	for id, pr := range prs {
+		out[id] = progress{match: pr.Match, active: pr.RecentActive}
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v) // the client may be gone; nothing to do about it
+}
+
+// requireToken lets a request through only with the bearer token, when
+// one is set. The comparison takes the same time whatever the guess.
+func requireToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="coord"`)
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
