@@ -1,0 +1,106 @@
+package coord_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/coordtest"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+)
+
+// scrape gathers reg and returns each unlabelled metric's value, and
+// labelled ones as name{value-of-first-label}.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			if ls := m.GetLabel(); len(ls) > 0 {
+				name += "{" + ls[0].GetValue() + "}"
+			}
+			out[name] = value(m)
+		}
+	}
+	return out
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	}
+	return 0
+}
+
+func TestMetricsMoveOnA3MemberCell(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	leader := c.Leader()
+	regs := make([]*prometheus.Registry, c.Size())
+	for i := range c.Size() {
+		regs[i] = prometheus.NewRegistry()
+		require.NoError(t, c.Node(i).RegisterMetrics(regs[i]))
+	}
+	li := c.LeaderIndex()
+	before := scrape(t, regs[li])
+	require.Equal(t, 1.0, before["coord_up"])
+	require.Equal(t, 1.0, before["coord_raft_is_leader"])
+	require.Equal(t, 1.0, before["coord_raft_has_leader"])
+	require.Equal(t, 3.0, before["coord_members{voter}"])
+	require.Equal(t, 0.0, before["coord_members{learner}"])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 20 {
+		_, err := leader.Put(ctx, "k", []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	s, err := leader.NewSession(ctx)
+	require.NoError(t, err)
+	_, err = coord.NewMutex(s, "m").Lock(ctx)
+	require.NoError(t, err)
+
+	after := scrape(t, regs[li])
+	require.GreaterOrEqual(t, after["coord_revision"], before["coord_revision"]+20)
+	require.Greater(t, after["coord_raft_applied_index"], before["coord_raft_applied_index"])
+	require.Greater(t, after["coord_raft_log_syncs_total"], before["coord_raft_log_syncs_total"])
+	require.Equal(t, 1.0, after["coord_sessions_alive"])
+	require.Equal(t, 1.0, after["coord_locks"])
+	require.Equal(t, 0.0, after["coord_lock_waiters"])
+	require.Equal(t, 3.0, after["coord_member_health{healthy}"])
+
+	// A follower reports a leader it is not, and the same term.
+	f := scrape(t, regs[(li+1)%3])
+	require.Equal(t, 0.0, f["coord_raft_is_leader"])
+	require.Equal(t, after["coord_raft_term"], f["coord_raft_term"])
+
+	// The same metrics are served by the handler.
+	code, body := get(t, leader.Handler(coord.WithMetricsGatherer(regs[li])), "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "coord_raft_term ")
+	require.Contains(t, body, `coord_members{role="voter"} 3`)
+	require.NoError(t, s.Close(ctx))
+
+	// Registering twice is refused, as the registry does for any
+	// collector.
+	require.Error(t, leader.RegisterMetrics(regs[li]))
+}
+
+func TestMetricsAfterClose(t *testing.T) {
+	c := coordtest.NewCluster(t, 1)
+	n := c.Leader()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, n.RegisterMetrics(reg))
+	require.NoError(t, n.Close())
+	m := scrape(t, reg)
+	require.Equal(t, 0.0, m["coord_up"])
+}
