@@ -67,6 +67,31 @@ func (a *appliedIndex) set(idx uint64) {
 	a.mu.Unlock()
 }
 
+// applySide owns the hand-off between the raft loop and the apply loop.
+// The state machine, the watch hub behind OnApply and the compaction
+// bookkeeping belong to whichever of the two holds the apply side: the
+// apply loop while it has jobs queued or running, the raft loop (for an
+// inline apply) only when none is. The count of jobs handed over and not
+// yet done is what tells them apart.
+type applySide struct {
+	jobs chan applyJob
+	// queued counts the jobs handed to the apply loop and not yet done.
+	queued atomic.Int64
+	// lastCompact is the applied index of the last log compaction; only
+	// the holder of the apply side touches it.
+	lastCompact uint64
+}
+
+func (a *applySide) init(applied uint64) {
+	a.jobs = make(chan applyJob, 64)
+	a.lastCompact = applied
+}
+
+// idle reports whether the apply loop has nothing queued or running, so
+// the raft loop may hold the apply side. Only the raft loop hands jobs
+// over, so the answer stays true until it does.
+func (a *applySide) idle() bool { return a.queued.Load() == 0 }
+
 // applyLoop applies the jobs the raft loop hands over, in order (see
 // handOver and applyInline). Raft may already have moved on (Advance does
 // not wait for apply); order is all that matters.
@@ -78,7 +103,7 @@ func (n *Node) applyLoop() {
 		var job applyJob
 		n.gate.exit()
 		select {
-		case job = <-n.applyc:
+		case job = <-n.applySide.jobs:
 		case <-n.stopc:
 			return
 		}
@@ -88,7 +113,7 @@ func (n *Node) applyLoop() {
 		ok := n.apply(job)
 		// Only after the job's every effect: the raft loop reads zero as
 		// "the apply loop is idle, its state is mine to use".
-		n.applyQueued.Add(-1)
+		n.applySide.queued.Add(-1)
 		if !ok {
 			return
 		}
@@ -107,7 +132,7 @@ func (n *Node) apply(job applyJob) bool {
 		idx := job.snap.GetMetadata().GetIndex()
 		n.reloadMembers()
 		n.applied.set(idx)
-		n.lastCompact = idx
+		n.applySide.lastCompact = idx
 		if n.cfg.OnSnapshot != nil {
 			n.cfg.OnSnapshot()
 		}
@@ -131,12 +156,12 @@ func (n *Node) apply(job applyJob) bool {
 		}
 		last := job.ents[len(job.ents)-1].GetIndex()
 		n.applied.set(last)
-		if last-n.lastCompact >= n.cfg.CompactEvery {
+		if last-n.applySide.lastCompact >= n.cfg.CompactEvery {
 			if err := n.compact(last); err != nil {
 				n.fail(err)
 				return false
 			}
-			n.lastCompact = last
+			n.applySide.lastCompact = last
 		}
 	}
 	return true
@@ -145,9 +170,9 @@ func (n *Node) apply(job applyJob) bool {
 // handOver queues job for the apply loop. It returns false when the node
 // stopped.
 func (n *Node) handOver(job applyJob) bool {
-	n.applyQueued.Add(1)
+	n.applySide.queued.Add(1)
 	select {
-	case n.applyc <- job:
+	case n.applySide.jobs <- job:
 		return true
 	case <-n.stopc:
 		return false
@@ -157,7 +182,7 @@ func (n *Node) handOver(job applyJob) bool {
 	sent := false
 	return n.idleWhile(func() {
 		select {
-		case n.applyc <- job:
+		case n.applySide.jobs <- job:
 			sent = true
 		case <-n.stopc:
 		}
@@ -187,7 +212,7 @@ func (n *Node) applyInline(ls *loopState, job applyJob) (handled, ok bool) {
 		ls.inlineCooldown--
 		return false, true
 	}
-	if n.applyQueued.Load() != 0 || !inlineable(job) {
+	if !n.applySide.idle() || !inlineable(job) {
 		return false, true
 	}
 	start := time.Now()
@@ -226,6 +251,9 @@ func (n *Node) compact(applied uint64) error {
 		return nil
 	}
 	upTo := applied - n.cfg.CatchUpEntries
+	// Entries apply once a quorum holds them, possibly before this
+	// member's own append is durable: never discard past what it holds.
+	upTo = min(upTo, n.persist.last.Load())
 	first, err := n.store.RaftLog().FirstIndex()
 	if err != nil || upTo < first {
 		return err

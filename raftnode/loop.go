@@ -37,6 +37,8 @@ type loopState struct {
 	// inlineCooldown counts down the batches that go to the apply loop
 	// after a slow inline apply.
 	inlineCooldown int
+	// loss is a leader whose connection closed (failover.go).
+	loss leaderLoss
 }
 
 func (n *Node) raftLoop() {
@@ -74,6 +76,7 @@ func (n *Node) raftLoop() {
 				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
 				return
 			}
+			ls.heardFrom(env.From)
 			n.handleEnvelope(env)
 		case p := <-n.propc:
 			if !n.gate.enter(n.stopc) {
@@ -90,6 +93,18 @@ func (n *Node) raftLoop() {
 				return
 			}
 			f()
+		case peer := <-n.peerDownc:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
+			n.peerDown(&ls, peer)
+		case msgs := <-n.persist.done:
+			if !n.gate.enter(n.stopc) {
+				return
+			}
+			if !n.stepPersisted(msgs) {
+				return
+			}
 		case <-n.stopc:
 			return
 		}
@@ -112,7 +127,7 @@ func (n *Node) raftLoop() {
 // arrived (messages, proposals, reads) before the next Ready is handled:
 // forwarded proposals, appends and acknowledgements from many peers and
 // callers then share one append and one fsync instead of one each. It
-// returns false when the transport closed.
+// returns false when the node must stop.
 func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
 	for range maxStepBatch {
 		select {
@@ -121,13 +136,29 @@ func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
 				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
 				return false
 			}
+			ls.heardFrom(env.From)
 			n.handleEnvelope(env)
 		case p := <-n.propc:
 			ls.pending = append(ls.pending, p)
 		case r := <-n.readc:
 			ls.reads.queued = append(ls.reads.queued, r)
+		case msgs := <-n.persist.done:
+			if !n.stepPersisted(msgs) {
+				return false
+			}
 		default:
 			return true
+		}
+	}
+	return true
+}
+
+// stepPersisted steps the responses the persist goroutine delivered once
+// their appends were durable.
+func (n *Node) stepPersisted(msgs []*pb.Message) bool {
+	for _, m := range msgs {
+		if !n.stepLocal(m) {
+			return false
 		}
 	}
 	return true
@@ -167,6 +198,7 @@ func (n *Node) flushProposals(ls *loopState) {
 
 func (n *Node) onTick(ls *loopState) {
 	et := uint64(n.cfg.ElectionTicks)
+	n.checkLeaderLoss(ls)
 	if ls.lead == 0 && ls.tick-ls.leaderlessSince > 3*et {
 		// No leader for several election timeouts: we are on a minority
 		// side (or the cell has lost quorum). Say so instead of hanging.
@@ -217,8 +249,13 @@ func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
 	}
 }
 
-// handleReady processes one Ready in the order Raft requires. It returns
-// false when the node must stop.
+// handleReady processes one Ready. Raft runs with AsyncStorageWrites
+// (persist.go): the Ready's writes come as a message for the persist
+// goroutine and its committed entries as one for the apply side; every
+// other message may go out at once (a leader's appends before its own
+// fsync, Raft thesis 10.2.1), since raft holds back those that promise
+// durability until the persist goroutine delivers them. It returns false
+// when the node must stop.
 func (n *Node) handleReady(ls *loopState) bool {
 	rd := n.rn.Ready()
 	bs := n.rn.BasicStatus()
@@ -226,40 +263,46 @@ func (n *Node) handleReady(ls *loopState) bool {
 	for _, r := range rd.ReadStates {
 		n.completeRead(&ls.reads, r.RequestCtx, r.Index)
 	}
-	// A leader may send before its own fsync (Raft thesis 10.2.1): the
-	// followers' appends and its own run in parallel. Followers must not:
-	// their acknowledgements promise durability.
-	leader := bs.RaftState == raft.StateLeader
-	if leader {
-		n.send(rd.Messages)
+	out := rd.Messages[:0:0]
+	var appendMsg, applyMsg *pb.Message
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			appendMsg = m
+		case raft.LocalApplyThread:
+			applyMsg = m
+		default:
+			out = append(out, m)
+		}
 	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if !n.installSnapshot(rd.Snapshot) {
+	n.send(out)
+	if appendMsg != nil {
+		if !raft.IsEmptySnap(appendMsg.GetSnapshot()) {
+			if !n.persistNow(appendMsg) {
+				return false
+			}
+		} else if !n.queueAppend(appendMsg) {
 			return false
 		}
 	}
-	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
-		// Group commit: every entry of this Ready, one batch, one fsync.
-		if err := n.store.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
-			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
-			return false
+	if applyMsg != nil {
+		if ents := applyMsg.GetEntries(); len(ents) > 0 {
+			job := applyJob{ents: ents, cs: n.applyConfChanges(ents)}
+			handled, ok := n.applyInline(ls, job)
+			if !ok || (!handled && !n.handOver(job)) {
+				return false
+			}
 		}
-		if rd.MustSync {
-			n.syncs.Add(1)
-			n.synced.Add(uint64(len(rd.Entries)))
-		}
-	}
-	if !leader {
-		n.send(rd.Messages)
-	}
-	if len(rd.CommittedEntries) > 0 {
-		job := applyJob{ents: rd.CommittedEntries, cs: n.applyConfChanges(rd.CommittedEntries)}
-		handled, ok := n.applyInline(ls, job)
-		if !ok || (!handled && !n.handOver(job)) {
-			return false
+		// Raft hears at once that the entries are applied, although the
+		// apply loop may still be working on them: raft only uses it to
+		// pace conf changes (already applied to it above) and to bound
+		// what is in flight, and the apply loop keeps its own order.
+		for _, r := range applyMsg.GetResponses() {
+			if !n.stepLocal(r) {
+				return false
+			}
 		}
 	}
-	n.rn.Advance(rd)
 	if rd.SoftState != nil || rd.HardState != nil || len(rd.Entries) > 0 {
 		n.publishStatus()
 	}

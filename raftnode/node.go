@@ -2,13 +2,18 @@
 // commit, proposals and their waiters, batched read-index, snapshot
 // streaming, log compaction and leadership hand-over on close.
 //
-// Three goroutines do the work. The raft loop owns the RawNode: it ticks,
+// Four goroutines do the work. The raft loop owns the RawNode: it ticks,
 // steps incoming messages, turns queued proposals into one MsgProp per
-// wake-up, and handles each Ready (persist with one fsync, send, hand
-// committed entries on). The apply loop applies committed entries to the
-// state machine in order and wakes the callers waiting on them. A receiver
-// goroutine stages incoming snapshot chunks so Pebble writes never stall
-// the raft loop.
+// wake-up, and handles each Ready (queue its writes for the persist loop,
+// send, hand committed entries on). The persist loop writes the Raft log
+// off the stepping path, one fsync for everything queued since the last
+// (persist.go), and only then releases the messages that promise
+// durability. The apply loop applies committed entries to the state
+// machine in order and wakes the callers waiting on them; small batches
+// the raft loop applies itself while the apply loop is idle (inline
+// applies, apply.go), so OnApply runs on either, never both at once. A
+// receiver goroutine stages incoming snapshot chunks so Pebble writes
+// never stall the raft loop.
 package raftnode
 
 import (
@@ -74,11 +79,15 @@ type Config struct {
 	// forwards; larger ones are dropped. 0 = 16 MiB (the TCP transport's
 	// default frame limit).
 	MaxProposalBytes int
-	// OnApply is called on the apply goroutine after each applied batch,
-	// before the waiting callers are woken. It must not block for long.
+	// OnApply is called after each applied batch, before the waiting
+	// callers are woken. It runs on the apply goroutine, or on the raft
+	// goroutine when that applies a small batch itself (inline applies,
+	// apply.go); never on both at once, and always in log order. It must
+	// not block: while it runs inline, the member neither ticks nor
+	// steps nor sends heartbeats.
 	OnApply func(storage.ApplyOutput)
 	// OnSnapshot is called on the apply goroutine after a snapshot from
-	// the leader replaced the state machine.
+	// the leader replaced the state machine. It must not block for long.
 	OnSnapshot func()
 	// OnLeader is called on the raft loop whenever the known leader or the
 	// term changes (lead 0 = none known). It must not block.
@@ -132,21 +141,20 @@ type Node struct {
 	tr    transport.Transport
 	rn    *raft.RawNode // owned by the raft loop
 
-	propc  chan *proposal
-	readc  chan *readRequest
-	runc   chan func() // closures run on the raft loop (reports from other goroutines)
-	applyc chan applyJob
-	// applyQueued counts the jobs handed to the apply loop and not yet
-	// done; at zero the raft loop may apply inline (see applyInline).
-	applyQueued atomic.Int64
-	// lastCompact is the applied index of the last log compaction; used
-	// by whichever goroutine applies (never both at once).
-	lastCompact uint64
-	chunkc      chan *chunk
-	stopc       chan struct{} // closed when the node starts stopping (Stop or failure)
-	stopped     sync.Once
-	failed      atomic.Pointer[error]
-	wg          sync.WaitGroup
+	propc chan *proposal
+	readc chan *readRequest
+	runc  chan func() // closures run on the raft loop (reports from other goroutines)
+	// peerDownc carries the transport's reports of closed connections.
+	peerDownc chan string
+	// applySide is the state machine's side of the node, which the raft
+	// loop and the apply loop take turns to hold (apply.go).
+	applySide applySide
+	persist   persister
+	chunkc    chan *chunk
+	stopc     chan struct{} // closed when the node starts stopping (Stop or failure)
+	stopped   sync.Once
+	failed    atomic.Pointer[error]
+	wg        sync.WaitGroup
 
 	waiters  waiters
 	confs    confWaiters
@@ -173,19 +181,19 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		cfg:      cfg,
-		id:       cmp.Or(cfg.ID, IDFromName(cfg.Name)),
-		log:      cfg.Logger,
-		store:    cfg.Store,
-		sm:       cfg.Store.StateMachine(),
-		tr:       cfg.Transport,
-		propc:    make(chan *proposal, 4096),
-		readc:    make(chan *readRequest, 4096),
-		runc:     make(chan func(), 64),
-		applyc:   make(chan applyJob, 64),
-		chunkc:   make(chan *chunk, 16),
-		stopc:    make(chan struct{}),
-		electTTL: time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
+		cfg:       cfg,
+		id:        cmp.Or(cfg.ID, IDFromName(cfg.Name)),
+		log:       cfg.Logger,
+		store:     cfg.Store,
+		sm:        cfg.Store.StateMachine(),
+		tr:        cfg.Transport,
+		propc:     make(chan *proposal, 4096),
+		readc:     make(chan *readRequest, 4096),
+		runc:      make(chan func(), 64),
+		peerDownc: make(chan string, 16),
+		chunkc:    make(chan *chunk, 16),
+		stopc:     make(chan struct{}),
+		electTTL:  time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
 	}
 	if err := cfg.Store.Fault(); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
@@ -199,9 +207,14 @@ func Start(cfg Config) (*Node, error) {
 	n.byName = make(map[string]uint64)
 	n.setMembers(maps.Values(cfg.Members))
 	n.applied.init(n.sm.AppliedIndex())
-	n.lastCompact = n.sm.AppliedIndex()
+	n.applySide.init(n.sm.AppliedIndex())
 	n.senders.init()
 	n.gate.init()
+	last, err := cfg.Store.RaftLog().LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	n.persist.init(last)
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        n.id,
 		ElectionTick:              cfg.ElectionTicks,
@@ -216,6 +229,7 @@ func Start(cfg Config) (*Node, error) {
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		StepDownOnRemoval:         true,
+		AsyncStorageWrites:        true,
 		Logger:                    raftLogger{cfg.Logger.With("component", "raft")},
 	})
 	if err != nil {
@@ -223,12 +237,14 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.rn = rn
 	n.publishStatus()
+	n.watchPeers()
 	if f, ok := cfg.Transport.(transport.Freezer); ok {
 		n.wg.Add(1)
 		go n.guard("freeze follower", func() { n.followFreezes(f) })
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.guard("raft loop", n.raftLoop)
+	go n.guard("persist loop", n.persistLoop)
 	go n.guard("apply loop", n.applyLoop)
 	go n.guard("snapshot receiver", n.receiveChunks)
 	return n, nil

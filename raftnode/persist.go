@@ -1,0 +1,266 @@
+package raftnode
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/coordcell/coord/internal/errs"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Persisting off the stepping path. Raft runs with AsyncStorageWrites:
+// each Ready's log entries and hard state come as a MsgStorageAppend,
+// which the raft loop queues for the persist goroutine instead of
+// writing them itself. While the disk syncs, the raft loop goes on
+// stepping proposals and acknowledgements, so the next append grows
+// meanwhile; the persist goroutine then writes everything queued since
+// its last sync and syncs once (group commit across Readies). Only after
+// that sync does it deliver the messages raft attached to the appends:
+// acknowledgements and votes to peers (which promise durability) and
+// the stability reports back to the raft loop.
+//
+// Snapshots from the leader are the exception: the raft loop waits for
+// the queue to drain and installs them itself (persistNow), as the
+// state machine must jump in step with the log.
+
+// maxPersistBatch bounds the appends written under one sync.
+const maxPersistBatch = 1024
+
+// persister is the raft loop's hand-off to the persist goroutine.
+type persister struct {
+	// queue carries MsgStorageAppend messages in Ready order, or, with
+	// a nil message, a barrier closed once everything before it is done.
+	queue chan persistItem
+	// done carries the stability reports (and any other self-addressed
+	// responses) back to the raft loop, in order.
+	done chan []*pb.Message
+	// last is the highest log index known durable, for compaction,
+	// which must never discard an entry the log does not hold yet.
+	last atomic.Uint64
+}
+
+type persistItem struct {
+	m       *pb.Message
+	barrier chan struct{}
+}
+
+func (p *persister) init(last uint64) {
+	p.queue = make(chan persistItem, 4096)
+	p.done = make(chan []*pb.Message, 64)
+	p.last.Store(last)
+}
+
+// queueAppend hands m to the persist goroutine. It returns false when the
+// node stopped.
+func (n *Node) queueAppend(m *pb.Message) bool {
+	select {
+	case n.persist.queue <- persistItem{m: m}:
+		return true
+	case <-n.stopc:
+		return false
+	default:
+	}
+	// The disk is far behind (or the member is paused): wait as idle time.
+	sent := false
+	return n.idleWhile(func() {
+		select {
+		case n.persist.queue <- persistItem{m: m}:
+			sent = true
+		case <-n.stopc:
+		}
+	}) && sent
+}
+
+// drainPersist waits until every append queued so far is durable and its
+// responses delivered. It returns false when the node stopped.
+func (n *Node) drainPersist() bool {
+	barrier := make(chan struct{})
+	if !n.idleWhile(func() {
+		select {
+		case n.persist.queue <- persistItem{barrier: barrier}:
+		case <-n.stopc:
+		}
+	}) {
+		return false
+	}
+	passed := false
+	return n.idleWhile(func() {
+		select {
+		case <-barrier:
+			passed = true
+		case <-n.stopc:
+		}
+	}) && passed
+}
+
+// persistLoop writes the queued appends, one sync per batch, and
+// delivers their responses once the sync is done.
+func (n *Node) persistLoop() {
+	if !n.gate.enter(n.stopc) {
+		return
+	}
+	batch := make([]persistItem, 0, maxPersistBatch)
+	for {
+		n.gate.exit()
+		var first persistItem
+		select {
+		case first = <-n.persist.queue:
+		case <-n.stopc:
+			return
+		}
+		if !n.gate.enter(n.stopc) {
+			return
+		}
+		batch = append(batch[:0], first)
+	more:
+		for len(batch) < maxPersistBatch && batch[len(batch)-1].m != nil {
+			select {
+			case it := <-n.persist.queue:
+				batch = append(batch, it)
+			default:
+				break more
+			}
+		}
+		if !n.persistBatch(batch) {
+			return
+		}
+		clear(batch)
+	}
+}
+
+// persistBatch writes the appends of batch (ending at most with one
+// barrier), syncs once if any response depends on them, and delivers the
+// responses. It returns false when the node must stop.
+func (n *Node) persistBatch(batch []persistItem) bool {
+	// The last write that must be synced: every earlier one is made
+	// durable with it (the log syncs in write order).
+	lastWrite, needSync := -1, false
+	for i, it := range batch {
+		if it.m == nil {
+			continue
+		}
+		if writes(it.m) {
+			lastWrite = i
+		}
+		if len(it.m.GetResponses()) > 0 {
+			needSync = true
+		}
+	}
+	var entries uint64
+	for i, it := range batch {
+		m := it.m
+		if m == nil || !writes(m) {
+			continue
+		}
+		sync := needSync && i == lastWrite
+		if err := n.store.Append(hardStateOf(m), m.GetEntries(), sync); err != nil {
+			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
+			return false
+		}
+		entries += uint64(len(m.GetEntries()))
+		if k := len(m.GetEntries()); k > 0 {
+			// A shorter append replaces the tail: the durable end is its
+			// last entry, whatever was there before.
+			n.persist.last.Store(m.GetEntries()[k-1].GetIndex())
+		}
+	}
+	if needSync && lastWrite >= 0 {
+		n.syncs.Add(1)
+		n.synced.Add(entries)
+	}
+	var local, remote []*pb.Message
+	for _, it := range batch {
+		if it.m == nil {
+			close(it.barrier)
+			continue
+		}
+		for _, r := range it.m.GetResponses() {
+			if r.GetTo() == n.id {
+				local = append(local, r)
+			} else {
+				remote = append(remote, r)
+			}
+		}
+	}
+	n.send(remote)
+	if len(local) == 0 {
+		return true
+	}
+	select {
+	case n.persist.done <- local:
+		return true
+	case <-n.stopc:
+		return false
+	default:
+	}
+	sent := false
+	return n.idleWhile(func() {
+		select {
+		case n.persist.done <- local:
+			sent = true
+		case <-n.stopc:
+		}
+	}) && sent
+}
+
+// persistNow handles m on the raft loop itself, once everything queued
+// before it is durable: used for snapshots. It returns false when the
+// node must stop.
+func (n *Node) persistNow(m *pb.Message) bool {
+	if !n.drainPersist() {
+		return false
+	}
+	if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
+		if !n.installSnapshot(snap) {
+			return false
+		}
+		n.persist.last.Store(snap.GetMetadata().GetIndex())
+	}
+	if writes(m) {
+		if err := n.store.Append(hardStateOf(m), m.GetEntries(), true); err != nil {
+			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
+			return false
+		}
+		n.syncs.Add(1)
+		n.synced.Add(uint64(len(m.GetEntries())))
+		if k := len(m.GetEntries()); k > 0 {
+			n.persist.last.Store(m.GetEntries()[k-1].GetIndex())
+		}
+	}
+	var remote []*pb.Message
+	for _, r := range m.GetResponses() {
+		if r.GetTo() == n.id {
+			if !n.stepLocal(r) {
+				return false
+			}
+		} else {
+			remote = append(remote, r)
+		}
+	}
+	n.send(remote)
+	return true
+}
+
+// stepLocal steps a response the storage side addressed to this member.
+func (n *Node) stepLocal(m *pb.Message) bool {
+	if err := n.rn.Step(m); err != nil {
+		n.fail(fmt.Errorf("%w: step local %v: %w", errs.Internal, m.GetType(), err))
+		return false
+	}
+	return true
+}
+
+// writes reports whether an append message has anything to write.
+func writes(m *pb.Message) bool {
+	return len(m.GetEntries()) > 0 || m.Term != nil
+}
+
+// hardStateOf rebuilds the hard state an append message carries (nil
+// when unchanged: raft sets the three fields together or not at all).
+func hardStateOf(m *pb.Message) *pb.HardState {
+	if m.Term == nil {
+		return nil
+	}
+	return &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+}
