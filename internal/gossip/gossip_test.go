@@ -1,0 +1,126 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func fastConfig(name string, tr *MemNetwork, seeds []string, meta Meta) (Config, string) {
+	t, addr := tr.Endpoint(name)
+	return Config{
+		Name: name, Transport: t, Seeds: seeds, Meta: meta,
+		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
+		SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, PushPullInterval: time.Second,
+	}, addr
+}
+
+// waitFor polls cond on every gossip change, failing after a generous
+// deadline.
+func waitFor(t *testing.T, g *Gossip, what string, cond func([]Member) bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		ch := g.Changed()
+		if cond(g.Members()) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(100 * time.Millisecond): // states also age
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; members %+v", what, g.Members())
+		}
+	}
+}
+
+func count(ms []Member, st State) int {
+	n := 0
+	for _, m := range ms {
+		if m.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMemNetworkGossip(t *testing.T) {
+	net := NewMemNetwork()
+	var gs []*Gossip
+	var seed string
+	for i := range 5 {
+		cfg, addr := fastConfig(fmt.Sprintf("m%d", i), net, []string{seed}, Meta{ID: uint64(i + 1), Addr: fmt.Sprintf("raft%d", i), Zone: "z"})
+		if i == 0 {
+			seed = addr
+			cfg.Seeds = nil
+		}
+		g, err := Start(cfg)
+		require.NoError(t, err)
+		gs = append(gs, g)
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}()
+	waitFor(t, gs[4], "all alive", func(ms []Member) bool { return count(ms, StateAlive) == 5 })
+	ms := gs[4].Members()
+	require.Equal(t, "raft2", ms[2].Meta.Addr, "metadata is gossiped")
+
+	require.NoError(t, gs[1].SetMeta(Meta{ID: 2, Addr: "moved", Cell: 7}))
+	waitFor(t, gs[3], "meta update", func(ms []Member) bool { return ms[1].Meta.Addr == "moved" && ms[1].Meta.Cell == 7 })
+
+	require.NoError(t, gs[2].Leave(time.Second, 500*time.Millisecond))
+	gs[2].Close()
+	waitFor(t, gs[0], "m2 left", func(ms []Member) bool { return ms[2].State == StateLeft })
+
+	gs[3].Close() // a crash: no leave
+	waitFor(t, gs[0], "m3 failed", func(ms []Member) bool { return ms[3].State == StateFailed })
+
+	net.Partition([]string{"m0", "m1"}, []string{"m4"})
+	waitFor(t, gs[4], "m4 sees m0, m1 failed", func(ms []Member) bool {
+		return ms[0].State == StateFailed && ms[1].State == StateFailed
+	})
+	net.Heal()
+}
+
+func TestKeysRequired(t *testing.T) {
+	net := NewMemNetwork()
+	key := make([]byte, 32)
+	c0, seed := fastConfig("a", net, nil, Meta{})
+	c0.Keys = [][]byte{key}
+	a, err := Start(c0)
+	require.NoError(t, err)
+	defer a.Close()
+	c1, _ := fastConfig("b", net, []string{seed}, Meta{})
+	c1.Keys = [][]byte{key}
+	b, err := Start(c1)
+	require.NoError(t, err)
+	defer b.Close()
+	waitFor(t, a, "b joins with the key", func(ms []Member) bool { return count(ms, StateAlive) == 2 })
+
+	c2, _ := fastConfig("c", net, []string{seed}, Meta{}) // no key
+	c, err := Start(c2)
+	require.NoError(t, err)
+	defer c.Close()
+	time.Sleep(500 * time.Millisecond) // proving a negative: give c time to (fail to) join
+	require.Equal(t, 2, count(a.Members(), StateAlive), "a member without the key is not let in")
+}
+
+func TestMetaLimits(t *testing.T) {
+	_, err := Meta{Zone: string(make([]byte, 600))}.Encode()
+	require.ErrorIs(t, err, ErrMeta)
+	_, err = DecodeMeta([]byte{9, 1, 2})
+	require.ErrorIs(t, err, ErrMeta)
+	m := Meta{Cell: 1, ID: 2, Incarnation: 3, Addr: "x:1", Zone: "a", NoVote: true, Expect: 3, Vote: 9}
+	data, err := m.Encode()
+	require.NoError(t, err)
+	got, err := DecodeMeta(data)
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+}
