@@ -66,6 +66,7 @@ func (n *Node) raftLoop() {
 				return
 			}
 			ls.tick++
+			n.loopTick = ls.tick
 			n.rn.Tick()
 			n.onTick(&ls)
 		case env, ok := <-recv:
@@ -112,6 +113,7 @@ func (n *Node) raftLoop() {
 			return
 		}
 		if ls.lead != 0 {
+			n.retryRefused(&ls)
 			n.flushProposals(&ls)
 			n.issueReads(&ls.reads, ls.tick)
 		}
@@ -210,6 +212,7 @@ func (n *Node) onTick(ls *loopState) {
 		ls.reads.failAll(errs.NoQuorum)
 	}
 	if ls.lead != 0 {
+		n.retryRefused(ls)
 		n.flushProposals(ls)
 		n.retryReads(&ls.reads, ls.tick, et)
 		n.issueReads(&ls.reads, ls.tick)

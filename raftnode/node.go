@@ -150,11 +150,14 @@ type Node struct {
 	// loop and the apply loop take turns to hold (apply.go).
 	applySide applySide
 	persist   persister
-	chunkc    chan *chunk
-	stopc     chan struct{} // closed when the node starts stopping (Stop or failure)
-	stopped   sync.Once
-	failed    atomic.Pointer[error]
-	wg        sync.WaitGroup
+	// refused and loopTick belong to the raft loop (transfer.go).
+	refused  refusedProps
+	loopTick uint64
+	chunkc   chan *chunk
+	stopc    chan struct{} // closed when the node starts stopping (Stop or failure)
+	stopped  sync.Once
+	failed   atomic.Pointer[error]
+	wg       sync.WaitGroup
 
 	waiters  waiters
 	confs    confWaiters
@@ -422,7 +425,9 @@ func (n *Node) transferLeadership() {
 		return // paused meanwhile (Pause): there is nobody to hand over
 	}
 	deadline := time.After(2 * n.electTTL)
-	tick := time.NewTicker(n.cfg.TickInterval)
+	// The hand-over takes a round trip or two, far less than a tick:
+	// look often, so Close returns soon after it.
+	tick := time.NewTicker(min(n.cfg.TickInterval, 2*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {

@@ -420,7 +420,12 @@ func (n *Node) stepFromWire(from string, m *pb.Message) {
 			n.fail(fmt.Errorf("%w: raft panicked on %s from %s: %v", errs.Internal, m.GetType(), from, r))
 		}
 	}()
-	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+	err := n.rn.Step(m)
+	switch {
+	case err == nil || errors.Is(err, raft.ErrStepPeerNotFound):
+	case errors.Is(err, raft.ErrProposalDropped) && m.GetType() == pb.MsgProp:
+		n.refused.keep(m, n.loopTick)
+	default:
 		n.log.Debug("step", "type", m.GetType().String(), "err", err)
 	}
 }

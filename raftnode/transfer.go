@@ -1,0 +1,67 @@
+package raftnode
+
+import (
+	"errors"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Proposals refused during a leadership transfer. While it hands over,
+// the old leader drops every proposal a follower forwards (so does a
+// member between leaders): the follower cannot tell, and its callers
+// would wait out the grace period for an ErrAmbiguous although their
+// commands certainly did not happen. The member that refused them keeps
+// them instead, briefly and within a byte bound, and proposes them again
+// once a leader is known: the new leader when the transfer went through,
+// itself when it did not. Raft appended none of them, so each can still
+// apply at most once.
+
+const (
+	// refusedMaxBytes bounds the proposals kept for one hand-over.
+	refusedMaxBytes = 32 << 20
+)
+
+// refusedProps is the raft loop's store of proposals Raft refused.
+type refusedProps struct {
+	ents  []*pb.Entry
+	bytes int
+	since uint64 // tick the oldest was refused
+}
+
+// keep stores the commands of a forwarded proposal Raft refused, unless
+// that would pass the byte bound.
+func (r *refusedProps) keep(m *pb.Message, tick uint64) {
+	size := 0
+	for _, e := range m.GetEntries() {
+		size += len(e.GetData())
+	}
+	if r.bytes+size > refusedMaxBytes {
+		return
+	}
+	if len(r.ents) == 0 {
+		r.since = tick
+	}
+	r.ents = append(r.ents, m.GetEntries()...)
+	r.bytes += size
+}
+
+// retryRefused proposes the kept commands again once a leader is known,
+// and forgets them after an election timeout: by then their callers have
+// had other news (the followers' own grace period runs from the leader
+// change).
+func (n *Node) retryRefused(ls *loopState) {
+	r := &n.refused
+	if len(r.ents) == 0 || ls.lead == 0 {
+		return
+	}
+	if ls.tick-r.since > uint64(n.cfg.ElectionTicks) {
+		*r = refusedProps{}
+		return
+	}
+	err := n.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(n.id), Entries: r.ents})
+	if errors.Is(err, raft.ErrProposalDropped) {
+		return // still handing over: next time
+	}
+	*r = refusedProps{}
+}
