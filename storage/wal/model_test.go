@@ -1,10 +1,9 @@
 package wal
 
 import (
-	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -283,5 +282,3 @@ func TestEntriesSizeLimit(t *testing.T) {
 	require.ErrorIs(t, err, raft.ErrCompacted)
 	require.Error(t, l.Append(nil, []*pb.Entry{{Index: proto.Uint64(13), Term: proto.Uint64(1)}}, true), "a gap is refused")
 }
-
-var _ = fmt.Sprint
