@@ -11,7 +11,7 @@ import (
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/internal/command"
-	"github.com/coordcell/coord/internal/lease"
+	"github.com/coordcell/coord/internal/sessions"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -149,7 +149,7 @@ func TestOutsiderCannotSpeakForTheCell(t *testing.T) {
 			{Type: command.OpPut, Key: "owned/" + name, Value: []byte("by an outsider")}}}}
 	}
 	endHolder := &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: int64(holder.ID()), Expired: true}}
-	ka, err := lease.Encode(&lease.Message{KeepAlive: &lease.KeepAlive{Seq: 1, IDs: []int64{int64(orphan.ID())}}})
+	ka, err := sessions.Encode(&sessions.Message{KeepAlive: &sessions.KeepAlive{Seq: 1, IDs: []int64{int64(orphan.ID())}}})
 	require.NoError(t, err)
 	cc, err := proto.Marshal(&pb.ConfChange{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(uint64(0x6057)), Context: []byte("ghost")})
 	require.NoError(t, err)

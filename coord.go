@@ -30,6 +30,9 @@ type Node struct {
 	admin *adminRPC
 	tr    transport.Transport
 	ownTr bool // we opened the transport, so we close it
+	// gossip finds members and runs the autopilot; nil without
+	// Config.Gossip.
+	gossip *gossiper
 
 	// closing is cancelled when the node closes, ending its watches.
 	closing     context.Context
@@ -74,12 +77,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
-	ident, members, err := prepareStore(store, &cfg)
+	ident, members, selfID, gs, err := prepareMember(ctx, store, &cfg)
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport}
+	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport, gossip: gs}
 	n.closing, n.cancelClose = context.WithCancel(context.Background())
 	if n.tr == nil {
 		addrs := map[string]string{}
@@ -93,6 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			MaxFrameSize: cfg.MaxFrameSize,
 		})
 		if err != nil {
+			gs.close()
 			store.Close()
 			return nil, fmt.Errorf("%w: %w", ErrListen, err)
 		}
@@ -103,6 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.admin = newAdminRPC(n)
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
+		ID:             selfID,
 		Identity:       ident,
 		Members:        members,
 		Store:          store,
@@ -127,6 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		OnMessage:  n.onAppMessage,
 	})
 	if err != nil {
+		gs.close()
 		n.closeTransport()
 		store.Close()
 		return nil, err
@@ -136,6 +142,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.raft.Fail(fmt.Errorf("%w: %w", ErrInternal, err)) // reported before the node could hear it
 	}
 	n.sessions.start()
+	n.startAutopilot()
 	go func() {
 		// A member that fails (storage error, internal panic) ends its
 		// watches just as Close does.
@@ -152,9 +159,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.cancelClose()
+		n.gossip.leave() // the leader's autopilot removes this member at once
 		n.sessions.close()
 		n.admin.close()
 		n.raft.Stop(true)
+		n.gossip.close()
 		n.closeTransport()
 		n.closeErr = n.store.Close()
 	})
@@ -174,15 +183,16 @@ func (n *Node) Err() error { return n.raft.Err() }
 // Done is closed when the member has stopped, by Close or by failure.
 func (n *Node) Done() <-chan struct{} { return n.raft.Done() }
 
-// Role is a member's role in the Raft group.
-type Role string
+// Role is a member's role in the Raft group. It is raftnode's type, so
+// the two layers share one vocabulary.
+type Role = raftnode.Role
 
 // The roles a member can have.
 const (
-	RoleFollower     Role = "follower"
-	RoleCandidate    Role = "candidate"
-	RolePreCandidate Role = "pre-candidate"
-	RoleLeader       Role = "leader"
+	RoleFollower     = raftnode.RoleFollower
+	RoleCandidate    = raftnode.RoleCandidate
+	RolePreCandidate = raftnode.RolePreCandidate
+	RoleLeader       = raftnode.RoleLeader
 )
 
 // Status describes a member at one instant.
@@ -209,7 +219,7 @@ type Status struct {
 func (n *Node) Status() Status {
 	rs := n.raft.Status()
 	st := Status{
-		Name: n.cfg.Name, ID: rs.ID, Role: Role(rs.Role), Term: rs.Term,
+		Name: n.cfg.Name, ID: rs.ID, Role: rs.Role, Term: rs.Term,
 		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
 		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
 	}

@@ -1,6 +1,9 @@
 package coord
 
-import "github.com/coordcell/coord/internal/errs"
+import (
+	"github.com/coordcell/coord/fence"
+	"github.com/coordcell/coord/internal/errs"
+)
 
 // The sentinel errors. Every error the package returns wraps one of these
 // (or a context error), so callers branch with errors.Is.
@@ -88,18 +91,21 @@ var (
 	// ErrStaleToken: a Fence refused a token lower than the highest it has
 	// admitted for the resource: the holder has lost its lock or
 	// leadership. The write must not happen.
-	ErrStaleToken = errs.StaleToken
+	ErrStaleToken = fence.ErrStaleToken
 	// ErrInvalidToken: a fencing token is missing, malformed or not
 	// positive (0 means "no token").
-	ErrInvalidToken = errs.InvalidToken
+	ErrInvalidToken = fence.ErrInvalidToken
 	// ErrMarksFormat: OpenFileMarks found a file it cannot use: not a marks
 	// file, an unknown format version, or damage before its last record
 	// (a torn last record, left by a crash mid-write, is not an error).
-	ErrMarksFormat = errs.MarksFormat
+	ErrMarksFormat = fence.ErrMarksFormat
 	// ErrMarksInUse: OpenFileMarks found the file open by another
 	// FileMarks, in this process or another one; two writers would each
 	// trust marks the other does not see.
-	ErrMarksInUse = errs.MarksInUse
+	ErrMarksInUse = fence.ErrMarksInUse
+	// ErrMarkStore: a MarkStore broke its contract (Raise returned a mark
+	// below the token it raised to); the write must not happen.
+	ErrMarkStore = fence.ErrMarkStore
 )
 
 // The sentinel errors of locks, semaphores and elections.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
-	"github.com/coordcell/coord/internal/lease"
+	"github.com/coordcell/coord/internal/sessions"
 	"github.com/coordcell/coord/storage"
 )
 
@@ -32,27 +32,17 @@ type sessionEngine struct {
 	seq     uint64
 	sent    map[uint64]sentBatch // recent keep-alives awaiting an ack
 	maxTTL  time.Duration        // the longest TTL of a local session so far
-	lead    *leaderSessions      // non-nil while this member leads
+	lead    *sessions.Leader     // non-nil while this member leads
 }
 
 type inbound struct {
 	from string
-	msg  *lease.Message
+	msg  *sessions.Message
 }
 
 type sentBatch struct {
 	at  time.Time
 	ids []SessionID
-}
-
-// leaderSessions is the leader's side, for one term.
-type leaderSessions struct {
-	term   uint64
-	ready  bool          // the table was loaded from the replicated state
-	readyc chan struct{} // closed when ready is set
-	table  *lease.Table
-	ctx    context.Context // ends with the term
-	cancel context.CancelFunc
 }
 
 func newSessionEngine(n *Node) *sessionEngine {
@@ -137,7 +127,7 @@ func (e *sessionEngine) onLeader(lead, term uint64) { e.nudge() }
 // Keep-alives are periodic, so one dropped when the inbox is full costs
 // nothing but a retry.
 func (e *sessionEngine) onMessage(from string, data []byte) {
-	m, err := lease.Decode(data)
+	m, err := sessions.Decode(data)
 	if err != nil {
 		e.n.cfg.Logger.Warn("dropped malformed session message", "from", from, "err", err)
 		return
@@ -153,15 +143,13 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 	if len(out.SessionsCreated) == 0 && len(out.SessionsEnded) == 0 {
 		return
 	}
-	now := time.Now()
 	e.mu.Lock()
 	if l := e.lead; l != nil {
-		for _, c := range out.SessionsCreated {
-			l.table.Add(c.ID, time.Duration(c.TTL), now)
+		created := make([]sessions.Created, len(out.SessionsCreated))
+		for i, c := range out.SessionsCreated {
+			created[i] = sessions.Created{ID: c.ID, TTL: time.Duration(c.TTL)}
 		}
-		for _, id := range out.SessionsEnded {
-			l.table.Remove(id)
-		}
+		l.Applied(created, out.SessionsEnded)
 	}
 	var ended []*Session
 	for _, id := range out.SessionsEnded {
@@ -225,7 +213,12 @@ func (e *sessionEngine) run() {
 			lastSend = now
 		}
 		e.checkLocal(now)
-		e.leaderTick(now)
+		e.mu.Lock()
+		l := e.lead
+		e.mu.Unlock()
+		if l != nil {
+			l.Tick()
+		}
 	}
 }
 
@@ -244,7 +237,7 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 			continue
 		}
 		ids = append(ids, id)
-		interval = min(interval, s.ttl/lease.KeepAliveDivisor)
+		interval = min(interval, s.ttl/sessions.KeepAliveDivisor)
 		if s.unconfirmed() {
 			interval = min(interval, e.et/4)
 		}
@@ -284,7 +277,7 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 		}
 	}
 	e.mu.Unlock()
-	ka := &lease.KeepAlive{Seq: seq, IDs: make([]int64, len(ids))}
+	ka := &sessions.KeepAlive{Seq: seq, IDs: make([]int64, len(ids))}
 	for i, id := range ids {
 		ka.IDs[i] = int64(id)
 	}
@@ -296,7 +289,7 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 	if !ok {
 		return false
 	}
-	data, err := lease.Encode(&lease.Message{KeepAlive: ka})
+	data, err := sessions.Encode(&sessions.Message{KeepAlive: ka})
 	if err != nil {
 		return false
 	}
@@ -304,7 +297,7 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 	return true
 }
 
-func (e *sessionEngine) handleAck(a *lease.Ack) {
+func (e *sessionEngine) handleAck(a *sessions.Ack) {
 	e.mu.Lock()
 	b, ok := e.sent[a.Seq]
 	delete(e.sent, a.Seq)
@@ -372,17 +365,17 @@ func (e *sessionEngine) renew(ctx context.Context, s *Session) (time.Time, error
 	}
 }
 
-// --- the leader's side ---
+// --- the leader's side (internal/sessions.Leader, one per term) ---
 
 // followLeadership starts or ends the leader's side as Raft's view changes.
 func (e *sessionEngine) followLeadership() {
 	st := e.n.raft.Status()
-	leading := st.Leader == st.ID && st.Role == "leader"
+	leading := st.Leader == st.ID && st.Role == RoleLeader
 	e.mu.Lock()
 	l := e.lead
 	e.mu.Unlock()
 	switch {
-	case leading && (l == nil || l.term != st.Term):
+	case leading && (l == nil || l.Term() != st.Term):
 		e.stepDown()
 		e.stepUp(st.Term)
 	case !leading && l != nil:
@@ -396,231 +389,82 @@ func (e *sessionEngine) stepDown() {
 	e.lead = nil
 	e.mu.Unlock()
 	if l != nil {
-		l.cancel()
+		l.Stop()
 	}
 }
 
-// stepUp begins a term as leader: the table starts empty (sessions created
-// from now on are added by onApply) and is loaded from the replicated
-// state once this leader has applied everything committed before it.
+// stepUp begins a term as leader. e.mu is held across the start so that
+// onApply, which takes it too, records every creation applied from the
+// moment the table exists: none can fall between its load and e.lead.
 func (e *sessionEngine) stepUp(term uint64) {
-	elected := time.Now()
-	ctx, cancel := context.WithCancel(e.life)
-	l := &leaderSessions{term: term, table: lease.New(elected, e.et), ctx: ctx, cancel: cancel,
-		readyc: make(chan struct{})}
-	e.mu.Lock()
-	e.lead = l
-	e.mu.Unlock()
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		for ctx.Err() == nil {
-			// A read index is served only once an entry of this term has
-			// committed (Raft's own no-op at election), and is at least
-			// that entry's index: once applied here, every entry committed
-			// before the election has been applied too. No entry of ours
-			// is needed, which saves a log write and its round trip.
-			pctx, pcancel := context.WithTimeout(ctx, 2*e.et)
-			err := e.n.raft.ReadBarrier(pctx)
-			pcancel()
-			if err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(e.et / 4):
-				}
-				continue
-			}
-			infos, err := e.n.sm.Sessions()
-			if err != nil {
-				return
-			}
-			e.mu.Lock()
-			if e.lead == l {
-				for _, si := range infos {
-					l.table.Load(si.ID, time.Duration(si.TTL), time.Duration(si.Unheard))
-				}
-				l.ready = true
-				close(l.readyc)
-			}
-			e.mu.Unlock()
-			return
-		}
-	}()
-}
-
-// leaderTick credits unheard time and expires sessions past their deadline.
-func (e *sessionEngine) leaderTick(now time.Time) {
-	e.mu.Lock()
-	l := e.lead
-	if l == nil || !l.ready {
-		e.mu.Unlock()
-		return
-	}
-	credits := l.table.Credits(now, e.et/2, e.et)
-	due := l.table.Due(now, 2*e.et)
-	e.mu.Unlock()
-	// Both decisions come from this term's table, so both carry the term:
-	// if this member was deposed without noticing (paused, cut off) and
-	// the proposal reaches the log in a later term (forwarded to the new
-	// leader), the state machine refuses it.
-	if len(credits) > 0 {
-		c := &command.Session{Term: l.term, Credits: make([]command.Credit, len(credits))}
-		for i, cr := range credits {
-			c.Credits[i] = command.Credit{ID: cr.ID, Nanos: int64(cr.Unheard)}
-		}
-		e.proposeAsync(&command.Command{Kind: command.KindSessionCredit, Session: c})
-	}
-	for _, x := range due {
-		e.expire(l, x)
-	}
-}
-
-// expire proposes the end of a session whose deadline passed, and logs
-// it once the cell ended it by this decision.
-func (e *sessionEngine) expire(l *leaderSessions, x lease.Expiry) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
-		defer cancel()
-		res, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionEnd,
-			Session: &command.Session{ID: x.ID, Expired: true, Term: l.term}})
-		if err != nil || res.Status != command.StatusOK || res.SessionID != x.ID {
-			return // lost, refused as stale, or ended meanwhile: nothing to report
-		}
-		owner := x.Owner
-		if owner == "" {
-			owner = "unknown (not heard this term)"
-		}
-		e.n.cfg.Logger.Info("session expired", "session", x.ID, "owner", owner,
-			"last_heard_ago", time.Since(x.LastHeard).Round(time.Millisecond), "ttl", x.TTL, "term", l.term)
-	}()
-}
-
-// handleKeepAlive records a keep-alive at the leader and acknowledges it
-// once that is safe. An ack tells the holder that no leader will expire
-// its sessions before the keep-alive's send time plus TTL. That holds if
-//
-//  1. this member led at some moment after the keep-alive arrived (time
-//     r): then any later leader was elected after r, because a read
-//     index is confirmed by a heartbeat round that a majority answered
-//     after r in this term, and a voter of a later term answers no
-//     heartbeat of this one (read barrier below);
-//  2. the sessions' unheard time in the replicated state is zero, or is
-//     committed as zero (a KindSessionSeen of this term) before the ack:
-//     a later leader grants TTL minus unheard time from its election, and
-//     credits cover only time after the last keep-alive a leader heard,
-//     so that grant ends at or after r + TTL; and
-//  3. no expiry decided before r applies: this leader's own table holds
-//     the session until r + TTL, and a deposed leader's decisions carry
-//     its term and are refused outside it.
-//
-// That is the whole sequence, and its steps run side by side: the read
-// barrier starts as soon as the keep-alive arrives, even before the
-// table has loaded (which itself waits for a read barrier of this term,
-// see stepUp), and a seen mark, when one is needed, is proposed while
-// the barrier is out. Nothing of it is waited for in turn, so after a
-// leader change the first keep-alive is answered about one heartbeat
-// round after the election's no-op commits. Invariant 6 follows: every
-// session the new leader loads gets TTL (less unheard time that no ack
-// covered) from its election, and only this leader's own table, never a
-// predecessor's, can expire it.
-//
-// A keep-alive that arrives before the table is ready is held, not
-// dropped: its answer goes out once the table is loaded.
-func (e *sessionEngine) handleKeepAlive(from string, ka *lease.KeepAlive) {
-	arrived := time.Now()
-	e.mu.Lock()
-	l := e.lead
-	e.mu.Unlock()
-	if l == nil {
-		return // not leading: the holder retries with the leader it sees
-	}
-	e.wg.Add(2)
-	barrier := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(l.ctx, 2*e.et)
-	go func() {
-		defer e.wg.Done()
-		barrier <- e.n.raft.ReadBarrier(ctx)
-	}()
-	go func() {
-		defer e.wg.Done()
-		defer cancel()
-		select {
-		case <-l.readyc:
-		case <-ctx.Done():
-			return
-		}
-		alive, gone, seen, ok := e.classify(l, from, ka, arrived)
-		if !ok {
-			return
-		}
-		if len(seen) > 0 {
-			res, err := e.n.raft.Propose(ctx, &command.Command{Kind: command.KindSessionSeen,
-				Session: &command.Session{IDs: seen, Term: l.term}})
-			if err == nil && res.Status == command.StatusOK {
-				e.mu.Lock()
-				if e.lead == l {
-					for _, id := range seen {
-						l.table.Seen(id)
-					}
-				}
-				e.mu.Unlock()
-				alive = append(alive, seen...)
-			}
-		}
-		if err := <-barrier; err != nil {
-			return
-		}
-		e.mu.Lock()
-		still := e.lead == l
-		e.mu.Unlock()
-		if !still {
-			return
-		}
-		ack := &lease.Ack{Seq: ka.Seq, Alive: alive, Gone: gone}
-		if from == e.n.cfg.Name {
-			e.handleAck(ack)
-			return
-		}
-		if data, err := lease.Encode(&lease.Message{Ack: ack}); err == nil {
-			_ = e.n.sendApp(from, appSessions, data)
-		}
-	}()
-}
-
-// classify records a keep-alive that arrived at arrived in the ready
-// table l, and sorts its sessions: alive, gone (ended in the cell), or
-// needing a seen mark first. ok is false if l no longer leads.
-func (e *sessionEngine) classify(l *leaderSessions, from string, ka *lease.KeepAlive, arrived time.Time) (alive, gone, seen []int64, ok bool) {
-	// A session's ID is the index of its creation, and onApply adds it to
-	// the table before the applied index moves past it: read the index
-	// first, so an unknown session at or below it has certainly ended
-	// (this leader may apply a creation later than the holder's member).
-	applied := e.n.raft.AppliedIndex()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.lead != l {
-		return nil, nil, nil, false
-	}
-	for _, id := range ka.IDs {
-		known, needsSeen := l.table.Heard(id, from, arrived)
-		switch {
-		case !known && uint64(id) <= applied:
-			gone = append(gone, id)
-		case !known:
-			// Not applied here yet: neither alive nor gone.
-		case needsSeen:
-			seen = append(seen, id)
-		default:
-			alive = append(alive, id)
-		}
-	}
-	return alive, gone, seen, true
+	l := sessions.StartLeader(e.life, sessions.LeaderConfig{
+		Term:            term,
+		Cell:            leaderCell{e},
+		Clock:           wallClock{},
+		ElectionTimeout: e.et,
+		Logger:          e.n.cfg.Logger,
+	})
+	e.lead = l
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		l.Wait()
+	}()
 }
 
-// proposeAsync proposes a bookkeeping command without waiting: if it is
-// lost, the next tick proposes it again.
+// handleKeepAlive hands a keep-alive to the leader's side, if this member
+// leads; otherwise the holder retries with the leader it sees.
+func (e *sessionEngine) handleKeepAlive(from string, ka *sessions.KeepAlive) {
+	e.mu.Lock()
+	l := e.lead
+	e.mu.Unlock()
+	if l != nil {
+		l.KeepAlive(from, ka)
+	}
+}
+
+// wallClock is the production sessions.Clock: the monotonic wall clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// leaderCell is the member as the leader's side of sessions sees it.
+type leaderCell struct{ e *sessionEngine }
+
+func (c leaderCell) ReadBarrier(ctx context.Context) error { return c.e.n.raft.ReadBarrier(ctx) }
+
+func (c leaderCell) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
+	return c.e.n.raft.Propose(ctx, cmd)
+}
+
+func (c leaderCell) AppliedIndex() uint64 { return c.e.n.raft.AppliedIndex() }
+
+func (c leaderCell) Sessions() ([]sessions.Loaded, error) {
+	infos, err := c.e.n.sm.Sessions()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sessions.Loaded, len(infos))
+	for i, si := range infos {
+		out[i] = sessions.Loaded{ID: si.ID, TTL: time.Duration(si.TTL), Unheard: time.Duration(si.Unheard)}
+	}
+	return out, nil
+}
+
+func (c leaderCell) Ack(to string, ack *sessions.Ack) {
+	if to == c.e.n.cfg.Name {
+		c.e.handleAck(ack)
+		return
+	}
+	if data, err := sessions.Encode(&sessions.Message{Ack: ack}); err == nil {
+		_ = c.e.n.sendApp(to, appSessions, data)
+	}
+}
+
+// proposeAsync proposes a command without waiting: if it is lost, the
+// holder's next tick proposes it again.
 func (e *sessionEngine) proposeAsync(cmd *command.Command) {
 	e.wg.Add(1)
 	go func() {

@@ -1,16 +1,11 @@
 package coord_test
 
 import (
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	if path := os.Getenv(holdMarksEnv); path != "" {
-		holdMarks(path)
-		return
-	}
 	goleak.VerifyTestMain(m)
 }

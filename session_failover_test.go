@@ -234,7 +234,11 @@ func TestExpiryIsLogged(t *testing.T) {
 		}
 		return out
 	}
-	require.Len(t, lines("session expired here: no keep-alive confirmed in time"), 1, "the holder's line")
+	// Done closes as the session ends, just before the holder logs why.
+	require.Eventually(t, func() bool {
+		return len(lines("session expired here: no keep-alive confirmed in time")) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the holder's line")
+	require.Len(t, lines("session expired here: no keep-alive confirmed in time"), 1, "the holder's line, once")
 	require.Eventually(t, func() bool { return len(lines("session expired")) > 0 }, 10*time.Second, 10*time.Millisecond)
 	got := lines("session expired")
 	require.Len(t, got, 1, "one line on the deciding leader")

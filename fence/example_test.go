@@ -1,4 +1,4 @@
-package coord_test
+package fence_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
-	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/fence"
 )
 
 // A storage service guards a job's result with a Fence. The leader that
@@ -14,11 +14,11 @@ import (
 // new leader writes with token 9; when the old leader wakes up and writes,
 // its stale token is refused.
 func ExampleFence() {
-	fence := coord.NewFence(nil) // marks in memory; see OpenFileMarks
+	f := fence.NewFence(nil) // marks in memory; see OpenFileMarks
 
-	write := func(who string, t coord.Token) {
-		if err := fence.Admit("jobs/42/result", t); err != nil {
-			fmt.Printf("%s (token %v): refused: %v (stale: %t)\n", who, t, err, errors.Is(err, coord.ErrStaleToken))
+	write := func(who string, t fence.Token) {
+		if err := f.Admit("jobs/42/result", t); err != nil {
+			fmt.Printf("%s (token %v): refused: %v (stale: %t)\n", who, t, err, errors.Is(err, fence.ErrStaleToken))
 			return
 		}
 		fmt.Printf("%s (token %v): written\n", who, t)
@@ -40,17 +40,17 @@ func ExampleFence() {
 // header, and the middleware refuses stale ones with 409 Conflict before
 // the handler runs.
 func ExampleFence_Middleware() {
-	fence := coord.NewFence(nil)
-	store := fence.Middleware(
+	f := fence.NewFence(nil)
+	store := f.Middleware(
 		func(r *http.Request) string { return r.URL.Path }, // one mark per path
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t, _ := coord.TokenFromContext(r.Context())
+			t, _ := fence.TokenFromContext(r.Context())
 			fmt.Fprintf(w, "stored with token %v", t)
 		}))
 
-	put := func(t coord.Token) {
+	put := func(t fence.Token) {
 		r := httptest.NewRequest(http.MethodPut, "/jobs/42/result", nil)
-		coord.SetToken(r.Header, t)
+		fence.SetToken(r.Header, t)
 		w := httptest.NewRecorder()
 		store.ServeHTTP(w, r)
 		fmt.Println(w.Code, w.Body.String())

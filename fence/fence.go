@@ -1,4 +1,4 @@
-package coord
+package fence
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-
-	"github.com/coordcell/coord/internal/errs"
 )
 
 // Token is a fencing token: the cell revision at which a lock or a
@@ -159,7 +157,7 @@ func (f *Fence) Admit(resource string, t Token) error {
 		return staleErr(resource, t, mark)
 	case mark < t:
 		return fmt.Errorf("%w: mark store returned mark %d for %q after raising it to %d",
-			errs.Internal, int64(mark), resource, int64(t))
+			ErrMarkStore, int64(mark), resource, int64(t))
 	}
 	return nil
 }

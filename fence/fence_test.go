@@ -1,4 +1,4 @@
-package coord_test
+package fence_test
 
 import (
 	"bufio"
@@ -20,37 +20,37 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/fence"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestTokenStringAndParseToken(t *testing.T) {
-	for _, tok := range []coord.Token{1, 7, 10, 1234567890, math.MaxInt64} {
-		got, err := coord.ParseToken(tok.String())
+	for _, tok := range []fence.Token{1, 7, 10, 1234567890, math.MaxInt64} {
+		got, err := fence.ParseToken(tok.String())
 		require.NoError(t, err, tok)
 		assert.Equal(t, tok, got)
 	}
-	assert.Equal(t, "0", coord.Token(0).String())
-	assert.Equal(t, "9223372036854775807", coord.Token(math.MaxInt64).String())
+	assert.Equal(t, "0", fence.Token(0).String())
+	assert.Equal(t, "9223372036854775807", fence.Token(math.MaxInt64).String())
 
 	for _, s := range []string{
 		"", "0", "00", "-1", "+1", " 1", "1 ", "\t1", "01", "007", "1.0", "1e3",
 		"0x10", "abc", "1_000", "９", "9223372036854775808", "99999999999999999999",
 		"-9223372036854775808", strings.Repeat("9", 1000),
 	} {
-		tok, err := coord.ParseToken(s)
-		assert.ErrorIs(t, err, coord.ErrInvalidToken, "%q", s)
+		tok, err := fence.ParseToken(s)
+		assert.ErrorIs(t, err, fence.ErrInvalidToken, "%q", s)
 		assert.Zero(t, tok, "%q", s)
 	}
 }
 
 // markStores are the stores every Fence test runs against.
-func markStores() map[string]func(t *testing.T) coord.MarkStore {
-	return map[string]func(t *testing.T) coord.MarkStore{
-		"mem": func(*testing.T) coord.MarkStore { return coord.NewMemMarks() },
-		"file": func(t *testing.T) coord.MarkStore {
-			fm, err := coord.OpenFileMarks(filepath.Join(t.TempDir(), "marks"))
+func markStores() map[string]func(t *testing.T) fence.MarkStore {
+	return map[string]func(t *testing.T) fence.MarkStore{
+		"mem": func(*testing.T) fence.MarkStore { return fence.NewMemMarks() },
+		"file": func(t *testing.T) fence.MarkStore {
+			fm, err := fence.OpenFileMarks(filepath.Join(t.TempDir(), "marks"))
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, fm.Close()) })
 			return fm
@@ -61,8 +61,8 @@ func markStores() map[string]func(t *testing.T) coord.MarkStore {
 func TestFenceAdmitOrdering(t *testing.T) {
 	for name, open := range markStores() {
 		t.Run(name, func(t *testing.T) {
-			f := coord.NewFence(open(t))
-			mark := func(r string) coord.Token {
+			f := fence.NewFence(open(t))
+			mark := func(r string) fence.Token {
 				m, err := f.Mark(r)
 				require.NoError(t, err)
 				return m
@@ -70,49 +70,49 @@ func TestFenceAdmitOrdering(t *testing.T) {
 			assert.Zero(t, mark("db"))
 
 			require.NoError(t, f.Admit("db", 5))
-			assert.Equal(t, coord.Token(5), mark("db"))
+			assert.Equal(t, fence.Token(5), mark("db"))
 			require.NoError(t, f.Admit("db", 5), "the same holder writes again")
 
 			err := f.Admit("db", 4)
-			require.ErrorIs(t, err, coord.ErrStaleToken)
+			require.ErrorIs(t, err, fence.ErrStaleToken)
 			assert.Contains(t, err.Error(), "token 4")
 			assert.Contains(t, err.Error(), "mark 5")
-			assert.Equal(t, coord.Token(5), mark("db"), "a refusal leaves the mark alone")
+			assert.Equal(t, fence.Token(5), mark("db"), "a refusal leaves the mark alone")
 
 			require.NoError(t, f.Admit("db", 9))
-			assert.ErrorIs(t, f.Admit("db", 5), coord.ErrStaleToken, "the old holder is out for good")
-			assert.ErrorIs(t, f.Admit("db", 8), coord.ErrStaleToken)
+			assert.ErrorIs(t, f.Admit("db", 5), fence.ErrStaleToken, "the old holder is out for good")
+			assert.ErrorIs(t, f.Admit("db", 8), fence.ErrStaleToken)
 			require.NoError(t, f.Admit("db", 9))
 
 			// Resources are independent.
 			require.NoError(t, f.Admit("queue", 3))
 			require.NoError(t, f.Admit("", 1))
-			assert.Equal(t, coord.Token(9), mark("db"))
-			assert.Equal(t, coord.Token(3), mark("queue"))
+			assert.Equal(t, fence.Token(9), mark("db"))
+			assert.Equal(t, fence.Token(3), mark("queue"))
 			assert.Zero(t, mark("other"))
 
-			for _, bad := range []coord.Token{0, -1, math.MinInt64} {
-				assert.ErrorIs(t, f.Admit("db", bad), coord.ErrInvalidToken)
+			for _, bad := range []fence.Token{0, -1, math.MinInt64} {
+				assert.ErrorIs(t, f.Admit("db", bad), fence.ErrInvalidToken)
 				assert.ErrorIs(t, f.Do(context.Background(), "db", bad, func() error {
 					t.Error("write ran with an invalid token")
 					return nil
-				}), coord.ErrInvalidToken)
+				}), fence.ErrInvalidToken)
 			}
-			assert.Equal(t, coord.Token(9), mark("db"))
+			assert.Equal(t, fence.Token(9), mark("db"))
 		})
 	}
 }
 
 func TestNewFenceNilStore(t *testing.T) {
-	f := coord.NewFence(nil)
+	f := fence.NewFence(nil)
 	require.NoError(t, f.Admit("r", 2))
-	assert.ErrorIs(t, f.Admit("r", 1), coord.ErrStaleToken)
+	assert.ErrorIs(t, f.Admit("r", 1), fence.ErrStaleToken)
 }
 
 // admitOp is one call in a concurrent history: its token, whether it was
 // admitted, and when it was called and returned on one logical clock.
 type admitOp struct {
-	t         coord.Token
+	t         fence.Token
 	ok        bool
 	call, ret int64
 }
@@ -165,7 +165,7 @@ func TestCheckAdmitsCatchesViolations(t *testing.T) {
 func TestFenceAdmitConcurrent(t *testing.T) {
 	for name, open := range markStores() {
 		t.Run(name, func(t *testing.T) {
-			f := coord.NewFence(open(t))
+			f := fence.NewFence(open(t))
 			const workers, perWorker = 16, 200
 			var clock atomic.Int64
 			hist := make([][]admitOp, workers)
@@ -176,12 +176,12 @@ func TestFenceAdmitConcurrent(t *testing.T) {
 					defer wg.Done()
 					rng := rand.New(rand.NewPCG(uint64(w), 1))
 					for range perWorker {
-						tok := coord.Token(1 + rng.IntN(2000))
+						tok := fence.Token(1 + rng.IntN(2000))
 						op := admitOp{t: tok, call: clock.Add(1)}
 						err := f.Admit("r", tok)
 						op.ret = clock.Add(1)
 						op.ok = err == nil
-						if err != nil && !errors.Is(err, coord.ErrStaleToken) {
+						if err != nil && !errors.Is(err, fence.ErrStaleToken) {
 							t.Errorf("Admit(%d): %v", tok, err)
 						}
 						hist[w] = append(hist[w], op)
@@ -190,7 +190,7 @@ func TestFenceAdmitConcurrent(t *testing.T) {
 			}
 			wg.Wait()
 			var all []admitOp
-			var maxOK coord.Token
+			var maxOK fence.Token
 			admitted := 0
 			for _, h := range hist {
 				all = append(all, h...)
@@ -216,16 +216,16 @@ func TestFenceAdmitConcurrent(t *testing.T) {
 // the tokens that start must never decrease, and two writes under
 // different tokens must never run at once.
 func TestFenceDoOrdersWrites(t *testing.T) {
-	f := coord.NewFence(nil)
+	f := fence.NewFence(nil)
 	const workers, perWorker = 16, 300
 	var (
 		mu      sync.Mutex
-		last    coord.Token
-		active  = map[coord.Token]int{}
+		last    fence.Token
+		active  = map[fence.Token]int{}
 		started int
 		bad     []string
 	)
-	write := func(tok coord.Token) func() error {
+	write := func(tok fence.Token) func() error {
 		return func() error {
 			mu.Lock()
 			if len(bad) >= 10 {
@@ -261,12 +261,12 @@ func TestFenceDoOrdersWrites(t *testing.T) {
 			for i := range perWorker {
 				// Rising tokens with jitter, so holders overlap and an old
 				// one is often still writing when a newer one arrives.
-				tok := coord.Token(1 + i*10 + rng.IntN(40))
+				tok := fence.Token(1 + i*10 + rng.IntN(40))
 				op := admitOp{t: tok, call: clock.Add(1)}
 				err := f.Do(context.Background(), "r", tok, write(tok))
 				op.ret = clock.Add(1)
 				op.ok = err == nil
-				if err != nil && !errors.Is(err, coord.ErrStaleToken) {
+				if err != nil && !errors.Is(err, fence.ErrStaleToken) {
 					t.Errorf("Do(%d): %v", tok, err)
 				}
 				hist[w] = append(hist[w], op)
@@ -303,7 +303,7 @@ func TestFenceDoOrdersWrites(t *testing.T) {
 }
 
 func TestFenceDoWaitsForOlderWrites(t *testing.T) {
-	f := coord.NewFence(nil)
+	f := fence.NewFence(nil)
 	ctx := context.Background()
 
 	oldStarted, releaseOld := make(chan struct{}), make(chan struct{})
@@ -333,7 +333,7 @@ func TestFenceDoWaitsForOlderWrites(t *testing.T) {
 	assert.ErrorIs(t, f.Do(ctx, "r", 5, func() error {
 		t.Error("a write under the old token started after a newer token was admitted")
 		return nil
-	}), coord.ErrStaleToken)
+	}), fence.ErrStaleToken)
 	// The new holder's write waits while the old write runs. (A broken
 	// fence fails here; a slow machine only makes the check weaker.)
 	assert.Never(t, newRan.Load, 50*time.Millisecond, time.Millisecond)
@@ -345,7 +345,7 @@ func TestFenceDoWaitsForOlderWrites(t *testing.T) {
 }
 
 func TestFenceDoContextEndsWhileWaiting(t *testing.T) {
-	f := coord.NewFence(nil)
+	f := fence.NewFence(nil)
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -366,20 +366,20 @@ func TestFenceDoContextEndsWhileWaiting(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	mark, err := f.Mark("r")
 	require.NoError(t, err)
-	assert.Equal(t, coord.Token(7), mark, "the mark stays raised")
+	assert.Equal(t, fence.Token(7), mark, "the mark stays raised")
 
 	close(release)
 	require.NoError(t, <-done)
 	// With the old write gone, the new holder writes at once.
 	require.NoError(t, f.Do(context.Background(), "r", 7, func() error { return nil }))
-	assert.ErrorIs(t, f.Do(context.Background(), "r", 5, func() error { return nil }), coord.ErrStaleToken)
+	assert.ErrorIs(t, f.Do(context.Background(), "r", 5, func() error { return nil }), fence.ErrStaleToken)
 }
 
 func TestFileMarksSurviveReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks")
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	require.NoError(t, err)
-	f := coord.NewFence(fm)
+	f := fence.NewFence(fm)
 	require.NoError(t, f.Admit("a", 3))
 	require.NoError(t, f.Admit("a", 8))
 	require.NoError(t, f.Admit("b", 2))
@@ -387,17 +387,17 @@ func TestFileMarksSurviveReopen(t *testing.T) {
 	require.NoError(t, fm.Close())
 	require.NoError(t, fm.Close(), "closing again does nothing")
 	_, err = fm.Raise("a", 9)
-	assert.ErrorIs(t, err, coord.ErrClosed)
+	assert.ErrorIs(t, err, fence.ErrClosed)
 
-	fm, err = coord.OpenFileMarks(path)
+	fm, err = fence.OpenFileMarks(path)
 	require.NoError(t, err)
 	defer fm.Close()
-	f = coord.NewFence(fm)
-	assert.ErrorIs(t, f.Admit("a", 7), coord.ErrStaleToken, "the restarted resource still refuses the old holder")
-	assertMarks(t, fm, map[string]coord.Token{"a": 8, "b": 2, "": 1, "c": 0})
+	f = fence.NewFence(fm)
+	assert.ErrorIs(t, f.Admit("a", 7), fence.ErrStaleToken, "the restarted resource still refuses the old holder")
+	assertMarks(t, fm, map[string]fence.Token{"a": 8, "b": 2, "": 1, "c": 0})
 }
 
-func assertMarks(t *testing.T, s coord.MarkStore, want map[string]coord.Token) {
+func assertMarks(t *testing.T, s fence.MarkStore, want map[string]fence.Token) {
 	t.Helper()
 	for r, w := range want {
 		got, err := s.Raise(r, 0)
@@ -408,16 +408,16 @@ func assertMarks(t *testing.T, s coord.MarkStore, want map[string]coord.Token) {
 
 func TestFileMarksNoWriteWithoutChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks")
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	require.NoError(t, err)
 	defer fm.Close()
 	_, err = fm.Raise("a", 5)
 	require.NoError(t, err)
 	before := fileSize(t, path)
-	for _, tok := range []coord.Token{5, 4, 0, -3} {
+	for _, tok := range []fence.Token{5, 4, 0, -3} {
 		got, err := fm.Raise("a", tok)
 		require.NoError(t, err)
-		assert.Equal(t, coord.Token(5), got)
+		assert.Equal(t, fence.Token(5), got)
 	}
 	assert.Equal(t, before, fileSize(t, path))
 }
@@ -433,12 +433,12 @@ func fileSize(t *testing.T, path string) int64 {
 // the file's size after each raise.
 func writeMarks(t *testing.T, path string, raises ...any) []int64 {
 	t.Helper()
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, fm.Close()) }()
 	sizes := []int64{fileSize(t, path)}
 	for i := 0; i < len(raises); i += 2 {
-		_, err := fm.Raise(raises[i].(string), coord.Token(raises[i+1].(int)))
+		_, err := fm.Raise(raises[i].(string), fence.Token(raises[i+1].(int)))
 		require.NoError(t, err)
 		sizes = append(sizes, fileSize(t, path))
 	}
@@ -470,9 +470,9 @@ func TestFileMarksTornLastRecord(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "marks")
 			require.NoError(t, os.WriteFile(path, content, 0o644))
-			fm, err := coord.OpenFileMarks(path)
+			fm, err := fence.OpenFileMarks(path)
 			require.NoError(t, err)
-			want := map[string]coord.Token{"a": 4, "b": 6}
+			want := map[string]fence.Token{"a": 4, "b": 6}
 			if len(content) > len(data) { // the damage follows a whole last record
 				want["a"] = 9
 			}
@@ -482,7 +482,7 @@ func TestFileMarksTornLastRecord(t *testing.T) {
 			_, err = fm.Raise("c", 11)
 			require.NoError(t, err)
 			require.NoError(t, fm.Close())
-			fm, err = coord.OpenFileMarks(path)
+			fm, err = fence.OpenFileMarks(path)
 			require.NoError(t, err)
 			want["c"] = 11
 			assertMarks(t, fm, want)
@@ -513,8 +513,8 @@ func TestFileMarksRefusesBadFiles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "marks")
 			require.NoError(t, os.WriteFile(path, content, 0o644))
-			fm, err := coord.OpenFileMarks(path)
-			require.ErrorIs(t, err, coord.ErrMarksFormat)
+			fm, err := fence.OpenFileMarks(path)
+			require.ErrorIs(t, err, fence.ErrMarksFormat)
 			assert.Nil(t, fm)
 			after, err := os.ReadFile(path)
 			require.NoError(t, err)
@@ -524,23 +524,23 @@ func TestFileMarksRefusesBadFiles(t *testing.T) {
 	t.Run("unknown version is named", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "marks")
 		require.NoError(t, os.WriteFile(path, newer, 0o644))
-		_, err := coord.OpenFileMarks(path)
+		_, err := fence.OpenFileMarks(path)
 		assert.ErrorContains(t, err, "version 2")
 	})
 }
 
 func TestFileMarksCompaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks")
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	require.NoError(t, err)
 	_, err = fm.Raise("other", 3)
 	require.NoError(t, err)
 	long := strings.Repeat("r", 4000) // big records make the log grow fast
 	var sizes []int64
 	for tok := 1; tok <= 200; tok++ {
-		got, err := fm.Raise(long, coord.Token(tok))
+		got, err := fm.Raise(long, fence.Token(tok))
 		require.NoError(t, err)
-		require.Equal(t, coord.Token(tok), got)
+		require.Equal(t, fence.Token(tok), got)
 		sizes = append(sizes, fileSize(t, path))
 	}
 	shrank := false
@@ -553,37 +553,37 @@ func TestFileMarksCompaction(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "no leftover")
 	require.NoError(t, fm.Close())
 
-	fm, err = coord.OpenFileMarks(path)
+	fm, err = fence.OpenFileMarks(path)
 	require.NoError(t, err)
 	defer fm.Close()
-	assertMarks(t, fm, map[string]coord.Token{long: 200, "other": 3})
+	assertMarks(t, fm, map[string]fence.Token{long: 200, "other": 3})
 }
 
 func TestFileMarksLimits(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "marks")
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	require.NoError(t, err)
 	defer fm.Close()
 
-	_, err = coord.OpenFileMarks(path)
+	_, err = fence.OpenFileMarks(path)
 	assert.Error(t, err, "one FileMarks per file")
-	_, err = coord.OpenFileMarks(filepath.Join(dir, ".", "marks"))
+	_, err = fence.OpenFileMarks(filepath.Join(dir, ".", "marks"))
 	assert.Error(t, err, "however the path is spelled")
 
 	_, err = fm.Raise(strings.Repeat("x", 4097), 1)
-	assert.ErrorIs(t, err, coord.ErrInvalidKey)
+	assert.ErrorIs(t, err, fence.ErrInvalidKey)
 	got, err := fm.Raise(strings.Repeat("x", 4096), 1)
 	require.NoError(t, err)
-	assert.Equal(t, coord.Token(1), got)
+	assert.Equal(t, fence.Token(1), got)
 
-	_, err = coord.OpenFileMarks(filepath.Join(dir, "no", "such", "dir", "marks"))
+	_, err = fence.OpenFileMarks(filepath.Join(dir, "no", "such", "dir", "marks"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 
 	// An empty file (made by an operator, say) is a new marks file.
 	empty := filepath.Join(dir, "empty")
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
-	fe, err := coord.OpenFileMarks(empty)
+	fe, err := fence.OpenFileMarks(empty)
 	require.NoError(t, err)
 	require.NoError(t, fe.Close())
 }
@@ -591,10 +591,10 @@ func TestFileMarksLimits(t *testing.T) {
 func TestFileMarksReopenAfterClose(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks")
 	for i := 1; i <= 3; i++ {
-		fm, err := coord.OpenFileMarks(path)
+		fm, err := fence.OpenFileMarks(path)
 		require.NoError(t, err)
-		assertMarks(t, fm, map[string]coord.Token{"r": coord.Token(i - 1)})
-		_, err = fm.Raise("r", coord.Token(i))
+		assertMarks(t, fm, map[string]fence.Token{"r": fence.Token(i - 1)})
+		_, err = fm.Raise("r", fence.Token(i))
 		require.NoError(t, err)
 		require.NoError(t, fm.Close())
 	}
@@ -606,10 +606,10 @@ func TestFileMarksReopenAfterClose(t *testing.T) {
 func FuzzOpenFileMarks(f *testing.F) {
 	dir := f.TempDir()
 	sample := filepath.Join(dir, "sample")
-	fm, err := coord.OpenFileMarks(sample)
+	fm, err := fence.OpenFileMarks(sample)
 	require.NoError(f, err)
 	for i, r := range []string{"a", "bb", "a", ""} {
-		_, err := fm.Raise(r, coord.Token(i+1))
+		_, err := fm.Raise(r, fence.Token(i+1))
 		require.NoError(f, err)
 	}
 	require.NoError(f, fm.Close())
@@ -624,50 +624,50 @@ func FuzzOpenFileMarks(f *testing.F) {
 		path := filepath.Join(dir, fmt.Sprint(n.Add(1)))
 		require.NoError(t, os.WriteFile(path, content, 0o644))
 		defer os.Remove(path)
-		fm, err := coord.OpenFileMarks(path)
+		fm, err := fence.OpenFileMarks(path)
 		if err != nil {
-			require.ErrorIs(t, err, coord.ErrMarksFormat)
+			require.ErrorIs(t, err, fence.ErrMarksFormat)
 			return
 		}
 		defer fm.Close()
 		for _, r := range []string{"a", "bb", ""} {
 			got, err := fm.Raise(r, 0)
 			require.NoError(t, err)
-			require.GreaterOrEqual(t, got, coord.Token(0))
+			require.GreaterOrEqual(t, got, fence.Token(0))
 		}
 	})
 }
 
 func TestTokenHeader(t *testing.T) {
 	h := http.Header{}
-	coord.SetToken(h, 42)
+	fence.SetToken(h, 42)
 	assert.Equal(t, "42", h.Get("Coord-Fencing-Token"))
 	r := httptest.NewRequest(http.MethodPut, "/x", nil)
 	r.Header = h
-	tok, err := coord.TokenFrom(r)
+	tok, err := fence.TokenFrom(r)
 	require.NoError(t, err)
-	assert.Equal(t, coord.Token(42), tok)
+	assert.Equal(t, fence.Token(42), tok)
 
-	coord.SetToken(h, 0)
-	assert.Empty(t, h.Values(coord.TokenHeader))
-	_, err = coord.TokenFrom(r)
-	assert.ErrorIs(t, err, coord.ErrInvalidToken)
+	fence.SetToken(h, 0)
+	assert.Empty(t, h.Values(fence.TokenHeader))
+	_, err = fence.TokenFrom(r)
+	assert.ErrorIs(t, err, fence.ErrInvalidToken)
 
-	h.Add(coord.TokenHeader, "5")
-	h.Add(coord.TokenHeader, "6")
-	_, err = coord.TokenFrom(r)
-	assert.ErrorIs(t, err, coord.ErrInvalidToken, "two tokens are ambiguous")
+	h.Add(fence.TokenHeader, "5")
+	h.Add(fence.TokenHeader, "6")
+	_, err = fence.TokenFrom(r)
+	assert.ErrorIs(t, err, fence.ErrInvalidToken, "two tokens are ambiguous")
 
-	_, ok := coord.TokenFromContext(context.Background())
+	_, ok := fence.TokenFromContext(context.Background())
 	assert.False(t, ok)
 }
 
 func TestFenceMiddleware(t *testing.T) {
-	f := coord.NewFence(nil)
+	f := fence.NewFence(nil)
 	var seen []string
 	h := f.Middleware(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
-			tok, ok := coord.TokenFromContext(r.Context())
+			tok, ok := fence.TokenFromContext(r.Context())
 			require.True(t, ok)
 			mark, err := f.Mark(r.URL.Path)
 			require.NoError(t, err)
@@ -678,7 +678,7 @@ func TestFenceMiddleware(t *testing.T) {
 	do := func(path string, header ...string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPut, path, strings.NewReader("data"))
 		for _, v := range header {
-			r.Header.Add(coord.TokenHeader, v)
+			r.Header.Add(fence.TokenHeader, v)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -700,10 +700,10 @@ func TestFenceMiddleware(t *testing.T) {
 }
 
 func TestFenceMiddlewareWaitingRequestEnds(t *testing.T) {
-	f := coord.NewFence(nil)
+	f := fence.NewFence(nil)
 	started, release := make(chan struct{}), make(chan struct{})
 	h := f.Middleware(nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tok, _ := coord.TokenFromContext(r.Context()); tok == 5 {
+		if tok, _ := fence.TokenFromContext(r.Context()); tok == 5 {
 			close(started)
 			<-release
 		}
@@ -711,7 +711,7 @@ func TestFenceMiddlewareWaitingRequestEnds(t *testing.T) {
 	oldDone := make(chan int, 1)
 	go func() {
 		r := httptest.NewRequest(http.MethodPost, "/", nil)
-		coord.SetToken(r.Header, 5)
+		fence.SetToken(r.Header, 5)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		oldDone <- w.Code
@@ -721,7 +721,7 @@ func TestFenceMiddlewareWaitingRequestEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
-	coord.SetToken(r.Header, 7)
+	fence.SetToken(r.Header, 7)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
@@ -731,11 +731,11 @@ func TestFenceMiddlewareWaitingRequestEnds(t *testing.T) {
 }
 
 func TestZeroFenceIsUsable(t *testing.T) {
-	var f coord.Fence
+	var f fence.Fence
 	require.NoError(t, f.Admit("r", 5))
-	require.ErrorIs(t, f.Admit("r", 4), coord.ErrStaleToken)
+	require.ErrorIs(t, f.Admit("r", 4), fence.ErrStaleToken)
 	require.NoError(t, f.Do(context.Background(), "r", 6, func() error { return nil }))
-	require.ErrorIs(t, f.Do(context.Background(), "r", 5, func() error { return nil }), coord.ErrStaleToken)
+	require.ErrorIs(t, f.Do(context.Background(), "r", 5, func() error { return nil }), fence.ErrStaleToken)
 }
 
 // holdMarksEnv makes the test binary, run as a child, hold a marks file
@@ -745,7 +745,7 @@ const holdMarksEnv = "COORD_TEST_HOLD_MARKS"
 // holdMarks opens the marks file at path, says "held" on stdout and keeps
 // it open until stdin closes.
 func holdMarks(path string) {
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -759,10 +759,10 @@ func holdMarks(path string) {
 // other: two writers would each trust marks the other never saw.
 func TestFileMarksRefusedWhileOpenElsewhere(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks")
-	fm, err := coord.OpenFileMarks(path)
+	fm, err := fence.OpenFileMarks(path)
 	require.NoError(t, err)
-	_, err = coord.OpenFileMarks(path)
-	require.ErrorIs(t, err, coord.ErrMarksInUse, "open twice in one process")
+	_, err = fence.OpenFileMarks(path)
+	require.ErrorIs(t, err, fence.ErrMarksInUse, "open twice in one process")
 	require.NoError(t, fm.Close())
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
@@ -776,12 +776,12 @@ func TestFileMarksRefusedWhileOpenElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "held\n", line)
 
-	_, err = coord.OpenFileMarks(path)
-	require.ErrorIs(t, err, coord.ErrMarksInUse, "open in another process")
+	_, err = fence.OpenFileMarks(path)
+	require.ErrorIs(t, err, fence.ErrMarksInUse, "open in another process")
 
 	require.NoError(t, stdin.Close())
 	require.NoError(t, child.Wait())
-	fm, err = coord.OpenFileMarks(path)
+	fm, err = fence.OpenFileMarks(path)
 	require.NoError(t, err, "free once the other process closed it")
 	require.NoError(t, fm.Close())
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package coord
+package fence
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package coord
+package fence
 
 import (
 	"encoding/binary"

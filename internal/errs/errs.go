@@ -3,7 +3,11 @@
 // per error without an import cycle; users see them as coord.ErrX.
 package errs
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/coordcell/coord/fence"
+)
 
 // Sentinels; see the root package's errors.go for what each means.
 var (
@@ -12,13 +16,13 @@ var (
 	Ambiguous      = errors.New("coord: outcome unknown; the write may or may not have been applied")
 	NoQuorum       = errors.New("coord: no quorum reachable")
 	Timeout        = errors.New("coord: timed out")
-	Closed         = errors.New("coord: node closed")
+	Closed         = fence.ErrClosed
 	KeyTooLarge    = errors.New("coord: key too large")
 	ValueTooLarge  = errors.New("coord: value too large")
 	TooManyOps     = errors.New("coord: too many operations in one transaction")
 	QuotaExceeded  = errors.New("coord: keyspace quota exceeded")
 	Compacted      = errors.New("coord: revision compacted")
-	InvalidKey     = errors.New("coord: invalid key")
+	InvalidKey     = fence.ErrInvalidKey
 	InvalidConfig  = errors.New("coord: invalid config")
 	SessionExpired = errors.New("coord: session expired")
 	SessionClosed  = errors.New("coord: session closed")

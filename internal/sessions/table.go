@@ -1,5 +1,7 @@
-// Package lease keeps the leader's view of session deadlines, in memory
-// only: keep-alives never touch the Raft log (invariant 5 of DESIGN.md).
+// Package sessions keeps the leader's side of sessions: the deadline table
+// (Table), the keep-alive messages, and Leader, which runs one term of it.
+// Deadlines are kept in memory only: keep-alives never touch the Raft log
+// (invariant 5 in ARCHITECTURE.md).
 //
 // What survives a change of leader is each session's "unheard" time, in
 // the replicated state: how long leaders held office without hearing from
@@ -16,7 +18,7 @@
 // session's unheard time is committed as zero and leadership is confirmed
 // after the keep-alive was sent, so every later leader grants at least
 // TTL from the send, minus unheard time that itself postdates the send.
-package lease
+package sessions
 
 import "time"
 
@@ -48,7 +50,7 @@ type Table struct {
 // New returns an empty table for a leader elected at elected. grace is
 // the least time any session is granted after the election: enough for a
 // live holder to reach the new leader.
-func New(elected time.Time, grace time.Duration) *Table {
+func NewTable(elected time.Time, grace time.Duration) *Table {
 	return &Table{elected: elected, grace: grace, m: make(map[int64]*entry)}
 }
 

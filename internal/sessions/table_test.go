@@ -1,4 +1,4 @@
-package lease
+package sessions
 
 import (
 	"runtime"
@@ -13,7 +13,7 @@ var t0 = time.Unix(1000, 0)
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
 func TestNewLeaderGrantsTTLMinusUnheard(t *testing.T) {
-	tb := New(at(0), time.Second)
+	tb := NewTable(at(0), time.Second)
 	tb.Load(1, 10*time.Second, 0)
 	tb.Load(2, 10*time.Second, 4*time.Second)
 	tb.Load(3, 10*time.Second, 30*time.Second)
@@ -30,7 +30,7 @@ func TestNewLeaderGrantsTTLMinusUnheard(t *testing.T) {
 }
 
 func TestHeardExtendsAndDueExpires(t *testing.T) {
-	tb := New(at(0), time.Second)
+	tb := NewTable(at(0), time.Second)
 	tb.Add(7, 3*time.Second, at(0))
 	require.Empty(t, tb.Due(at(2*time.Second), time.Second))
 	known, _ := tb.Heard(7, "m1", at(2*time.Second))
@@ -48,7 +48,7 @@ func TestHeardExtendsAndDueExpires(t *testing.T) {
 // table loaded is recorded at its arrival, earlier than one recorded
 // since; neither the deadline nor the last-heard time moves back.
 func TestLateHeldKeepAliveDoesNotMoveBack(t *testing.T) {
-	tb := New(at(0), time.Second)
+	tb := NewTable(at(0), time.Second)
 	tb.Add(7, 3*time.Second, at(0))
 	tb.Heard(7, "m1", at(2*time.Second))
 	tb.Heard(7, "m1", at(time.Second))
@@ -59,7 +59,7 @@ func TestLateHeldKeepAliveDoesNotMoveBack(t *testing.T) {
 }
 
 func TestCreditsOnlyForSilentSessions(t *testing.T) {
-	tb := New(at(0), time.Second)
+	tb := NewTable(at(0), time.Second)
 	tb.Load(1, 3*time.Second, 0) // keeps in touch
 	tb.Load(2, 3*time.Second, 0) // silent
 	for s := time.Duration(0); s <= 6*time.Second; s += 500 * time.Millisecond {
@@ -68,7 +68,7 @@ func TestCreditsOnlyForSilentSessions(t *testing.T) {
 			require.Equal(t, int64(2), c.ID, "a session heard every keep-alive interval is never credited")
 		}
 	}
-	tb2 := New(at(0), time.Second)
+	tb2 := NewTable(at(0), time.Second)
 	tb2.Load(2, 4*time.Second, 0)
 	require.Empty(t, tb2.Credits(at(400*time.Millisecond), 500*time.Millisecond, 0))
 	c := tb2.Credits(at(500*time.Millisecond), 500*time.Millisecond, 0)
@@ -83,7 +83,7 @@ func TestCreditsOnlyForSilentSessions(t *testing.T) {
 	require.Equal(t, []Credit{{ID: 2, Unheard: 1500 * time.Millisecond}}, c)
 
 	// With settle, only time settle ago or earlier is credited.
-	tb3 := New(at(0), time.Second)
+	tb3 := NewTable(at(0), time.Second)
 	tb3.Load(3, 4*time.Second, 0)
 	require.Empty(t, tb3.Credits(at(2*time.Second), 500*time.Millisecond, 2*time.Second))
 	c = tb3.Credits(at(3*time.Second), 500*time.Millisecond, 2*time.Second)

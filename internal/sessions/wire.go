@@ -1,4 +1,4 @@
-package lease
+package sessions
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 const wireVersion byte = 1
 
 // ErrMalformed is returned for a message that does not decode.
-var ErrMalformed = errors.New("lease: malformed message")
+var ErrMalformed = errors.New("coord: malformed session message")
 
 // KeepAlive is one member's batched keep-alive to the leader.
 type KeepAlive struct {

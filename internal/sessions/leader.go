@@ -1,0 +1,412 @@
+package sessions
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// Clock tells the time. The leader's side reads time only through it, so
+// its rules are tested with a clock moved by hand.
+type Clock interface {
+	Now() time.Time
+}
+
+// Cell is what the leader's side needs of its member.
+type Cell interface {
+	// ReadBarrier returns once leadership is confirmed after the call by
+	// a quorum, and the member has applied the read index.
+	ReadBarrier(ctx context.Context) error
+	// Propose replicates cmd and returns its result once applied here.
+	Propose(ctx context.Context, cmd *command.Command) (command.Result, error)
+	// AppliedIndex is the index the member has applied.
+	AppliedIndex() uint64
+	// Sessions lists the sessions in the replicated state.
+	Sessions() ([]Loaded, error)
+	// Ack delivers an acknowledgement to member to (which may be this one).
+	Ack(to string, ack *Ack)
+}
+
+// Loaded is a session as found in the replicated state.
+type Loaded struct {
+	ID      int64
+	TTL     time.Duration
+	Unheard time.Duration // see Table.Load
+}
+
+// LeaderConfig configures one term of the leader's side.
+type LeaderConfig struct {
+	Term            uint64
+	Cell            Cell
+	Clock           Clock
+	ElectionTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// Leader is the leader's side of sessions for one term: it loads the
+// deadline table from the replicated state, answers keep-alives, credits
+// unheard time and expires sessions past their deadline. Every decision
+// it proposes carries its term, so the state machine refuses it once a
+// later leader is elected.
+//
+// Credits and seen marks are proposed by one goroutine, in the order they
+// were decided: a seen mark (unheard time is zero) that reached the log
+// before a credit decided earlier would let that credit undo it after the
+// holder was told its session is safe.
+type Leader struct {
+	cfg    LeaderConfig
+	et     time.Duration
+	life   context.Context // outlives the term: expiries already decided finish
+	ctx    context.Context // ends with the term
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	readyc chan struct{} // closed once the table is loaded
+	wake   chan struct{} // the bookkeeping queue has work
+
+	mu      sync.Mutex // guards what follows
+	stopped bool
+	ready   bool
+	table   *Table
+	queue   []bookkeeping
+}
+
+// bookkeeping is one decision waiting for the proposer: credits, or a seen
+// mark whose result goes to done.
+type bookkeeping struct {
+	credits []command.Credit
+	seen    []int64
+	done    chan bool
+}
+
+// StartLeader begins a term as leader: the table starts empty (sessions
+// created from now on are added by Applied) and is loaded from the
+// replicated state once this leader has applied everything committed
+// before it. life bounds the Leader's goroutines; Stop ends the term.
+func StartLeader(life context.Context, cfg LeaderConfig) *Leader {
+	l := &Leader{
+		cfg:    cfg,
+		et:     cfg.ElectionTimeout,
+		life:   life,
+		readyc: make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+		table:  NewTable(cfg.Clock.Now(), cfg.ElectionTimeout),
+	}
+	l.ctx, l.cancel = context.WithCancel(life)
+	l.wg.Add(2)
+	go l.load()
+	go l.propose()
+	return l
+}
+
+// Term returns the term this Leader serves.
+func (l *Leader) Term() uint64 { return l.cfg.Term }
+
+// Stop ends the term: nothing more is decided or acknowledged. It does
+// not wait; Wait does.
+func (l *Leader) Stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+	l.cancel()
+}
+
+// Wait returns once every goroutine of the Leader has returned.
+func (l *Leader) Wait() { l.wg.Wait() }
+
+// Ready is closed once the table has been loaded.
+func (l *Leader) Ready() <-chan struct{} { return l.readyc }
+
+func (l *Leader) load() {
+	defer l.wg.Done()
+	for l.ctx.Err() == nil {
+		// A read index is served only once an entry of this term has
+		// committed (Raft's own no-op at election), and is at least that
+		// entry's index: once applied here, every entry committed before
+		// the election has been applied too. No entry of ours is needed,
+		// which saves a log write and its round trip.
+		ctx, cancel := context.WithTimeout(l.ctx, 2*l.et)
+		err := l.cfg.Cell.ReadBarrier(ctx)
+		cancel()
+		if err != nil {
+			t := time.NewTimer(l.et / 4)
+			select {
+			case <-l.ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		infos, err := l.cfg.Cell.Sessions()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		if !l.stopped {
+			for _, si := range infos {
+				l.table.Load(si.ID, si.TTL, si.Unheard)
+			}
+			l.ready = true
+			close(l.readyc)
+		}
+		l.mu.Unlock()
+		return
+	}
+}
+
+// Created is a session whose creation was applied.
+type Created struct {
+	ID  int64
+	TTL time.Duration
+}
+
+// Applied records sessions created and ended by an applied batch.
+func (l *Leader) Applied(created []Created, ended []int64) {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range created {
+		l.table.Add(c.ID, c.TTL, now)
+	}
+	for _, id := range ended {
+		l.table.Remove(id)
+	}
+}
+
+// Tick credits unheard time and expires sessions past their deadline.
+func (l *Leader) Tick() {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	if l.stopped || !l.ready {
+		l.mu.Unlock()
+		return
+	}
+	credits := l.table.Credits(now, l.et/2, l.et)
+	due := l.table.Due(now, 2*l.et)
+	if len(credits) > 0 {
+		cs := make([]command.Credit, len(credits))
+		for i, cr := range credits {
+			cs[i] = command.Credit{ID: cr.ID, Nanos: int64(cr.Unheard)}
+		}
+		l.enqueueLocked(bookkeeping{credits: cs})
+	}
+	l.mu.Unlock()
+	for _, x := range due {
+		l.expire(x)
+	}
+}
+
+// enqueueLocked queues a decision for the proposer; l.mu is held, so the
+// queue's order is the order decisions were taken in.
+func (l *Leader) enqueueLocked(b bookkeeping) {
+	l.queue = append(l.queue, b)
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// propose proposes the queued bookkeeping one command at a time, in
+// order, merging neighbours of one kind so that a burst of keep-alives
+// after an election costs one seen mark, not one each.
+func (l *Leader) propose() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.ctx.Done():
+			l.mu.Lock()
+			q := l.queue
+			l.queue = nil
+			l.mu.Unlock()
+			for _, b := range q {
+				if b.done != nil {
+					b.done <- false
+				}
+			}
+			return
+		case <-l.wake:
+		}
+		l.mu.Lock()
+		q := l.queue
+		l.queue = nil
+		l.mu.Unlock()
+		for len(q) > 0 {
+			n := 1
+			for n < len(q) && (q[n].done != nil) == (q[0].done != nil) {
+				n++
+			}
+			l.proposeRun(q[:n])
+			q = q[n:]
+		}
+	}
+}
+
+// proposeRun proposes one run of decisions of one kind as one command. A
+// lost credit is not proposed again: crediting less unheard time only
+// errs toward keeping a session.
+func (l *Leader) proposeRun(run []bookkeeping) {
+	c := &command.Session{Term: l.cfg.Term}
+	kind := command.KindSessionCredit
+	for _, b := range run {
+		c.Credits = append(c.Credits, b.credits...)
+		c.IDs = append(c.IDs, b.seen...)
+	}
+	if run[0].done != nil {
+		kind = command.KindSessionSeen
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, 2*l.et)
+	res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: kind, Session: c})
+	cancel()
+	ok := err == nil && res.Status == command.StatusOK
+	if ok && kind == command.KindSessionSeen {
+		l.mu.Lock()
+		if !l.stopped {
+			for _, id := range c.IDs {
+				l.table.Seen(id)
+			}
+		}
+		l.mu.Unlock()
+	}
+	for _, b := range run {
+		if b.done != nil {
+			b.done <- ok
+		}
+	}
+}
+
+// expire proposes the end of a session whose deadline passed, and logs it
+// once the cell ended it by this decision.
+func (l *Leader) expire(x Expiry) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.life, 2*l.et)
+		defer cancel()
+		res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: command.KindSessionEnd,
+			Session: &command.Session{ID: x.ID, Expired: true, Term: l.cfg.Term}})
+		if err != nil || res.Status != command.StatusOK || res.SessionID != x.ID {
+			return // lost, refused as stale, or ended meanwhile: nothing to report
+		}
+		owner := x.Owner
+		if owner == "" {
+			owner = "unknown (not heard this term)"
+		}
+		l.cfg.Logger.Info("session expired", "session", x.ID, "owner", owner,
+			"last_heard_ago", l.cfg.Clock.Now().Sub(x.LastHeard).Round(time.Millisecond),
+			"ttl", x.TTL, "term", l.cfg.Term)
+	}()
+}
+
+// KeepAlive records a keep-alive at the leader and acknowledges it
+// once that is safe. An ack tells the holder that no leader will expire
+// its sessions before the keep-alive's send time plus TTL. That holds if
+//
+//  1. this member led at some moment after the keep-alive arrived (time
+//     r): then any later leader was elected after r, because a read
+//     index is confirmed by a heartbeat round that a majority answered
+//     after r in this term, and a voter of a later term answers no
+//     heartbeat of this one (read barrier below);
+//  2. the sessions' unheard time in the replicated state is zero, or is
+//     committed as zero (a KindSessionSeen of this term) before the ack:
+//     a later leader grants TTL minus unheard time from its election, and
+//     credits cover only time after the last keep-alive a leader heard,
+//     so that grant ends at or after r + TTL; and
+//  3. no expiry decided before r applies: this leader's own table holds
+//     the session until r + TTL, and a deposed leader's decisions carry
+//     its term and are refused outside it.
+//
+// That is the whole sequence, and its steps run side by side: the read
+// barrier starts as soon as the keep-alive arrives, even before the
+// table has loaded (which itself waits for a read barrier of this term,
+// see StartLeader), and a seen mark, when one is needed, is proposed while
+// the barrier is out. Nothing of it is waited for in turn, so after a
+// leader change the first keep-alive is answered about one heartbeat
+// round after the election's no-op commits. Invariant 6 follows: every
+// session the new leader loads gets TTL (less unheard time that no ack
+// covered) from its election, and only this leader's own table, never a
+// predecessor's, can expire it.
+//
+// A keep-alive that arrives before the table is ready is held, not
+// dropped: its answer goes out once the table is loaded.
+func (l *Leader) KeepAlive(from string, ka *KeepAlive) {
+	arrived := l.cfg.Clock.Now()
+	l.wg.Add(2)
+	barrier := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(l.ctx, 2*l.et)
+	go func() {
+		defer l.wg.Done()
+		barrier <- l.cfg.Cell.ReadBarrier(ctx)
+	}()
+	go func() {
+		defer l.wg.Done()
+		defer cancel()
+		select {
+		case <-l.readyc:
+		case <-ctx.Done():
+			return
+		}
+		alive, gone, seen, ok := l.classify(from, ka, arrived)
+		if !ok {
+			return
+		}
+		if seen != nil {
+			select {
+			case ok := <-seen.done:
+				if ok {
+					alive = append(alive, seen.seen...)
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := <-barrier; err != nil {
+			return
+		}
+		l.mu.Lock()
+		stopped := l.stopped
+		l.mu.Unlock()
+		if stopped {
+			return
+		}
+		l.cfg.Cell.Ack(from, &Ack{Seq: ka.Seq, Alive: alive, Gone: gone})
+	}()
+}
+
+// classify records a keep-alive that arrived at arrived in the loaded
+// table, and sorts its sessions: alive, gone (ended in the cell), or
+// needing a seen mark first, which it queues (in the same critical
+// section as the decision, so after any credit decided before it). ok is
+// false once the term has ended.
+func (l *Leader) classify(from string, ka *KeepAlive, arrived time.Time) (alive, gone []int64, seen *bookkeeping, ok bool) {
+	// A session's ID is the index of its creation, and Applied adds it to
+	// the table before the applied index moves past it: read the index
+	// first, so an unknown session at or below it has certainly ended
+	// (this leader may apply a creation later than the holder's member).
+	applied := l.cfg.Cell.AppliedIndex()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return nil, nil, nil, false
+	}
+	var marks []int64
+	for _, id := range ka.IDs {
+		known, needsSeen := l.table.Heard(id, from, arrived)
+		switch {
+		case !known && uint64(id) <= applied:
+			gone = append(gone, id)
+		case !known:
+			// Not applied here yet: neither alive nor gone.
+		case needsSeen:
+			marks = append(marks, id)
+		default:
+			alive = append(alive, id)
+		}
+	}
+	if len(marks) > 0 {
+		seen = &bookkeeping{seen: marks, done: make(chan bool, 1)}
+		l.enqueueLocked(*seen)
+	}
+	return alive, gone, seen, true
+}
