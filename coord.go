@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -226,11 +227,20 @@ func (n *Node) Status() Status {
 	if rs.Leader != 0 {
 		st.Leader, _ = n.raft.MemberName(rs.Leader)
 	}
-	if ms, err := n.members(); err == nil {
-		for _, m := range ms {
-			st.Members = append(st.Members, m.Name)
+	// Status is polled often (coordtest waits on it every few ms): it reads
+	// only memory, the applied membership and raftnode's address book,
+	// never storage.
+	cs := n.sm.ConfState()
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners()} {
+		for _, id := range ids {
+			name, ok := n.raft.MemberName(id)
+			if !ok {
+				name = fmt.Sprintf("%016x", id) // as Members names an unknown ID
+			}
+			st.Members = append(st.Members, name)
 		}
 	}
+	slices.Sort(st.Members)
 	return st
 }
 
