@@ -9,7 +9,11 @@
 //	n, err := coord.Open(ctx, coord.Config{
 //		Name:    "a",
 //		Addr:    "10.0.0.1:7001",
-//		Peers:   []coord.Peer{{"a", "10.0.0.1:7001"}, {"b", "10.0.0.2:7001"}, {"c", "10.0.0.3:7001"}},
+//		Peers:   []coord.Peer{
+//			{Name: "a", Addr: "10.0.0.1:7001"},
+//			{Name: "b", Addr: "10.0.0.2:7001"},
+//			{Name: "c", Addr: "10.0.0.3:7001"},
+//		},
 //		DataDir: "/var/lib/myservice/coord",
 //	})
 //	defer n.Close()
