@@ -116,6 +116,12 @@ type Config struct {
 	// Disk is the in-memory disk used when DataDir is "". nil = a fresh
 	// one. Tests keep it to restart a member on what it had synced.
 	Disk *storage.MemDisk
+
+	// Gossip, when set, lets members find each other by gossip
+	// (hashicorp/memberlist) instead of static Peers, found the cell
+	// themselves (BootstrapExpect) and keep it in shape (autopilot). See
+	// GossipConfig; nil = static Peers and manual membership.
+	Gossip *GossipConfig
 }
 
 func (c *Config) validate() error {

@@ -24,6 +24,14 @@ type Member struct {
 	// Learner members replicate the log and serve reads and watches but
 	// do not vote or count for commits.
 	Learner bool
+	// Zone is the member's failure domain, as it gossips it.
+	Zone string
+	// Role is MemberVoter, MemberLearner or MemberStandby (a learner that
+	// may vote, kept in reserve by the autopilot).
+	Role string
+	// Health is how gossip sees the member: GossipAlive, GossipFailed,
+	// GossipLeft, or GossipUnknown (not gossiping, or no gossip here).
+	Health string
 }
 
 // catchUpEntries is how close to the leader's log a learner must be to be
@@ -35,7 +43,8 @@ func (n *Node) Members(ctx context.Context) ([]Member, error) {
 	if err := n.raft.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
-	return n.members()
+	ms, err := n.members()
+	return n.decorate(ms), err
 }
 
 // members returns the members as this member has applied them.

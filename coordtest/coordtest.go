@@ -26,8 +26,10 @@ import (
 	"time"
 
 	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/internal/gossip"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
+	"github.com/hashicorp/memberlist"
 )
 
 // Option configures a Cluster.
@@ -39,6 +41,18 @@ type options struct {
 	configure func(i int, cfg *coord.Config)
 	logger    *slog.Logger
 	timeout   time.Duration
+	gossip    bool
+}
+
+// WithGossip makes the members find each other by gossip over an
+// in-memory network instead of static peers: none is given the others'
+// Raft addresses, each gossips with the members started before it, the
+// first min(n, 3) to agree found the cell (BootstrapExpect) and the
+// autopilot adds, promotes and replaces the rest. Timings are fast for
+// tests: stabilization 1s, dead threshold 2s, autopilot every 100ms.
+// Adjust cfg.Gossip with WithConfig.
+func WithGossip() Option {
+	return func(o *options) { o.gossip = true }
 }
 
 // WithSeed fixes the seed of the network's faults and of crash outcomes,
@@ -68,6 +82,7 @@ type Cluster struct {
 	t    testing.TB
 	opts options
 	net  *transport.Network
+	gnet *gossip.MemNetwork
 	rng  *rand.Rand
 
 	mu      sync.Mutex
@@ -76,6 +91,8 @@ type Cluster struct {
 	disks   []*storage.MemDisk
 	trs     []transport.Transport
 	configs []coord.Config
+	gtrs    []memberlist.Transport
+	gaddrs  []string
 }
 
 // NewCluster starts an n-member cell and registers its cleanup with t.
@@ -95,6 +112,7 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		t:    t,
 		opts: o,
 		net:  transport.NewNetwork(o.seed),
+		gnet: gossip.NewMemNetwork(),
 		rng:  rand.New(rand.NewPCG(uint64(o.seed), 0x636f6f7264)),
 	}
 	peers := make([]coord.Peer, n)
@@ -107,6 +125,8 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	c.disks = make([]*storage.MemDisk, n)
 	c.trs = make([]transport.Transport, n)
 	c.configs = make([]coord.Config, n)
+	c.gtrs = make([]memberlist.Transport, n)
+	c.gaddrs = make([]string, n)
 	for i := range n {
 		cfg := coord.Config{
 			Name:           c.names[i],
@@ -116,6 +136,17 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			HeartbeatTicks: 2,
 			Logger:         o.logger,
 		}
+		if o.gossip {
+			cfg.Peers, cfg.Addr = nil, c.names[i]
+			cfg.Gossip = &coord.GossipConfig{
+				BootstrapExpect: min(n, 3),
+				ProbeInterval:   200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond,
+				GossipInterval: 20 * time.Millisecond,
+				Autopilot: coord.AutopilotConfig{
+					Stabilization: time.Second, DeadThreshold: 2 * time.Second, Interval: 100 * time.Millisecond,
+				},
+			}
+		}
 		if o.configure != nil {
 			o.configure(i, &cfg)
 		}
@@ -123,28 +154,102 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		c.disks[i] = storage.NewMemDisk()
 	}
 	t.Cleanup(c.close)
+	if !o.gossip {
+		for i := range n {
+			c.start(i)
+		}
+		return c
+	}
+	// Gossiping members wait in Open to found or join the cell: start
+	// them together, each with the gossip addresses of those before it.
+	var wg sync.WaitGroup
+	errs := make([]error, n)
 	for i := range n {
-		c.start(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.open(i)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("coordtest: open member %s: %v (seed %d)", c.names[i], err, o.seed)
+		}
 	}
 	return c
 }
 
+// gossipEndpoint gives member i a fresh gossip endpoint whose seeds are
+// the other members' current gossip addresses.
+func (c *Cluster) gossipEndpoint(i int, cfg *coord.Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tr, addr := c.gnet.Endpoint(cfg.Name)
+	g := *cfg.Gossip
+	g.Transport = tr
+	g.Seeds = nil
+	for j, a := range c.gaddrs {
+		if j != i && a != "" {
+			g.Seeds = append(g.Seeds, a)
+		}
+	}
+	c.gtrs[i], c.gaddrs[i] = tr, addr
+	cfg.Gossip = &g
+}
+
 func (c *Cluster) start(i int) {
 	c.t.Helper()
+	if err := c.open(i); err != nil {
+		c.t.Fatalf("coordtest: open member %s: %v (seed %d)", c.Name(i), err, c.opts.seed)
+	}
+}
+
+func (c *Cluster) open(i int) error {
 	c.mu.Lock()
 	cfg := c.configs[i]
 	cfg.Disk = c.disks[i]
 	c.mu.Unlock()
+	if cfg.Gossip != nil && cfg.Gossip.Transport == nil {
+		c.gossipEndpoint(i, &cfg)
+	}
 	tr := c.net.Join(cfg.Name)
 	cfg.Transport = tr
-	node, err := coord.Open(context.Background(), cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*c.opts.timeout)
+	defer cancel()
+	node, err := coord.Open(ctx, cfg)
 	if err != nil {
 		tr.Close()
-		c.t.Fatalf("coordtest: open member %s: %v (seed %d)", cfg.Name, err, c.opts.seed)
+		return err
 	}
 	c.mu.Lock()
 	c.nodes[i], c.trs[i] = node, tr
 	c.mu.Unlock()
+	return nil
+}
+
+// StartGossiping starts a new member named name that finds the cell by
+// gossip and is added by the autopilot; it returns its index. The
+// cluster must have been made WithGossip.
+func (c *Cluster) StartGossiping(name string) int {
+	c.t.Helper()
+	c.mu.Lock()
+	cfg := c.configs[0]
+	cfg.Name, cfg.Addr, cfg.Peers = name, name, nil
+	if c.opts.configure != nil {
+		c.opts.configure(len(c.names), &cfg)
+	}
+	i := len(c.names)
+	c.names = append(c.names, name)
+	c.nodes = append(c.nodes, nil)
+	c.disks = append(c.disks, storage.NewMemDisk())
+	c.trs = append(c.trs, nil)
+	c.configs = append(c.configs, cfg)
+	c.gtrs = append(c.gtrs, nil)
+	c.gaddrs = append(c.gaddrs, "")
+	c.mu.Unlock()
+	c.start(i)
+	return i
 }
 
 // Join starts a new member named name that joins the running cell (with
@@ -169,6 +274,8 @@ func (c *Cluster) Join(name string) int {
 	c.disks = append(c.disks, storage.NewMemDisk())
 	c.trs = append(c.trs, nil)
 	c.configs = append(c.configs, cfg)
+	c.gtrs = append(c.gtrs, nil)
+	c.gaddrs = append(c.gaddrs, "")
 	c.mu.Unlock()
 	c.start(i)
 	return i
@@ -265,13 +372,26 @@ func (c *Cluster) Partition(groups ...[]int) {
 		}
 	}
 	c.net.Partition(named...)
+	c.gnet.Partition(named...)
 }
 
 // Isolate cuts member i off from every other member.
-func (c *Cluster) Isolate(i int) { c.net.Isolate(c.Name(i)) }
+func (c *Cluster) Isolate(i int) {
+	c.net.Isolate(c.Name(i))
+	var rest []string
+	for j := range c.Size() {
+		if j != i {
+			rest = append(rest, c.Name(j))
+		}
+	}
+	c.gnet.Partition(rest)
+}
 
 // Heal removes every partition and isolation (drop and delay settings stay).
-func (c *Cluster) Heal() { c.net.Heal() }
+func (c *Cluster) Heal() {
+	c.net.Heal()
+	c.gnet.Heal()
+}
 
 // SetDropRate makes the network lose each message with probability p.
 func (c *Cluster) SetDropRate(p float64) { c.net.SetDropRate(p) }
@@ -286,11 +406,15 @@ func (c *Cluster) SetDelay(min, max time.Duration) { c.net.SetDelay(min, max) }
 func (c *Cluster) Crash(i int) {
 	c.t.Helper()
 	c.mu.Lock()
-	node, tr := c.nodes[i], c.trs[i]
+	node, tr, gtr := c.nodes[i], c.trs[i], c.gtrs[i]
 	c.nodes[i] = nil
+	c.gtrs[i], c.gaddrs[i] = nil, ""
 	c.mu.Unlock()
 	if node == nil {
 		c.t.Fatalf("coordtest: member %s is already crashed", c.Name(i))
+	}
+	if gtr != nil {
+		gtr.Shutdown() // silent from now on: the others see it fail, not leave
 	}
 	// Cutting the transport first means nothing leaves the member after
 	// the instant of the crash; the member stops on its closed transport.

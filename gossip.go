@@ -1,0 +1,422 @@
+package coord
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/gossip"
+	"github.com/coordcell/coord/raftnode"
+	"github.com/coordcell/coord/storage"
+	"github.com/hashicorp/memberlist"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// GossipConfig lets the cell find its members by gossip
+// (hashicorp/memberlist) and shape itself: with it, a member needs no
+// static Peers, only the address of any other member to gossip with.
+type GossipConfig struct {
+	// BindAddr is the UDP and TCP address to gossip on, e.g.
+	// "0.0.0.0:7946". Required unless Transport is set.
+	BindAddr string
+	// AdvertiseAddr is the gossip address the others reach this member
+	// at, when it differs from BindAddr (NAT, 0.0.0.0).
+	AdvertiseAddr string
+	// Seeds are gossip addresses of (some) other members, tried with
+	// backoff until one answers. A member with none waits to be found.
+	Seeds []string
+	// Keys encrypt gossip (16, 24 or 32 bytes each, AES-GCM); the first
+	// encrypts, all decrypt, so keys rotate without a restart (see
+	// Node.GossipKeyring). None = plaintext gossip: set keys unless the
+	// gossip port is reachable by members only.
+	Keys [][]byte
+	// Zone is this member's failure domain (rack, availability zone).
+	// Autopilot spreads voters so that, with 3 zones or more, no zone
+	// holds a majority of them.
+	Zone string
+	// NoVote keeps this member a learner (standby) for good.
+	NoVote bool
+	// BootstrapExpect, on a member with no state, founds a new cell
+	// once this many members that may vote, with the same
+	// BootstrapExpect, see each other in gossip and none sees an existing
+	// cell; exactly that many found it, the rest join it. 0 = never
+	// found a cell, only join one found in gossip (or use Peers).
+	BootstrapExpect int
+	// Transport carries gossip instead of UDP and TCP (coordtest's
+	// in-memory network).
+	Transport memberlist.Transport
+	// ProbeInterval is how often a member probes another (default 1s);
+	// ProbeTimeout how long it waits for the answer (default 500ms);
+	// GossipInterval how often it gossips (default 200ms).
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	GossipInterval time.Duration
+	// Autopilot reshapes the cell from the leader.
+	Autopilot AutopilotConfig
+}
+
+// AutopilotConfig tunes the autopilot, which runs on the leader and
+// makes one membership change at a time. The defaults are Consul's.
+type AutopilotConfig struct {
+	// Disabled turns it off: membership stays manual (AddLearner,
+	// Promote, RemoveMember).
+	Disabled bool
+	// Voters is the target voter count: 0 = 3, or 5 once at least 5
+	// members may vote.
+	Voters int
+	// Stabilization is how long a learner stays healthy (alive, heard
+	// from, caught up) before it is promoted. Default 10s.
+	Stabilization time.Duration
+	// DeadThreshold is how long a voter must be failed in gossip and
+	// unheard by Raft before it is replaced and removed. Default 10s.
+	DeadThreshold time.Duration
+	// Interval is how often the leader reconsiders. Default 1s.
+	Interval time.Duration
+}
+
+// AutopilotDecision is the autopilot's last decision and why.
+type AutopilotDecision struct {
+	Action string // none, add-learner, promote, demote, remove
+	Member string
+	Reason string
+	At     time.Time
+	Err    string // the change failed, when set
+}
+
+// A member's health as gossip sees it (Member.Health).
+const (
+	GossipAlive   = "alive"
+	GossipFailed  = "failed"
+	GossipLeft    = "left"
+	GossipUnknown = "unknown"
+)
+
+// Member roles, as Members reports them.
+const (
+	MemberVoter   = "voter"
+	MemberLearner = "learner" // catching up, or never to vote
+	MemberStandby = "standby" // caught up and may vote, not needed as a voter now
+)
+
+// gossiper is a member's gossip and autopilot.
+type gossiper struct {
+	cfg  GossipConfig
+	g    *gossip.Gossip
+	log  *slog.Logger
+	self uint64
+
+	mu       sync.Mutex
+	meta     gossip.Meta
+	lastMeta map[uint64]gossip.Meta // by Raft ID, kept after a member fails
+	unknown  map[uint64]time.Time   // since when a configured member is not in gossip
+	decision AutopilotDecision
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// gossipRaftID is the Raft ID of a member that gossip brings in: its
+// name and its data directory's incarnation, so a member that comes back
+// with a new directory under a removed name is a new member.
+func gossipRaftID(name string, incarnation uint64) uint64 {
+	h := sha256.Sum256(binary.BigEndian.AppendUint64([]byte("coord member v1\x00"+name+"\x00"), incarnation))
+	if id := binary.BigEndian.Uint64(h[:8]); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// prepareMember readies the store as prepareStore does; with gossip it
+// starts gossiping and, on a member with no state, waits (bounded by
+// ctx) until it founds a cell or finds one to join. It returns the Raft
+// ID to run with (0 = derived from the name).
+func prepareMember(ctx context.Context, store *storage.Store, cfg *Config) (storage.Identity, map[uint64]storage.MemberInfo, uint64, *gossiper, error) {
+	if cfg.Gossip == nil {
+		ident, members, err := prepareStore(store, cfg)
+		return ident, members, 0, nil, err
+	}
+	gc := *cfg.Gossip
+	if gc.Transport == nil && gc.BindAddr == "" {
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: Gossip.BindAddr is required", ErrInvalidConfig)
+	}
+	if len(cfg.Peers) > 0 || cfg.Join {
+		// Static founding or joining; gossip finds addresses and runs
+		// the autopilot.
+		ident, members, err := prepareStore(store, cfg)
+		if err != nil {
+			return ident, nil, 0, nil, err
+		}
+		return startGossiper(ctx, store, cfg, ident, members, raftIDOf(members, cfg.Name, 0))
+	}
+	ident, ok, err := store.Identity()
+	if err != nil {
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	if ok && ident.Name != cfg.Name {
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: the data directory belongs to member %q, not %q",
+			ErrInvalidConfig, ident.Name, cfg.Name)
+	}
+	if !ok {
+		if ident, err = store.SaveIdentity(storage.Identity{Name: cfg.Name}); err != nil {
+			return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		}
+	}
+	members := map[uint64]storage.MemberInfo{}
+	known, err := store.StateMachine().Members()
+	if err != nil {
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	for _, m := range known {
+		members[m.ID] = m
+	}
+	return startGossiper(ctx, store, cfg, ident, members, raftIDOf(members, cfg.Name, gossipRaftID(cfg.Name, ident.Incarnation)))
+}
+
+// raftIDOf is the ID the cell knows name by, else def.
+func raftIDOf(members map[uint64]storage.MemberInfo, name string, def uint64) uint64 {
+	for id, m := range members {
+		if m.Name == name {
+			return id
+		}
+	}
+	return def
+}
+
+func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident storage.Identity,
+	members map[uint64]storage.MemberInfo, self uint64) (storage.Identity, map[uint64]storage.MemberInfo, uint64, *gossiper, error) {
+	gc := *cfg.Gossip
+	gs := &gossiper{
+		cfg: gc, log: cfg.Logger.With("member", cfg.Name), self: self,
+		lastMeta: map[uint64]gossip.Meta{}, unknown: map[uint64]time.Time{}, stop: make(chan struct{}),
+		decision: AutopilotDecision{Action: "none", Reason: "not leading"},
+	}
+	self0 := self
+	if self0 == 0 {
+		self0 = raftnode.IDFromName(cfg.Name)
+	}
+	gs.self = self0
+	gs.meta = gossip.Meta{
+		Cell: ident.CellID, ID: self0, Incarnation: ident.Incarnation, Addr: cfg.Addr,
+		Zone: gc.Zone, NoVote: gc.NoVote, Expect: gc.BootstrapExpect,
+	}
+	g, err := gossip.Start(gossip.Config{
+		Name: cfg.Name, BindAddr: gc.BindAddr, AdvertiseAddr: gc.AdvertiseAddr, Transport: gc.Transport,
+		Seeds: gc.Seeds, Keys: gc.Keys, Meta: gs.meta, Logger: gs.log,
+		ProbeInterval: gc.ProbeInterval, ProbeTimeout: gc.ProbeTimeout, GossipInterval: gc.GossipInterval,
+	})
+	if err != nil {
+		return ident, nil, 0, nil, fmt.Errorf("%w: %w", ErrListen, err)
+	}
+	gs.g = g
+	if !store.IsNew() || len(members) > 0 && cfg.Join {
+		return ident, members, self, gs, nil
+	}
+	if len(cfg.Peers) > 0 {
+		return ident, members, self, gs, nil
+	}
+	ident, members, err = gs.formOrJoin(ctx, store, cfg, ident)
+	if err != nil {
+		g.Close()
+		return ident, nil, 0, nil, err
+	}
+	return ident, members, self0, gs, nil
+}
+
+// formOrJoin waits until this new member either sees a cell in gossip
+// (and joins it) or founds one with BootstrapExpect members.
+//
+// Founding is two-step, so that members with different views never
+// found two cells from the same members: once the view of the members
+// waiting to found has not changed for a settling time, a member votes,
+// for good, for the BootstrapExpect lowest names among them (if it is
+// one of them); it founds when every member of that set has voted for
+// the same set.
+func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *Config, ident storage.Identity) (storage.Identity, map[uint64]storage.MemberInfo, error) {
+	expect := gs.cfg.BootstrapExpect
+	settle := max(gs.cfg.ProbeInterval, 2*gs.cfg.GossipInterval)
+	if settle == 0 {
+		settle = time.Second
+	}
+	var lastView string
+	viewSince := time.Now()
+	var vote []gossip.Member
+	for {
+		changed := gs.g.Changed()
+		ms := gs.g.Members()
+		// A founder that has seen everyone's vote founds, even if another
+		// founder was quicker to say the cell exists.
+		if vote != nil && gs.agreed(vote, ms) {
+			return gs.found(store, cfg, ident, vote)
+		}
+		// An existing cell wins.
+		for _, m := range ms {
+			if m.Name != cfg.Name && m.State == gossip.StateAlive && !m.BadMeta && m.Meta.Cell != 0 {
+				return gs.join(cfg, ident, m.Meta.Cell, ms)
+			}
+		}
+		if expect > 0 && !gs.cfg.NoVote {
+			var waiting []gossip.Member
+			for _, m := range ms {
+				if m.State == gossip.StateAlive && !m.BadMeta && m.Meta.Cell == 0 && m.Meta.Expect == expect && !m.Meta.NoVote {
+					waiting = append(waiting, m)
+				}
+			}
+			view := ""
+			for _, m := range waiting {
+				view += m.Name + "\x00"
+			}
+			if view != lastView {
+				lastView, viewSince = view, time.Now()
+			}
+			if vote == nil && len(waiting) >= expect && time.Since(viewSince) >= settle {
+				set := waiting[:expect]
+				if slices.ContainsFunc(set, func(m gossip.Member) bool { return m.Name == cfg.Name }) {
+					vote = slices.Clone(set)
+					gs.setMeta(func(m *gossip.Meta) { m.Vote = voteDigest(vote) })
+					gs.log.Info("bootstrap: voted to found the cell", "founders", names(vote))
+				}
+			}
+			if vote != nil && gs.agreed(vote, ms) {
+				return gs.found(store, cfg, ident, vote)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ident, nil, fmt.Errorf("%w: waiting to found or join a cell: %w", ErrNoQuorum, ctx.Err())
+		case <-changed:
+		case <-time.After(settle / 4):
+		}
+	}
+}
+
+func names(ms []gossip.Member) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Name
+	}
+	return out
+}
+
+func voteDigest(set []gossip.Member) uint64 {
+	h := sha256.New()
+	for _, m := range set {
+		h.Write([]byte(m.Name))
+		h.Write(binary.BigEndian.AppendUint64(nil, m.Meta.Incarnation))
+	}
+	if d := binary.BigEndian.Uint64(h.Sum(nil)); d != 0 {
+		return d
+	}
+	return 1
+}
+
+// agreed reports whether every member of set, alive, votes for it.
+func (gs *gossiper) agreed(set []gossip.Member, ms []gossip.Member) bool {
+	want := voteDigest(set)
+	for _, s := range set {
+		i := slices.IndexFunc(ms, func(m gossip.Member) bool { return m.Name == s.Name })
+		if i < 0 || ms[i].State != gossip.StateAlive || ms[i].Meta.Vote != want {
+			return false
+		}
+	}
+	return true
+}
+
+func (gs *gossiper) found(store *storage.Store, cfg *Config, ident storage.Identity, set []gossip.Member) (storage.Identity, map[uint64]storage.MemberInfo, error) {
+	cs := &pb.ConfState{}
+	members := map[uint64]storage.MemberInfo{}
+	var book []storage.MemberInfo
+	h := sha256.New()
+	h.Write([]byte("coord gossip cell v1\x00" + cfg.CellName))
+	for _, m := range set {
+		info := storage.MemberInfo{ID: m.Meta.ID, Name: m.Name, Addr: m.Meta.Addr}
+		members[info.ID] = info
+		book = append(book, info)
+		cs.Voters = append(cs.Voters, info.ID)
+		h.Write([]byte{0})
+		h.Write([]byte(m.Name))
+		h.Write(binary.BigEndian.AppendUint64(nil, m.Meta.Incarnation))
+	}
+	cell := binary.BigEndian.Uint64(h.Sum(nil)) | 1
+	ident.CellID = cell
+	var err error
+	if ident, err = store.SaveIdentity(ident); err != nil {
+		return ident, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	if err := store.Bootstrap(cs, book); err != nil {
+		return ident, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	// The vote stays: a founder slower to see the votes still finds them.
+	gs.setMeta(func(m *gossip.Meta) { m.Cell = cell })
+	gs.log.Info("bootstrap: founded the cell", "cell", fmt.Sprintf("%016x", cell), "founders", names(set))
+	return ident, members, nil
+}
+
+// join starts this member as a learner-to-be of cell: it reaches the
+// cell's members gossip knows, and the leader's autopilot adds it.
+func (gs *gossiper) join(cfg *Config, ident storage.Identity, cell uint64, ms []gossip.Member) (storage.Identity, map[uint64]storage.MemberInfo, error) {
+	members := map[uint64]storage.MemberInfo{}
+	for _, m := range ms {
+		if m.Name != cfg.Name && m.State == gossip.StateAlive && m.Meta.Cell == cell && m.Meta.ID != 0 {
+			members[m.Meta.ID] = storage.MemberInfo{ID: m.Meta.ID, Name: m.Name, Addr: m.Meta.Addr}
+		}
+	}
+	gs.setMeta(func(m *gossip.Meta) { m.Cell, m.Vote = cell, 0 })
+	gs.log.Info("bootstrap: joining the cell found in gossip", "cell", fmt.Sprintf("%016x", cell), "members", len(members))
+	return ident, members, nil
+}
+
+func (gs *gossiper) setMeta(f func(*gossip.Meta)) {
+	gs.mu.Lock()
+	f(&gs.meta)
+	m := gs.meta
+	gs.mu.Unlock()
+	if err := gs.g.SetMeta(m); err != nil {
+		gs.log.Warn("gossip: could not update metadata", "err", err)
+	}
+}
+
+// leave tells the others this member leaves for good (Close).
+func (gs *gossiper) leave() {
+	if gs == nil {
+		return
+	}
+	gs.closeLoop()
+	drain := 3 * max(gs.cfg.GossipInterval, 20*time.Millisecond)
+	if err := gs.g.Leave(time.Second, drain); err != nil {
+		gs.log.Debug("gossip: leave", "err", err)
+	}
+}
+
+func (gs *gossiper) closeLoop() {
+	select {
+	case <-gs.stop:
+	default:
+		close(gs.stop)
+	}
+	gs.wg.Wait()
+}
+
+func (gs *gossiper) close() {
+	if gs == nil {
+		return
+	}
+	gs.closeLoop()
+	gs.g.Close()
+}
+
+var errNoGossip = errors.New("coord: this member does not gossip")
+
+// GossipKeyring returns the gossip keyring, to rotate keys on every
+// member: InstallKey(new), then UseKey(new), then RemoveKey(old).
+func (n *Node) GossipKeyring() (*memberlist.Keyring, error) {
+	if n.gossip == nil || n.gossip.g.Keyring() == nil {
+		return nil, errNoGossip
+	}
+	return n.gossip.g.Keyring(), nil
+}
