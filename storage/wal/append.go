@@ -225,7 +225,7 @@ func (l *Log) create(seq uint64) error {
 	if err != nil {
 		return fmt.Errorf("wal: create %s: %w", name, err)
 	}
-	if err := f.Preallocate(0, l.segMax); err != nil {
+	if err := l.fill(f); err != nil {
 		f.Close()
 		return fmt.Errorf("wal: preallocate %s: %w", name, err)
 	}
@@ -240,7 +240,7 @@ func (l *Log) create(seq uint64) error {
 		return err
 	}
 	b := fr.finish(seq)
-	if _, err := f.Write(b); err == nil {
+	if _, err := f.WriteAt(b, 0); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -297,4 +297,23 @@ func (l *Log) remove(segs []*segment) error {
 
 func emptyHardState(hs *pb.HardState) bool {
 	return hs.GetTerm() == 0 && hs.GetVote() == 0 && hs.GetCommit() == 0
+}
+
+// fill writes the new segment's zeros. Space that is only reserved
+// (fallocate) is marked unwritten, and the first write to each block
+// turns that mark into a journaled metadata change which every fdatasync
+// then waits for; blocks already written are overwritten in place, so a
+// sync is the data alone. The header is written over the first zeros.
+func (l *Log) fill(f vfs.File) error {
+	if err := f.Preallocate(0, l.segMax); err != nil {
+		return err
+	}
+	zeros := make([]byte, min(l.segMax, 1<<20))
+	for off := int64(0); off < l.segMax; off += int64(len(zeros)) {
+		clear(zeros) // a file may scribble on what it was given to write
+		if _, err := f.Write(zeros[:min(int64(len(zeros)), l.segMax-off)]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

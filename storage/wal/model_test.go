@@ -262,7 +262,7 @@ func TestCrashKeepsWhatWasSynced(t *testing.T) {
 }
 
 func TestEntriesSizeLimit(t *testing.T) {
-	l := openMem(t, vfs.NewMem(), 0)
+	l := openMem(t, vfs.NewMem(), 1<<20)
 	defer l.Close()
 	var ents []*pb.Entry
 	for i := range 10 {
