@@ -3,12 +3,17 @@ package coord_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/coordtest"
+	"github.com/coordcell/coord/storage"
+	"github.com/coordcell/coord/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,13 +87,91 @@ func TestQuotaRefusesGrowthButAllowsDeletes(t *testing.T) {
 func TestOpenRejectsBadConfig(t *testing.T) {
 	ctx := context.Background()
 	for name, cfg := range map[string]coord.Config{
-		"no name":            {},
-		"self not in peers":  {Name: "a", Peers: []coord.Peer{{Name: "b", Addr: "127.0.0.1:1"}}},
-		"duplicate peer":     {Name: "a", Peers: []coord.Peer{{Name: "a", Addr: "x"}, {Name: "a", Addr: "y"}}},
-		"no address":         {Name: "a"},
-		"election too short": {Name: "a", Addr: "127.0.0.1:0", ElectionTicks: 1, HeartbeatTicks: 1},
+		"no name":                {},
+		"self not in peers":      {Name: "a", Peers: []coord.Peer{{Name: "b", Addr: "127.0.0.1:1"}}},
+		"duplicate peer":         {Name: "a", Peers: []coord.Peer{{Name: "a", Addr: "x"}, {Name: "a", Addr: "y"}}},
+		"no address":             {Name: "a"},
+		"election too short":     {Name: "a", Addr: "127.0.0.1:0", ElectionTicks: 1, HeartbeatTicks: 1},
+		"duplicate address":      {Name: "a", Peers: []coord.Peer{{Name: "a", Addr: "127.0.0.1:7001"}, {Name: "b", Addr: "127.0.0.1:7001"}}},
+		"unparsable address":     {Name: "a", Peers: []coord.Peer{{Name: "a", Addr: "127.0.0.1:7001"}, {Name: "b", Addr: "nowhere"}}},
+		"port out of range":      {Name: "a", Addr: "127.0.0.1:70000"},
+		"addr is not self":       {Name: "a", Addr: "127.0.0.1:7002", Peers: []coord.Peer{{Name: "a", Addr: "127.0.0.1:7001"}}},
+		"tick in nanoseconds":    {Name: "a", Addr: "127.0.0.1:0", TickInterval: 100},
+		"txn cannot fit a frame": {Name: "a", Addr: "127.0.0.1:0", MaxValueSize: 1 << 20, MaxTxnOps: 128},
+		"frame too small":        {Name: "a", Addr: "127.0.0.1:0", MaxFrameSize: 1 << 10},
+		"short secret":           {Name: "a", Addr: "127.0.0.1:0", Secret: []byte("password")},
+		"secret and tls":         {Name: "a", Addr: "127.0.0.1:0", Secret: make([]byte, 32), TLS: &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert}},
+		"tls not mutual":         {Name: "a", Addr: "127.0.0.1:0", TLS: &tls.Config{}},
+		"join with nobody":       {Name: "a", Addr: "127.0.0.1:0", Join: true},
 	} {
 		_, err := coord.Open(ctx, cfg)
 		require.ErrorIs(t, err, coord.ErrInvalidConfig, name)
 	}
+}
+
+// Every error from Open wraps a sentinel: a port in use is ErrListen.
+func TestOpenErrorsWrapSentinels(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = coord.Open(context.Background(), coord.Config{Name: "a", Addr: l.Addr().String()})
+	require.ErrorIs(t, err, coord.ErrListen)
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+}
+
+// Requests that could never work are refused before they start, and a
+// closed member answers ErrClosed, serializable reads included.
+func TestBadRequestsAndClosedMember(t *testing.T) {
+	c := coordtest.NewCluster(t, 1)
+	ctx := ctxT(t, 20*time.Second)
+	n := c.Node(0)
+	w := n.Watch(ctx, "k", coord.FromRev(-5))
+	for range w.Events() {
+	}
+	require.ErrorIs(t, w.Err(), coord.ErrInvalidArgument)
+	require.ErrorIs(t, n.AddLearner(ctx, "d", ""), coord.ErrInvalidConfig)
+	_, err := n.Put(ctx, "k", []byte("v"))
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	_, err = n.Get(ctx, "k", coord.Serializable())
+	require.ErrorIs(t, err, coord.ErrClosed)
+	_, _, err = n.List(ctx, "", coord.Serializable())
+	require.ErrorIs(t, err, coord.ErrClosed)
+}
+
+// A member that joined restarts without Join: its data directory knows
+// its cell, and its peer list need not name it.
+func TestJoinedMemberRestartsWithoutJoin(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	network := transport.NewNetwork(1)
+	defer network.Close()
+	fast := func(cfg coord.Config) coord.Config {
+		cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = 10*time.Millisecond, 20, 2
+		return cfg
+	}
+	a, err := coord.Open(ctx, fast(coord.Config{Name: "a", Transport: network.Join("a"), Peers: []coord.Peer{{Name: "a", Addr: "a"}}}))
+	require.NoError(t, err)
+	defer a.Close()
+	_, err = a.Put(ctx, "k", []byte("1"))
+	require.NoError(t, err)
+	require.NoError(t, a.AddLearner(ctx, "b", "b"))
+	disk := storage.NewMemDisk()
+	b, err := coord.Open(ctx, fast(coord.Config{Name: "b", Transport: network.Join("b"), Disk: disk, Join: true,
+		Peers: []coord.Peer{{Name: "a", Addr: "a"}}}))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		kv, err := b.Get(ctx, "k", coord.Serializable())
+		return err == nil && string(kv.Value) == "1"
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, b.Close())
+	_, err = a.Put(ctx, "k", []byte("2"))
+	require.NoError(t, err)
+	b, err = coord.Open(ctx, fast(coord.Config{Name: "b", Transport: network.Join("b"), Disk: disk,
+		Peers: []coord.Peer{{Name: "a", Addr: "a"}}}))
+	require.NoError(t, err)
+	defer b.Close()
+	require.Eventually(t, func() bool {
+		kv, err := b.Get(ctx, "k", coord.Serializable())
+		return err == nil && string(kv.Value) == "2"
+	}, 20*time.Second, 10*time.Millisecond)
 }
