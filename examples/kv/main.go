@@ -226,6 +226,10 @@ func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) err
 		json.NewEncoder(w).Encode(node.Status())
 	})
 	sessions := newSessionBook(node)
+	// The member's own pages under /coord/: health, readiness, status, the
+	// read-only HTML view, and the admin API coordctl speaks (token from
+	// COORD_ADMIN_TOKEN; without one, admin is left to the network).
+	mux.Handle("/coord/", http.StripPrefix("/coord", node.Handler(coord.WithAdmin(os.Getenv("COORD_ADMIN_TOKEN")))))
 	mux.HandleFunc("POST /sessions", sessions.create)
 	mux.HandleFunc("GET /sessions/{id}", sessions.get)
 	srv := &http.Server{Addr: httpAddr, Handler: mux}
