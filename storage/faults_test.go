@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
@@ -103,8 +104,19 @@ func TestCorruptSSTableFaultsTheStore(t *testing.T) {
 	defer s.Close()
 
 	// Two overlapping flushed tables, so the compaction must read both.
+	// The Raft log is not in Pebble: write local records of a test-only
+	// kind instead.
 	for range 2 {
-		require.NoError(t, appendEntries(t, s, 200, 512, 1, 1))
+		b := s.db.NewBatch()
+		for i := range uint64(200) {
+			val := make([]byte, 512)
+			for k := range val {
+				val[k] = byte(i*31 + uint64(k)*7 + uint64(k*k))
+			}
+			require.NoError(t, b.Set(appendUint64([]byte{prefixLocal, 'x'}, i), val, nil))
+		}
+		require.NoError(t, b.Commit(pebble.Sync))
+		require.NoError(t, b.Close())
 		require.NoError(t, s.db.Flush())
 	}
 	tables, err := filepath.Glob(filepath.Join(dir, "*.sst"))
@@ -218,13 +230,12 @@ func TestDiskFullOnFlushStopsCleanly(t *testing.T) {
 	require.Len(t, ents, int(last))
 }
 
-// TestDiskFullOnWALFailsTheAppend fills the disk under the write-ahead
-// log. Pebble then calls Fatalf on the committing goroutine, and a
-// Fatalf that returned would report the commit as done: the store turns
-// it into Append's error instead, and the host process lives.
+// TestDiskFullOnWALFailsTheAppend fills the disk under the Raft log's
+// segments: the append fails with a fault of the store (its state on
+// disk is unknown), and the host process lives.
 func TestDiskFullOnWALFailsTheAppend(t *testing.T) {
 	disk := NewMemDisk()
-	full := &diskFull{suffix: ".log"}
+	full := &diskFull{suffix: ".wal"}
 	rec := newFaultRecorder()
 	s, err := Open(Options{
 		Disk:    disk,

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,26 +12,23 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
-// newestWAL returns the path and size of the newest non-empty
-// write-ahead log file in dir.
+// newestWAL returns the path of the newest Raft log segment in the
+// store directory dir, and the end of the data written to it (segments
+// are preallocated with zeros, and frames end with a non-zero checksum).
 func newestWAL(t *testing.T, dir string) (string, int64) {
 	t.Helper()
-	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	segs, err := filepath.Glob(filepath.Join(dir, walDir, "*.wal"))
 	require.NoError(t, err)
-	slices.SortFunc(logs, func(a, b string) int {
-		na, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(a), ".log"))
-		nb, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(b), ".log"))
-		return nb - na
-	})
-	for _, p := range logs {
-		fi, err := os.Stat(p)
-		require.NoError(t, err)
-		if fi.Size() > 0 {
-			return p, fi.Size()
-		}
+	require.NotEmpty(t, segs)
+	slices.Sort(segs)
+	path := segs[len(segs)-1]
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	end := int64(len(data))
+	for end > 0 && data[end-1] == 0 {
+		end--
 	}
-	t.Fatal("no write-ahead log with data")
-	return "", 0
+	return path, end
 }
 
 // writeSyncedLog opens a store in dir and appends 10 synced batches of
@@ -55,11 +50,11 @@ func writeSyncedLog(t *testing.T, dir string) uint64 {
 	return last
 }
 
-// TestDamagedWALTailIsRefused damages the last records of the newest
-// write-ahead log of a store that synced them. Pebble recovers such a
-// log up to its first bad record and says nothing, so before the marks
-// file the store opened without the entries (and the vote) it had
-// acknowledged. Open must refuse it with ErrLostState.
+// TestDamagedWALTailIsRefused damages the last frames of the newest
+// Raft log segment of a store that synced them. The log cuts a bad tail
+// off as a torn write, so without the marks file the store would open
+// without the entries (and the vote) it had acknowledged. Open must
+// refuse it with ErrLostState.
 func TestDamagedWALTailIsRefused(t *testing.T) {
 	damage := map[string]func(t *testing.T, path string, size int64){
 		"truncated": func(t *testing.T, path string, size int64) {

@@ -1,31 +1,21 @@
 package storage
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/coordcell/coord/storage/wal"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
-// Records under prefixLogMeta.
-var (
-	hardStateKey = []byte{prefixLogMeta, 'h'} // proto-marshalled pb.HardState
-	truncatedKey = []byte{prefixLogMeta, 't'} // index (8 BE) + term (8 BE)
-)
-
-// logKeyLen is the length of an entry's key: prefix + 8-byte BE index.
-const logKeyLen = 9
-
 // RaftLog is the Raft half of the store: it implements raft.Storage over
-// Pebble, with an in-memory cache of recent entries so that a leader
-// replicating to followers does not read Pebble.
+// a write-ahead log of its own (package wal: one frame and one fdatasync
+// per append, the head dropped a segment at a time), with an in-memory
+// cache of recent entries so that a leader replicating to followers does
+// not read the segments.
 //
 // Raft calls its read methods from the Raft goroutine; Append, Compact
 // and the snapshot reset are called from that goroutine too. It is still
@@ -35,20 +25,19 @@ const logKeyLen = 9
 // gone (compacted, or covered by an installed snapshot) but its term is
 // kept, because raft matches appends against it.
 type RaftLog struct {
-	db *pebble.DB
-	sm stateSource
+	w      *wal.Log
+	sm     stateSource
+	faults *faults // nil in tests of the log alone
 
-	// mu serializes every operation, including its Pebble reads and
-	// writes, so the in-memory state always agrees with what Pebble holds.
-	// An Append holds it across its (possibly synced) commit.
+	// mu serializes every operation, including its WAL reads and writes,
+	// so the in-memory state always agrees with what the WAL holds. An
+	// Append holds it across its (possibly synced) write.
 	mu         sync.Mutex
 	hardState  *pb.HardState // as last persisted; nil = never written
 	truncIndex uint64
 	truncTerm  uint64
 	cache      entryCache
-	keyBuf     []byte // reused key for point reads (db.Get would copy an array to the heap)
-	valBuf     []byte // reused marshalling buffer (Batch.Set copies)
-	sizeBuf    []int  // reused: encoded sizes of the entries being appended
+	sizeBuf    []int // reused: encoded sizes of the entries being appended
 
 	// first and last are FirstIndex and LastIndex. They change only under
 	// mu but are read atomically, so status readers asking for LastIndex
@@ -67,86 +56,33 @@ type stateSource interface {
 
 var _ raft.Storage = (*RaftLog)(nil)
 
-// newRaftLog loads the log's bounds and hard state from db. sm supplies
-// the conf state as of the applied index (InitialState) and the live
-// snapshot (Snapshot).
-func newRaftLog(db *pebble.DB, opts *Options, sm stateSource) (*RaftLog, error) {
+// newRaftLog takes over the recovered log w. sm supplies the conf state
+// as of the applied index (InitialState) and the live snapshot
+// (Snapshot); f, if not nil, is told of a write that failed.
+func newRaftLog(w *wal.Log, opts *Options, sm stateSource, f *faults) *RaftLog {
 	limit := opts.EntryCacheBytes
 	if limit == 0 {
 		limit = defaultEntryCacheBytes // as Options documents (Store sets it; tests may not)
 	}
-	// A negative limit turns the cache off, so every read goes to Pebble
-	// (tests use that to exercise the Pebble path).
-	l := &RaftLog{db: db, sm: sm, cache: entryCache{limit: max(limit, 0)}}
-
-	val, closer, err := db.Get(hardStateKey)
-	switch {
-	case err == nil:
-		hs := &pb.HardState{}
-		err = proto.Unmarshal(val, hs)
-		closer.Close()
-		if err != nil {
-			return nil, fmt.Errorf("storage: decode hard state: %w", err)
-		}
-		l.hardState = hs
-	case !errors.Is(err, pebble.ErrNotFound):
-		return nil, fmt.Errorf("storage: read hard state: %w", err)
-	}
-
-	val, closer, err = db.Get(truncatedKey)
-	switch {
-	case err == nil:
-		ok := len(val) == 16
-		if ok {
-			l.truncIndex, l.truncTerm = readUint64(val), readUint64(val[8:])
-		}
-		closer.Close()
-		if !ok {
-			return nil, fmt.Errorf("storage: truncated state has %d bytes, want 16", len(val))
-		}
-	case !errors.Is(err, pebble.ErrNotFound):
-		return nil, fmt.Errorf("storage: read truncated state: %w", err)
-	}
-
-	last, err := l.loadLastIndex()
-	if err != nil {
-		return nil, err
-	}
+	// A negative limit turns the cache off, so every read goes to the
+	// segments (tests use that to exercise that path).
+	l := &RaftLog{w: w, sm: sm, faults: f, cache: entryCache{limit: max(limit, 0)}}
+	l.hardState = w.HardState()
+	l.truncIndex, l.truncTerm = w.Truncated()
 	l.first.Store(l.truncIndex + 1)
-	l.last.Store(last)
-	return l, nil
+	l.last.Store(w.LastIndex())
+	return l
 }
 
-// loadLastIndex finds the last persisted entry and checks that the
-// entries start right after the truncation point, so a damaged log is
-// refused at open rather than panicking raft later.
-func (l *RaftLog) loadLastIndex() (uint64, error) {
-	lower := logKey(l.truncIndex + 1)
-	it, err := l.db.NewIter(&pebble.IterOptions{
-		LowerBound: lower[:],
-		UpperBound: []byte{prefixLogEntry + 1},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("storage: open log iterator: %w", err)
+// fail reports a failed write of the log as a fault of the store: the
+// log's state on disk is unknown after it, so nothing more may be
+// written (a member that went on could acknowledge what is not durable).
+func (l *RaftLog) fail(what string, err error) error {
+	err = fmt.Errorf("%w: raft log: %s: %w", ErrFault, what, err)
+	if l.faults == nil {
+		return err
 	}
-	defer it.Close()
-	if !it.First() {
-		if err := it.Error(); err != nil {
-			return 0, fmt.Errorf("storage: scan log: %w", err)
-		}
-		return l.truncIndex, nil
-	}
-	first, err := logKeyIndex(it.Key())
-	if err != nil {
-		return 0, err
-	}
-	if first != l.truncIndex+1 {
-		return 0, fmt.Errorf("storage: log starts at %d, want %d (after truncated index)", first, l.truncIndex+1)
-	}
-	if !it.Last() {
-		return 0, fmt.Errorf("storage: scan log: %w", it.Error())
-	}
-	return logKeyIndex(it.Key())
+	return l.faults.fail(err)
 }
 
 // InitialState implements raft.Storage.
@@ -188,67 +124,27 @@ func (l *RaftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		out  []*pb.Entry
 		size uint64
 	)
-	// The cache holds a suffix of the log; anything before it is in Pebble.
+	// The cache holds a suffix of the log; anything before it is read
+	// from the segments.
 	if cacheFirst := l.cache.firstIndex(last); lo < cacheFirst {
-		var full bool
+		end := min(hi, cacheFirst)
 		var err error
-		out, size, full, err = l.readEntries(lo, min(hi, cacheFirst), maxSize)
-		if err != nil || full {
-			return out, err
+		out, err = l.w.Entries(lo, end, maxSize)
+		if err != nil {
+			return nil, fmt.Errorf("storage: read log entries [%d, %d): %w", lo, end, err)
 		}
-		lo = cacheFirst
+		if uint64(len(out)) < end-lo {
+			return out, nil // stopped for size
+		}
+		for _, e := range out {
+			size += uint64(proto.Size(e))
+		}
+		lo = end
 	}
 	if lo < hi {
 		out = l.cache.collect(out, lo, hi, size, maxSize)
 	}
 	return out, nil
-}
-
-// readEntries reads the entries [lo, hi) from Pebble, stopping before the
-// entry that would take the total encoded size past maxSize (but always
-// returning at least one). full reports that it stopped for size.
-func (l *RaftLog) readEntries(lo, hi, maxSize uint64) (out []*pb.Entry, size uint64, full bool, err error) {
-	lower, upper := logKey(lo), logKey(hi)
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower[:], UpperBound: upper[:]})
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("storage: open log iterator: %w", err)
-	}
-	defer it.Close()
-	// hi-lo may be huge while maxSize allows a few entries: grow as needed.
-	out = make([]*pb.Entry, 0, min(hi-lo, 64))
-	next := lo
-	for valid := it.First(); valid; valid = it.Next() {
-		idx, err := logKeyIndex(it.Key())
-		if err != nil {
-			return nil, 0, false, err
-		}
-		if idx != next {
-			return nil, 0, false, fmt.Errorf("storage: log entry %d missing: %w", next, raft.ErrUnavailable)
-		}
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return nil, 0, false, fmt.Errorf("storage: read log entry %d: %w", idx, err)
-		}
-		sz := uint64(len(val))
-		if len(out) > 0 && size+sz > maxSize {
-			return out, size, true, nil
-		}
-		e := &pb.Entry{}
-		// Unmarshal copies Data, so the iterator's buffer may be reused.
-		if err := proto.Unmarshal(val, e); err != nil {
-			return nil, 0, false, fmt.Errorf("storage: decode log entry %d: %w", idx, err)
-		}
-		out = append(out, e)
-		size += sz
-		next++
-	}
-	if err := it.Error(); err != nil {
-		return nil, 0, false, fmt.Errorf("storage: scan log: %w", err)
-	}
-	if next != hi {
-		return nil, 0, false, fmt.Errorf("storage: log entry %d missing: %w", next, raft.ErrUnavailable)
-	}
-	return out, size, false, nil
 }
 
 // Term implements raft.Storage.
@@ -272,19 +168,9 @@ func (l *RaftLog) termLocked(i uint64) (uint64, error) {
 	if e := l.cache.get(i, l.last.Load()); e != nil {
 		return e.GetTerm(), nil
 	}
-	key := logKey(i)
-	l.keyBuf = append(l.keyBuf[:0], key[:]...)
-	val, closer, err := l.db.Get(l.keyBuf)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, fmt.Errorf("storage: log entry %d missing: %w", i, raft.ErrUnavailable)
-	}
+	term, err := l.w.Term(i)
 	if err != nil {
-		return 0, fmt.Errorf("storage: read log entry %d: %w", i, err)
-	}
-	defer closer.Close()
-	term, err := entryTerm(val)
-	if err != nil {
-		return 0, fmt.Errorf("storage: decode log entry %d: %w", i, err)
+		return 0, fmt.Errorf("storage: term of log entry %d: %w", i, err)
 	}
 	return term, nil
 }
@@ -299,9 +185,9 @@ func (l *RaftLog) FirstIndex() (uint64, error) { return l.first.Load(), nil }
 // machine as of its applied index now (see StateMachine.snapshot).
 func (l *RaftLog) Snapshot() (*pb.Snapshot, error) { return l.sm.snapshot() }
 
-// Append persists hs (nil or empty = unchanged) and ents in one batch,
+// Append persists hs (nil or empty = unchanged) and ents in one frame,
 // replacing any persisted entries at or after ents[0].Index, and syncs
-// the batch when sync is true.
+// it when sync is true.
 //
 // ents must be contiguous and start in (truncated index, LastIndex()+1];
 // otherwise Append returns an error (wrapping raft.ErrCompacted or
@@ -336,47 +222,34 @@ func (l *RaftLog) Append(hs *pb.HardState, ents []*pb.Entry, sync bool) error {
 			}
 		}
 	}
-
-	b := l.db.NewBatch()
-	defer b.Close()
-	if len(ents) > 0 && newLast < prevLast {
-		// The new entries end before the old log did: the old tail after
-		// them conflicts with them and must go (raft's rule: writing entry
-		// i discards every persisted entry >= i; the rest are overwritten).
-		lo, hi := logKey(newLast+1), logKey(prevLast+1)
-		if err := b.DeleteRange(lo[:], hi[:], nil); err != nil {
-			return fmt.Errorf("storage: append: %w", err)
-		}
+	if !writeHS {
+		hs = nil
 	}
-	sizes := l.sizeBuf[:0]
-	for _, e := range ents {
-		var err error
-		l.valBuf, err = proto.MarshalOptions{}.MarshalAppend(l.valBuf[:0], e)
-		if err != nil {
-			return fmt.Errorf("storage: encode log entry %d: %w", e.GetIndex(), err)
-		}
-		key := logKey(e.GetIndex())
-		if err := b.Set(key[:], l.valBuf, nil); err != nil {
-			return fmt.Errorf("storage: append: %w", err)
-		}
-		sizes = append(sizes, len(l.valBuf))
-	}
-	l.sizeBuf = sizes
-	if writeHS {
-		if err := l.setHardState(b, hs); err != nil {
-			return err
-		}
-	}
-	if err := b.Commit(writeOpts(sync)); err != nil {
-		return fmt.Errorf("storage: append: %w", err)
+	// The WAL drops the tail after the new entries itself (raft's rule:
+	// writing entry i discards every persisted entry >= i).
+	if err := l.w.Append(hs, ents, sync); err != nil {
+		return l.fail("append", err)
 	}
 
 	if writeHS {
 		l.hardState = hs
 	}
 	if len(ents) > 0 {
+		sizes := l.sizeBuf[:0]
+		for _, e := range ents {
+			sizes = append(sizes, proto.Size(e))
+		}
+		l.sizeBuf = sizes
 		l.cache.append(ents, sizes, prevLast)
 		l.last.Store(newLast)
+	}
+	return nil
+}
+
+// sync makes every append so far durable.
+func (l *RaftLog) sync() error {
+	if err := l.w.Sync(); err != nil {
+		return l.fail("sync", err)
 	}
 	return nil
 }
@@ -400,20 +273,11 @@ func (l *RaftLog) Compact(index uint64) error {
 	if err != nil {
 		return err
 	}
-
-	b := l.db.NewBatch()
-	defer b.Close()
-	lo, hi := logKey(l.truncIndex+1), logKey(index+1)
-	if err := b.DeleteRange(lo[:], hi[:], nil); err != nil {
-		return fmt.Errorf("storage: compact: %w", err)
-	}
-	if err := b.Set(truncatedKey, truncatedValue(index, term), nil); err != nil {
-		return fmt.Errorf("storage: compact: %w", err)
-	}
-	// No sync: losing this in a crash only leaves the old entries (and the
-	// old truncation point) in place, which is a valid log.
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("storage: compact: %w", err)
+	// The WAL syncs the compaction only when it drops a segment: losing
+	// it in a crash otherwise leaves the old entries and truncation
+	// point in place, a valid log.
+	if err := l.w.Compact(index); err != nil {
+		return l.fail("compact", err)
 	}
 	l.truncIndex, l.truncTerm = index, term
 	l.cache.dropThrough(index)
@@ -423,47 +287,22 @@ func (l *RaftLog) Compact(index uint64) error {
 
 func (l *RaftLog) lastIndexNoErr() uint64 { return l.last.Load() }
 
-// resetTo adds to b the writes that empty the log and make it start after
-// meta (used when installing a snapshot).
-//
-// It also raises the persisted commit index to meta's index: after a
-// restart raft requires commit >= the snapshot's index, and the hard
-// state that would say so may only be written after the snapshot.
-//
-// The caller commits b and then calls afterReset, with no other log
-// operation in between (both run on the raft goroutine).
-func (l *RaftLog) resetTo(b *pebble.Batch, meta *pb.SnapshotMetadata) {
+// reset empties the log and makes it start after meta, durably (a
+// snapshot was installed, or the cell bootstrapped). hs, if not nil, is
+// the new hard state; if nil, the persisted commit index is raised to
+// meta's index: after a restart raft requires commit >= the snapshot's
+// index, and the hard state that would say so may only be written after
+// the snapshot.
+func (l *RaftLog) reset(meta *pb.SnapshotMetadata, hs *pb.HardState) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// Batch writes fail only on a closed or read-only batch, which would
-	// be a bug of the caller; Commit then fails too and reports it.
-	_ = b.DeleteRange([]byte{prefixLogEntry}, []byte{prefixLogEntry + 1}, nil)
-	_ = b.Set(truncatedKey, truncatedValue(meta.GetIndex(), meta.GetTerm()), nil)
-	if hs := l.resetHardState(meta); hs != nil {
-		_ = l.setHardState(b, hs)
+	if hs == nil {
+		hs = l.resetHardState(meta)
 	}
-}
-
-// bootstrap adds to b a log that starts after meta with hard state hs.
-func (l *RaftLog) bootstrap(b *pebble.Batch, meta *pb.SnapshotMetadata, hs *pb.HardState) {
-	l.resetTo(b, meta)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_ = l.setHardState(b, hs)
-}
-
-func (l *RaftLog) afterBootstrap(meta *pb.SnapshotMetadata, hs *pb.HardState) {
-	l.afterReset(meta)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.hardState = hs
-}
-
-// afterReset updates the in-memory state once resetTo's batch committed.
-func (l *RaftLog) afterReset(meta *pb.SnapshotMetadata) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if hs := l.resetHardState(meta); hs != nil {
+	if err := l.w.Reset(meta.GetIndex(), meta.GetTerm(), hs); err != nil {
+		return l.fail("reset", err)
+	}
+	if hs != nil {
 		l.hardState = hs
 	}
 	l.truncIndex, l.truncTerm = meta.GetIndex(), meta.GetTerm()
@@ -472,6 +311,7 @@ func (l *RaftLog) afterReset(meta *pb.SnapshotMetadata) {
 	// the old first index with the new last, still a sensible range.
 	l.last.Store(l.truncIndex)
 	l.first.Store(l.truncIndex + 1)
+	return nil
 }
 
 // resetHardState returns the hard state to persist when the log is reset
@@ -487,69 +327,63 @@ func (l *RaftLog) resetHardState(meta *pb.SnapshotMetadata) *pb.HardState {
 	}
 }
 
-// setHardState adds hs to b, marshalled through the reused buffer.
-func (l *RaftLog) setHardState(b *pebble.Batch, hs *pb.HardState) error {
-	var err error
-	l.valBuf, err = proto.MarshalOptions{}.MarshalAppend(l.valBuf[:0], hs)
-	if err != nil {
-		return fmt.Errorf("storage: encode hard state: %w", err)
+// reconcile brings the log in line with the state machine at Open. The
+// state machine's writes are synced apart from the log's (before a
+// snapshot's log reset, before a compaction, and whenever Pebble syncs),
+// so a crash may leave it ahead of the log: applied up to an index the
+// log no longer reaches (an append lost that was applied once a quorum
+// held it), or past a snapshot install whose log reset was lost. Both
+// are healed as the install would have: the log restarts after the
+// applied entry, which the cell committed. A log that holds the applied
+// entry only gets its commit index raised, as raft requires commit >=
+// applied.
+func (l *RaftLog) reconcile(applied, appliedTerm uint64) error {
+	if applied == 0 {
+		return nil
 	}
-	if err := b.Set(hardStateKey, l.valBuf, nil); err != nil {
-		return fmt.Errorf("storage: write hard state: %w", err)
+	l.mu.Lock()
+	if applied < l.truncIndex {
+		trunc := l.truncIndex
+		l.mu.Unlock()
+		// The log is compacted or reset only after the state machine
+		// synced past that point: its applied state was lost.
+		return fmt.Errorf("%w: state machine applied up to %d, but the log starts after %d", ErrLostState, applied, trunc)
 	}
-	return nil
-}
-
-func writeOpts(sync bool) *pebble.WriteOptions {
-	if sync {
-		return pebble.Sync
-	}
-	return pebble.NoSync
-}
-
-// logKey is the key of entry i. It returns an array, not a slice, so
-// that building a key does not allocate (Batch.Set copies it).
-func logKey(i uint64) [logKeyLen]byte {
-	var k [logKeyLen]byte
-	k[0] = prefixLogEntry
-	binary.BigEndian.PutUint64(k[1:], i)
-	return k
-}
-
-func logKeyIndex(key []byte) (uint64, error) {
-	if len(key) != logKeyLen || key[0] != prefixLogEntry {
-		return 0, fmt.Errorf("storage: malformed log key %x", key)
-	}
-	return readUint64(key[1:]), nil
-}
-
-func truncatedValue(index, term uint64) []byte {
-	return appendUint64(appendUint64(make([]byte, 0, 16), index), term)
-}
-
-// entryTerm reads the term of a marshalled pb.Entry without decoding (and
-// copying) its data: Term answers come from old entries when a follower
-// lags, and those entries may be large.
-func entryTerm(b []byte) (uint64, error) {
-	const termField = 2 // pb.Entry.Term
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
+	var holds bool
+	if applied <= l.last.Load() {
+		term, err := l.termAtLocked(applied)
+		if err != nil {
+			l.mu.Unlock()
+			return err
 		}
-		b = b[n:]
-		if num == termField && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			return v, nil
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
+		holds = term == appliedTerm
 	}
-	return 0, nil // proto2: an absent term is 0
+	cur := l.hardState
+	l.mu.Unlock()
+	// Raft needs commit >= applied. A term below the applied entry's is
+	// raised too, without a vote (none was cast in it), as a founding
+	// member's bootstrap would have.
+	hs := &pb.HardState{
+		Term:   new(cur.GetTerm()),
+		Vote:   new(cur.GetVote()),
+		Commit: new(max(cur.GetCommit(), applied)),
+	}
+	if cur.GetTerm() < appliedTerm {
+		hs.Term, hs.Vote = new(appliedTerm), new(uint64(0))
+	}
+	if !holds {
+		return l.reset(&pb.SnapshotMetadata{Index: new(applied), Term: new(appliedTerm)}, hs)
+	}
+	if hs.GetTerm() == cur.GetTerm() && hs.GetVote() == cur.GetVote() && hs.GetCommit() == cur.GetCommit() {
+		return nil
+	}
+	return l.Append(hs, nil, true)
+}
+
+// termAtLocked is Term for an index in [truncIndex, last], under mu.
+func (l *RaftLog) termAtLocked(i uint64) (uint64, error) {
+	if i == l.truncIndex {
+		return l.truncTerm, nil
+	}
+	return l.termLocked(i)
 }

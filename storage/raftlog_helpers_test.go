@@ -2,11 +2,10 @@ package storage
 
 import (
 	"fmt"
-	"log/slog"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/coordcell/coord/storage/wal"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -23,13 +22,13 @@ type fakeSource struct {
 func (f *fakeSource) ConfState() *pb.ConfState        { return f.cs }
 func (f *fakeSource) snapshot() (*pb.Snapshot, error) { return f.snap, nil }
 
-// testLog is a RaftLog on its own Pebble database, on an in-memory file
-// system that survives reopen (and, if crashable, a simulated crash).
+// testLog is a RaftLog on its own WAL, on an in-memory file system that
+// survives reopen (and, if crashable, a simulated crash).
 type testLog struct {
 	*RaftLog
 	t    testing.TB
 	fs   *vfs.MemFS
-	db   *pebble.DB
+	w    *wal.Log
 	opts Options
 	src  *fakeSource
 }
@@ -37,7 +36,7 @@ type testLog struct {
 const testDBDir = "/db"
 
 // openTestLog opens (or creates) a log on fs; nil fs = a fresh MemFS.
-// The database is closed when the test ends.
+// The log is closed when the test ends.
 func openTestLog(t testing.TB, fs *vfs.MemFS, opts Options) *testLog {
 	t.Helper()
 	if fs == nil {
@@ -51,43 +50,31 @@ func openTestLog(t testing.TB, fs *vfs.MemFS, opts Options) *testLog {
 
 func (tl *testLog) open() {
 	tl.t.Helper()
-	db, err := pebble.Open(testDBDir, &pebble.Options{
-		FS:     tl.fs,
-		Logger: pebbleLogger{slog.New(slog.DiscardHandler)},
-	})
+	// Small segments, so that tests cross segment boundaries.
+	w, err := wal.Open(wal.Options{FS: tl.fs, Dir: testDBDir, SegmentBytes: 64 << 10})
 	require.NoError(tl.t, err)
-	l, err := newRaftLog(db, &tl.opts, tl.src)
-	if err != nil {
-		db.Close()
-		require.NoError(tl.t, err)
-	}
-	tl.db, tl.RaftLog = db, l
+	tl.w, tl.RaftLog = w, newRaftLog(w, &tl.opts, tl.src, nil)
 }
 
 func (tl *testLog) close() {
-	if tl.db != nil {
-		require.NoError(tl.t, tl.db.Close())
-		tl.db, tl.RaftLog = nil, nil
+	if tl.w != nil {
+		require.NoError(tl.t, tl.w.Close())
+		tl.w, tl.RaftLog = nil, nil
 	}
 }
 
-// reopen closes the database and opens it again from what is on tl.fs.
+// reopen closes the log and opens it again from what is on tl.fs.
 func (tl *testLog) reopen() {
 	tl.t.Helper()
 	tl.close()
 	tl.open()
 }
 
-// reset installs a snapshot at (index, term) the way Store does: one
-// synced batch, then afterReset.
-func (tl *testLog) reset(index, term uint64) {
+// resetLog installs a snapshot at (index, term) the way Store does.
+func (tl *testLog) resetLog(index, term uint64) {
 	tl.t.Helper()
 	meta := &pb.SnapshotMetadata{Index: new(index), Term: new(term), ConfState: &pb.ConfState{}}
-	b := tl.db.NewBatch()
-	defer b.Close()
-	tl.resetTo(b, meta)
-	require.NoError(tl.t, b.Commit(pebble.Sync))
-	tl.afterReset(meta)
+	require.NoError(tl.t, tl.RaftLog.reset(meta, nil))
 }
 
 // logWith returns a log shaped like raft's storage tests' MemoryStorage
@@ -97,7 +84,7 @@ func logWith(t testing.TB, opts Options, ents []*pb.Entry) *testLog {
 	t.Helper()
 	tl := openTestLog(t, nil, opts)
 	if idx := ents[0].GetIndex(); idx > 0 {
-		tl.reset(idx, ents[0].GetTerm())
+		tl.resetLog(idx, ents[0].GetTerm())
 	}
 	if len(ents) > 1 {
 		require.NoError(t, tl.Append(nil, ents[1:], true))

@@ -2,14 +2,12 @@ package storage
 
 import (
 	"flag"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
@@ -166,7 +164,7 @@ func TestRaftLogFirstIndex(t *testing.T) {
 	first, _ = tl.FirstIndex()
 	require.Equal(t, uint64(5), first)
 
-	tl.reset(10, 7)
+	tl.resetLog(10, 7)
 	first, _ = tl.FirstIndex()
 	require.Equal(t, uint64(11), first)
 }
@@ -445,7 +443,7 @@ func TestRaftLogResetTo(t *testing.T) {
 		&pb.HardState{Term: new(uint64(3)), Vote: new(uint64(2)), Commit: new(uint64(4))},
 		withData(index(1).terms(1, 1, 2, 3, 3, 3), 10), true))
 
-	tl.reset(20, 5) // a snapshot beyond our log
+	tl.resetLog(20, 5) // a snapshot beyond our log
 	check := func() {
 		t.Helper()
 		requireLogIs(t, tl.RaftLog, index(20).terms(5))
@@ -472,7 +470,7 @@ func TestRaftLogResetTo(t *testing.T) {
 	require.NoError(t, tl.Append(
 		&pb.HardState{Term: new(uint64(7)), Vote: new(uint64(1)), Commit: new(uint64(30))},
 		index(23).terms(6, 6, 6, 7, 7, 7, 7, 7), true))
-	tl.reset(25, 6)
+	tl.resetLog(25, 6)
 	requireLogIs(t, tl.RaftLog, index(25).terms(6))
 	tl.reopen()
 	requireLogIs(t, tl.RaftLog, index(25).terms(6))
@@ -483,7 +481,7 @@ func TestRaftLogResetTo(t *testing.T) {
 
 func TestRaftLogResetNewLog(t *testing.T) {
 	tl := openTestLog(t, nil, Options{})
-	tl.reset(8, 2)
+	tl.resetLog(8, 2)
 	tl.reopen()
 	requireLogIs(t, tl.RaftLog, index(8).terms(2))
 	hs, _, _ := tl.InitialState()
@@ -557,39 +555,6 @@ func TestRaftLogDurability(t *testing.T) {
 	last, _ := after.LastIndex()
 	require.GreaterOrEqual(t, last, uint64(5))
 	requireLogIs(t, after.RaftLog, append(want, more[:last-5]...))
-}
-
-func TestRaftLogOpenRefusesGap(t *testing.T) {
-	fs := vfs.NewMem()
-	tl := openTestLog(t, fs, Options{})
-	require.NoError(t, tl.Append(nil, index(1).terms(1, 1, 1), true))
-	key := logKey(1)
-	require.NoError(t, tl.db.Delete(key[:], pebble.Sync))
-	tl.close()
-
-	db, err := pebble.Open(testDBDir, &pebble.Options{FS: fs, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
-	require.NoError(t, err)
-	defer db.Close()
-	_, err = newRaftLog(db, &Options{}, &fakeSource{})
-	require.ErrorContains(t, err, "log starts at 2, want 1")
-}
-
-func TestEntryTerm(t *testing.T) {
-	for _, e := range []*pb.Entry{
-		{},
-		{Index: new(uint64(5))},
-		{Term: new(uint64(0)), Index: new(uint64(1))},
-		{Term: new(uint64(math.MaxUint64)), Index: new(uint64(7)), Type: pb.EntryConfChangeV2.Enum(), Data: []byte("xyz")},
-		withData(index(300).terms(1<<40), 1000)[0],
-	} {
-		b, err := proto.Marshal(e)
-		require.NoError(t, err)
-		term, err := entryTerm(b)
-		require.NoError(t, err)
-		require.Equal(t, e.GetTerm(), term, "%v", e)
-	}
-	_, err := entryTerm([]byte{0x22, 0x05, 'a'}) // truncated Data field
-	require.Error(t, err)
 }
 
 // Status readers may ask for the bounds while the raft goroutine writes.
@@ -731,7 +696,7 @@ func differentialRun(t *testing.T, seed uint64, steps int) {
 			require.NoError(t, ms.ApplySnapshot(&pb.Snapshot{Metadata: &pb.SnapshotMetadata{
 				Index: new(i), Term: new(snapTerm), ConfState: &pb.ConfState{},
 			}}), what)
-			tl.reset(i, snapTerm)
+			tl.resetLog(i, snapTerm)
 			if hs.GetCommit() < i {
 				hs = &pb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(i)}
 			}

@@ -1,12 +1,18 @@
-// Package storage keeps a member's durable state in one Pebble database:
-// the Raft log (RaftLog, a raft.Storage) and the replicated state machine
-// (StateMachine: keys, sessions, the change history that watches read).
+// Package storage keeps a member's durable state in one directory: the
+// Raft log (RaftLog, a raft.Storage) in a write-ahead log of its own
+// (package wal, under raftlog/), and the replicated state machine
+// (StateMachine: keys, sessions, the change history that watches read)
+// in a Pebble database.
 //
-// Both halves share one Pebble write-ahead log, so one synced write makes
-// every earlier write durable too: the Raft loop syncs the log once per
-// Ready, and the state machine's applies ride on the next sync. The
-// applied index is written in the same batch as the change it applies, so
-// a restart replays exactly the entries not yet applied, never one twice.
+// The Raft loop syncs the log once per Ready, one fdatasync of one
+// frame. The state machine's applies are not synced one by one: the
+// applied index is written in the same batch as the change it applies,
+// so a restart replays exactly the entries not yet applied, never one
+// twice, from the log, which is compacted only after the state machine
+// is synced past what it drops. A crash may still leave the state
+// machine ahead of the log (an entry applies once a quorum holds it,
+// perhaps before this member's own append is durable); Open then makes
+// the log start after the applied entry (RaftLog.reconcile).
 //
 // The state machine also keeps its live state in memory: every key with
 // its value, every session, and which keys each session owns. Reads and
@@ -32,6 +38,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/coordcell/coord/storage/wal"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -46,7 +53,10 @@ const defaultEntryCacheBytes = 1 << 20
 
 // FormatVersion is the on-disk format of this package. A store written
 // with another version is refused by Open (invariant 10 of DESIGN.md).
-const FormatVersion uint64 = 1
+//
+// Format 2 moved the Raft log out of Pebble into its own write-ahead
+// log; Open upgrades a format-1 store (upgrade.go).
+const FormatVersion uint64 = 2
 
 // Sentinel errors.
 var (
@@ -66,8 +76,8 @@ var (
 // is one contiguous range.
 const (
 	prefixFormat     byte = 0x00 // format version record
-	prefixLogEntry   byte = 0x01 // raft entries: prefix + index (8 bytes BE)
-	prefixLogMeta    byte = 0x02 // hard state, truncated index/term
+	prefixLogEntry   byte = 0x01 // format 1 only: raft entries: prefix + index (8 bytes BE)
+	prefixLogMeta    byte = 0x02 // format 1 only: hard state, truncated index/term
 	prefixStaging    byte = 0x03 // snapshot chunks being received: prefix + original key
 	prefixLocal      byte = 0x04 // this member's own records, never replicated (identity.go)
 	prefixStateFirst byte = 0x10
@@ -161,6 +171,7 @@ func (o *Options) wrap(fs vfs.FS) vfs.FS {
 // Store is one member's Pebble database with its two halves.
 type Store struct {
 	db     *pebble.DB
+	w      *wal.Log
 	log    *RaftLog
 	sm     *StateMachine
 	faults *faults
@@ -193,6 +204,9 @@ func Open(opts Options) (s *Store, err error) {
 	}
 	dir := opts.Dir
 	var fs *faultFS
+	// A segment is preallocated and filled with zeros when cut; on a
+	// crashable disk every sync copies the whole file, so keep it small.
+	segBytes := int64(0)
 	if dir == "" {
 		if opts.Disk == nil {
 			// Nobody can crash this disk: skip the bookkeeping of syncs.
@@ -204,6 +218,9 @@ func Open(opts Options) (s *Store, err error) {
 			// A sync copies the whole file on a crashable disk: rotate
 			// the write-ahead log often so each copy stays small.
 			popts.MemTableSize = 256 << 10
+			segBytes = 256 << 10
+		} else {
+			segBytes = 1 << 20
 		}
 		dir = "/coord"
 	} else {
@@ -233,15 +250,23 @@ func Open(opts Options) (s *Store, err error) {
 			s = nil
 		}
 	}()
-	if err := st.checkFormat(); err != nil {
+	walOpts := wal.Options{FS: fs, Dir: fs.PathJoin(dir, walDir), SegmentBytes: segBytes, Logger: opts.Logger}
+	if err := st.checkFormat(fs, walOpts); err != nil {
 		return nil, err
+	}
+	st.w, err = wal.Open(walOpts)
+	if err != nil {
+		if errors.Is(err, wal.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %w", ErrLostState, err)
+		}
+		return nil, fmt.Errorf("storage: open raft log: %w", err)
 	}
 	st.sm, err = newStateMachine(db, &opts)
 	if err != nil {
 		return nil, err
 	}
-	st.log, err = newRaftLog(db, &opts, st.sm)
-	if err != nil {
+	st.log = newRaftLog(st.w, &opts, st.sm, f)
+	if err := st.log.reconcile(st.sm.cur.index, st.sm.cur.term); err != nil {
 		return nil, err
 	}
 	term, vote, last := st.raftState()
@@ -252,12 +277,17 @@ func Open(opts Options) (s *Store, err error) {
 	return st, nil
 }
 
-// closeDB closes Pebble, and the state machine if it was opened.
+// closeDB closes Pebble, and the state machine and the Raft log if they
+// were opened.
 func (s *Store) closeDB() error {
 	if s.sm != nil {
 		s.sm.close()
 	}
-	return s.db.Close()
+	var err error
+	if s.w != nil {
+		err = s.w.Close()
+	}
+	return errors.Join(err, s.db.Close())
 }
 
 // raftState returns the persisted term and vote and the last log index.
@@ -272,7 +302,10 @@ func (s *Store) raftState() (term, vote, last uint64) {
 // nil.
 func (s *Store) Fault() error { return s.faults.get() }
 
-func (s *Store) checkFormat() error {
+// checkFormat records the format of a new store, upgrades a format-1
+// one, and refuses any other. A format-2 store that had a Raft log and
+// lost its directory is refused too: an empty log would look new.
+func (s *Store) checkFormat(fs vfs.FS, walOpts wal.Options) error {
 	key := []byte{prefixFormat}
 	val, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -281,11 +314,27 @@ func (s *Store) checkFormat() error {
 	if err != nil {
 		return fmt.Errorf("storage: read format: %w", err)
 	}
-	defer closer.Close()
-	if len(val) != 8 || readUint64(val) != FormatVersion {
-		return fmt.Errorf("%w: found %x, want %d", ErrFormat, val, FormatVersion)
+	version := uint64(0)
+	if len(val) == 8 {
+		version = readUint64(val)
 	}
-	return nil
+	closer.Close()
+	switch version {
+	case FormatVersion:
+		_, closer, err := s.db.Get(marksKey)
+		if err != nil {
+			// Not opened far enough to have written a log yet.
+			return nil
+		}
+		closer.Close()
+		if _, err := fs.Stat(walOpts.Dir); err != nil {
+			return fmt.Errorf("%w: raft log %s: %w", ErrLostState, walOpts.Dir, err)
+		}
+		return nil
+	case 1:
+		return upgradeV1(s.db, fs, walOpts.Dir, func() (*wal.Log, error) { return wal.Open(walOpts) })
+	}
+	return fmt.Errorf("%w: found %x, want %d", ErrFormat, val, FormatVersion)
 }
 
 // RaftLog returns the Raft half of the store.
@@ -318,12 +367,15 @@ func (s *Store) Bootstrap(cs *pb.ConfState, members []MemberInfo) (err error) {
 	}
 	meta := &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1))}
 	hs := &pb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}
-	s.log.bootstrap(b, meta, hs)
+	// The state machine first: a crash before the log's reset leaves a
+	// log that Open resets to it (RaftLog.reconcile).
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("storage: bootstrap: %w", err)
 	}
-	s.log.afterBootstrap(meta, hs)
 	s.sm.afterBootstrap(m, cs)
+	if err := s.log.reset(meta, hs); err != nil {
+		return err
+	}
 	term, vote, last := s.raftState()
 	return s.marks.advance(term, vote, last, false)
 }
@@ -345,12 +397,15 @@ func (s *Store) InstallSnapshot(snap *pb.Snapshot) (err error) {
 	if err := s.marks.lowerTo(snap.GetMetadata().GetIndex()); err != nil {
 		return err
 	}
-	s.log.resetTo(b, snap.GetMetadata())
+	// The state machine first: a crash before the log's reset leaves a
+	// log that Open resets to it (RaftLog.reconcile).
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("storage: install snapshot: %w", err)
 	}
-	s.log.afterReset(snap.GetMetadata())
 	s.sm.afterInstall(snap)
+	if err := s.log.reset(snap.GetMetadata(), nil); err != nil {
+		return err
+	}
 	term, vote, last := s.raftState()
 	return s.marks.advance(term, vote, last, false)
 }
@@ -387,7 +442,10 @@ func (s *Store) Sync() (err error) {
 		return err
 	}
 	defer recoverFault(&err)
-	return s.db.LogData(nil, pebble.Sync)
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("storage: sync: %w", err)
+	}
+	return s.log.sync()
 }
 
 // Close closes the database. It is safe to call more than once. A store
@@ -410,6 +468,9 @@ func (s *Store) closeMarks() (err error) {
 	term, vote, last := s.raftState()
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("storage: close: %w", err)
+	}
+	if err := s.log.sync(); err != nil {
+		return err
 	}
 	return s.marks.advance(term, vote, last, true)
 }
