@@ -231,33 +231,40 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 // formOrJoin waits until this new member either sees a cell in gossip
 // (and joins it) or founds one with BootstrapExpect members.
 //
-// Founding is two-step, so that members with different views never
-// found two cells from the same members: once the view of the members
-// waiting to found has not changed for a settling time, a member votes,
-// for good, for the BootstrapExpect lowest names among them (if it is
-// one of them); it founds when every member of that set has voted for
-// the same set.
+// Founding is by rounds of votes, so that members with different views
+// never found two cells from overlapping members. A member votes at
+// most once per round, for the BootstrapExpect lowest names among the
+// members waiting to found (if it is one of them), and only once its
+// view has not changed for a settling time and every member in it says
+// the same view. It founds when every member of its set has voted for
+// the same set in the same round. A vote that can no longer win (a
+// member of the set voted otherwise in the round, or has moved past it,
+// which it does only when its own vote could not win) is given up for
+// the next round: such a set can never have founded a cell, so giving
+// it up is safe, and without it members whose first views differed
+// would wait forever.
 func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *Config, ident storage.Identity) (storage.Identity, map[uint64]storage.MemberInfo, error) {
 	expect := gs.cfg.BootstrapExpect
 	settle := max(gs.cfg.ProbeInterval, 2*gs.cfg.GossipInterval)
 	if settle == 0 {
 		settle = time.Second
 	}
-	var lastView string
+	var lastView uint64
 	viewSince := time.Now()
 	var vote []gossip.Member
+	round := 0
 	for {
 		changed := gs.g.Changed()
 		ms := gs.g.Members()
 		// A founder that has seen everyone's vote founds, even if another
 		// founder was quicker to say the cell exists.
-		if vote != nil && gs.agreed(vote, ms) {
+		if vote != nil && gs.agreed(vote, round, ms) {
 			return gs.found(store, cfg, ident, vote)
 		}
 		// An existing cell wins.
 		for _, m := range ms {
 			if m.Name != cfg.Name && m.State == gossip.StateAlive && !m.BadMeta && m.Meta.Cell != 0 {
-				return gs.join(cfg, ident, m.Meta.Cell, ms)
+				return gs.join(ctx, cfg, ident, m.Meta.Cell, settle)
 			}
 		}
 		if expect > 0 && !gs.cfg.NoVote {
@@ -267,22 +274,27 @@ func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *C
 					waiting = append(waiting, m)
 				}
 			}
-			view := ""
-			for _, m := range waiting {
-				view += m.Name + "\x00"
-			}
+			view := viewDigest(waiting)
 			if view != lastView {
 				lastView, viewSince = view, time.Now()
+				gs.setMeta(func(m *gossip.Meta) { m.View = view })
 			}
-			if vote == nil && len(waiting) >= expect && time.Since(viewSince) >= settle {
+			if vote != nil && gs.lost(vote, round, ms, cfg.Name) {
+				gs.log.Info("bootstrap: vote cannot win; next round", "round", round+1, "founders", names(vote))
+				vote = nil
+				round++
+				gs.setMeta(func(m *gossip.Meta) { m.Vote, m.Round = 0, round })
+			}
+			if vote == nil && len(waiting) >= expect && time.Since(viewSince) >= settle &&
+				!slices.ContainsFunc(waiting, func(m gossip.Member) bool { return m.Meta.View != view }) {
 				set := waiting[:expect]
 				if slices.ContainsFunc(set, func(m gossip.Member) bool { return m.Name == cfg.Name }) {
 					vote = slices.Clone(set)
-					gs.setMeta(func(m *gossip.Meta) { m.Vote = voteDigest(vote) })
-					gs.log.Info("bootstrap: voted to found the cell", "founders", names(vote))
+					gs.setMeta(func(m *gossip.Meta) { m.Vote = voteDigest(vote, round) })
+					gs.log.Info("bootstrap: voted to found the cell", "round", round, "founders", names(vote))
 				}
 			}
-			if vote != nil && gs.agreed(vote, ms) {
+			if vote != nil && gs.agreed(vote, round, ms) {
 				return gs.found(store, cfg, ident, vote)
 			}
 		}
@@ -303,28 +315,57 @@ func names(ms []gossip.Member) []string {
 	return out
 }
 
-func voteDigest(set []gossip.Member) uint64 {
+func viewDigest(ms []gossip.Member) uint64 {
 	h := sha256.New()
+	for _, m := range ms {
+		h.Write([]byte(m.Name))
+		h.Write(binary.BigEndian.AppendUint64([]byte{0}, m.Meta.Incarnation))
+	}
+	return binary.BigEndian.Uint64(h.Sum(nil)) | 1
+}
+
+func voteDigest(set []gossip.Member, round int) uint64 {
+	h := sha256.New()
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(round)))
 	for _, m := range set {
 		h.Write([]byte(m.Name))
 		h.Write(binary.BigEndian.AppendUint64(nil, m.Meta.Incarnation))
 	}
-	if d := binary.BigEndian.Uint64(h.Sum(nil)); d != 0 {
-		return d
-	}
-	return 1
+	return binary.BigEndian.Uint64(h.Sum(nil)) | 1
 }
 
-// agreed reports whether every member of set, alive, votes for it.
-func (gs *gossiper) agreed(set []gossip.Member, ms []gossip.Member) bool {
-	want := voteDigest(set)
+// agreed reports whether every member of set, alive, votes for it in
+// round.
+func (gs *gossiper) agreed(set []gossip.Member, round int, ms []gossip.Member) bool {
+	want := voteDigest(set, round)
 	for _, s := range set {
 		i := slices.IndexFunc(ms, func(m gossip.Member) bool { return m.Name == s.Name })
-		if i < 0 || ms[i].State != gossip.StateAlive || ms[i].Meta.Vote != want {
+		if i < 0 || ms[i].State != gossip.StateAlive || ms[i].Meta.Vote != want || ms[i].Meta.Round != round {
 			return false
 		}
 	}
 	return true
+}
+
+// lost reports whether set can no longer win round: another member of
+// it voted otherwise in the round, or has moved past the round (which it
+// does only when its own vote could not win, so the set never did).
+func (gs *gossiper) lost(set []gossip.Member, round int, ms []gossip.Member, self string) bool {
+	want := voteDigest(set, round)
+	for _, s := range set {
+		if s.Name == self {
+			continue
+		}
+		i := slices.IndexFunc(ms, func(m gossip.Member) bool { return m.Name == s.Name })
+		if i < 0 || ms[i].BadMeta || ms[i].Meta.Cell != 0 {
+			continue
+		}
+		mm := ms[i].Meta
+		if mm.Round > round || mm.Round == round && mm.Vote != 0 && mm.Vote != want {
+			return true
+		}
+	}
+	return false
 }
 
 func (gs *gossiper) found(store *storage.Store, cfg *Config, ident storage.Identity, set []gossip.Member) (storage.Identity, map[uint64]storage.MemberInfo, error) {
@@ -359,16 +400,65 @@ func (gs *gossiper) found(store *storage.Store, cfg *Config, ident storage.Ident
 
 // join starts this member as a learner-to-be of cell: it reaches the
 // cell's members gossip knows, and the leader's autopilot adds it.
-func (gs *gossiper) join(cfg *Config, ident storage.Identity, cell uint64, ms []gossip.Member) (storage.Identity, map[uint64]storage.MemberInfo, error) {
-	members := map[uint64]storage.MemberInfo{}
-	for _, m := range ms {
-		if m.Name != cfg.Name && m.State == gossip.StateAlive && m.Meta.Cell == cell && m.Meta.ID != 0 {
-			members[m.Meta.ID] = storage.MemberInfo{ID: m.Meta.ID, Name: m.Name, Addr: m.Meta.Addr}
+//
+// Raft on a new member drops messages from senders it does not know, so
+// before it starts it must know the leader: every member that says it
+// is in the cell, and the founders, who may not say so yet (they keep
+// their founding vote, so members with the same vote as a cell member
+// are founders). It waits, a bounded time, until all founders are seen.
+func (gs *gossiper) join(ctx context.Context, cfg *Config, ident storage.Identity, cell uint64, settle time.Duration) (storage.Identity, map[uint64]storage.MemberInfo, error) {
+	deadline := time.Now().Add(10 * settle)
+	for {
+		changed := gs.g.Changed()
+		members, complete := cellMembers(gs.g.Members(), cfg.Name, cell)
+		if complete || time.Now().After(deadline) || ctx.Err() != nil {
+			gs.setMeta(func(m *gossip.Meta) { m.Cell, m.Vote, m.View = cell, 0, 0 })
+			gs.log.Info("bootstrap: joining the cell found in gossip", "cell", fmt.Sprintf("%016x", cell), "members", len(members))
+			return ident, members, nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-time.After(settle / 4):
 		}
 	}
-	gs.setMeta(func(m *gossip.Meta) { m.Cell, m.Vote = cell, 0 })
-	gs.log.Info("bootstrap: joining the cell found in gossip", "cell", fmt.Sprintf("%016x", cell), "members", len(members))
-	return ident, members, nil
+}
+
+// cellMembers returns the members of cell gossip shows (but self), and
+// whether every founder of the cell is among them.
+func cellMembers(ms []gossip.Member, self string, cell uint64) (map[uint64]storage.MemberInfo, bool) {
+	type ballot struct {
+		vote  uint64
+		round int
+	}
+	expect := map[ballot]int{}
+	for _, m := range ms {
+		if !m.BadMeta && m.Meta.Cell == cell && m.Meta.Vote != 0 {
+			expect[ballot{m.Meta.Vote, m.Meta.Round}] = m.Meta.Expect
+		}
+	}
+	members := map[uint64]storage.MemberInfo{}
+	seen := map[ballot]int{}
+	for _, m := range ms {
+		if m.BadMeta || m.Meta.ID == 0 || m.Name == self {
+			continue
+		}
+		b := ballot{m.Meta.Vote, m.Meta.Round}
+		_, founder := expect[b]
+		if m.Meta.Cell != cell && !(founder && m.Meta.Cell == 0) {
+			continue
+		}
+		members[m.Meta.ID] = storage.MemberInfo{ID: m.Meta.ID, Name: m.Name, Addr: m.Meta.Addr}
+		if founder {
+			seen[b]++
+		}
+	}
+	for b, n := range expect {
+		if seen[b] < n {
+			return members, false
+		}
+	}
+	return members, true
 }
 
 func (gs *gossiper) setMeta(f func(*gossip.Meta)) {

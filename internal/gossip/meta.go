@@ -37,8 +37,15 @@ type Meta struct {
 	NoVote bool `msgpack:"nv,omitempty"`
 	// Expect is its BootstrapExpect (0 = it never founds).
 	Expect int `msgpack:"e,omitempty"`
-	// Vote is the founding set it has settled on, as a digest; 0 = none.
+	// Vote is the founding set it has settled on in round Round, as a
+	// digest; 0 = none yet in this round.
 	Vote uint64 `msgpack:"v,omitempty"`
+	// Round is its founding round: it moves to the next round only once
+	// its vote can no longer win, and votes at most once per round.
+	Round int `msgpack:"r,omitempty"`
+	// View is a digest of the members it sees waiting to found a cell;
+	// it votes only once every one of them says the same view.
+	View uint64 `msgpack:"w,omitempty"`
 	// Leaving says it is leaving for good (Close): when it goes, it left.
 	Leaving bool `msgpack:"l,omitempty"`
 }
