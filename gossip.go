@@ -405,7 +405,8 @@ func (gs *gossiper) found(store *storage.Store, cfg *Config, ident storage.Ident
 // before it starts it must know the leader: every member that says it
 // is in the cell, and the founders, who may not say so yet (they keep
 // their founding vote, so members with the same vote as a cell member
-// are founders). It waits, a bounded time, until all founders are seen.
+// are founders). It waits, a bounded time, until all founders are seen
+// (after that, e.g. when no founder is left, it goes with what it has).
 func (gs *gossiper) join(ctx context.Context, cfg *Config, ident storage.Identity, cell uint64, settle time.Duration) (storage.Identity, map[uint64]storage.MemberInfo, error) {
 	deadline := time.Now().Add(10 * settle)
 	for {
@@ -452,6 +453,11 @@ func cellMembers(ms []gossip.Member, self string, cell uint64) (map[uint64]stora
 		if founder {
 			seen[b]++
 		}
+	}
+	// A joiner is seen in the cell before the founders' votes reach this
+	// member: without a founder's ballot the founders are unknown.
+	if len(expect) == 0 {
+		return members, false
 	}
 	for b, n := range expect {
 		if seen[b] < n {
