@@ -119,3 +119,144 @@ func TestGossipReplacesDeadVoter(t *testing.T) {
 	_, err := c.Leader().Put(ctx, "k", []byte("v"))
 	require.NoError(t, err)
 }
+
+// TestGossipOneCellAnyStartOrder starts 7 members with BootstrapExpect 3
+// in orders and at times drawn from different seeds: every run ends with
+// all 7 in one cell (one leader, whom every member follows), never two.
+func TestGossipOneCellAnyStartOrder(t *testing.T) {
+	for run := range 4 {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			c := coordtest.NewCluster(t, 7, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second),
+				coordtest.WithStaggeredStart(time.Duration(run)*150*time.Millisecond), coordtest.WithLogger(testLogger()))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			waitUntil(t, 60*time.Second, "all 7 members in one cell", func() bool {
+				ms, err := c.Leader().Members(ctx)
+				return err == nil && len(ms) == 7
+			})
+			// Two cells would mean two leaders: every member follows one.
+			waitUntil(t, 30*time.Second, "every member following the one leader", func() bool {
+				leader := c.Leader().Status().Name
+				for i := range 7 {
+					if c.Node(i).Status().Leader != leader {
+						return false
+					}
+				}
+				return true
+			})
+			_, err := c.Leader().Put(ctx, "k", []byte("v"))
+			require.NoError(t, err)
+		})
+	}
+}
+
+// putVia writes through member i (a follower forwards to the leader),
+// retrying while the cell elects.
+func putVia(t *testing.T, c *coordtest.Cluster, i int, key string) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, "a write through "+c.Name(i), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := c.Node(i).Put(ctx, key, []byte("v"))
+		return err == nil
+	})
+}
+
+// votersOf returns the voters member i's applied configuration lists.
+func votersOf(c *coordtest.Cluster, i int) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ms, err := c.Node(i).Members(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range ms {
+		if m.Role == coord.MemberVoter {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestGossipMinorityPartitionRemovesNoMajority cuts 2 voters of 5 (the
+// leader among them) off, for several dead thresholds: whatever the
+// minority's autopilot thinks, the majority's members all stay voters,
+// and the cell serves on both sides of the partition's end.
+func TestGossipMinorityPartitionRemovesNoMajority(t *testing.T) {
+	c := coordtest.NewCluster(t, 5, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second),
+		coordtest.WithLogger(testLogger()))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitUntil(t, 60*time.Second, "5 voters", func() bool {
+		ms, err := c.Leader().Members(ctx)
+		return err == nil && len(ms) == 5 && len(voterNames(t, c.Leader())) == 5
+	})
+	l := c.LeaderIndex()
+	minority := []int{l, (l + 1) % 5}
+	var majority []int
+	for i := range 5 {
+		if !slices.Contains(minority, i) {
+			majority = append(majority, i)
+		}
+	}
+	c.Partition(minority, majority)
+	putVia(t, c, majority[0], "during")
+	// Long enough for either side's autopilot to call the other dead.
+	deadline := time.Now().Add(3 * 2 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, i := range majority {
+			vs := votersOf(c, majority[0])
+			require.Contains(t, vs, c.Name(i), "majority member %s lost its vote during the partition", c.Name(i))
+		}
+		time.Sleep(100 * time.Millisecond) // sampling the configuration over the partition's life
+	}
+	c.Heal()
+	putVia(t, c, majority[0], "after")
+	vs := votersOf(c, majority[0])
+	for _, i := range majority {
+		require.Contains(t, vs, c.Name(i))
+	}
+	t.Logf("voters after the partition: %v; autopilot: %+v", vs, c.Node(majority[0]).Autopilot())
+}
+
+// TestGossipZoneLossKeepsServing runs 6 members over 3 zones (a: 3,
+// b: 2, c: 1; the 3 founders all in a): the autopilot spreads 5 voters
+// so no zone holds a majority (2+2+1), and the cell keeps serving when
+// all of zone a dies at once.
+func TestGossipZoneLossKeepsServing(t *testing.T) {
+	zones := []string{"a", "a", "a", "b", "b", "c"}
+	c := coordtest.NewCluster(t, 6, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second),
+		coordtest.WithLogger(testLogger()),
+		coordtest.WithConfig(func(i int, cfg *coord.Config) { cfg.Gossip.Zone = zones[i] }))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spread := func() bool {
+		ms, err := c.Leader().Members(ctx)
+		if err != nil || len(ms) != 6 {
+			return false
+		}
+		per := map[string]int{}
+		voters := 0
+		for _, m := range ms {
+			if m.Role == coord.MemberVoter {
+				per[m.Zone]++
+				voters++
+			}
+		}
+		return voters == 5 && per["a"] <= 2 && per["b"] <= 2 && per["c"] <= 2
+	}
+	waitUntil(t, 60*time.Second, "5 voters spread 2+2+1 over the zones", spread)
+	t.Logf("voters before: %v; autopilot: %+v", voterNames(t, c.Leader()), c.Leader().Autopilot())
+	for i := range 3 {
+		c.Crash(i)
+	}
+	putVia(t, c, 3, "after-zone-loss")
+	waitUntil(t, 60*time.Second, "zone a's dead voters removed", func() bool {
+		vs := votersOf(c, 3)
+		return len(vs) == 3 && !slices.ContainsFunc(vs, func(n string) bool { return n == "n0" || n == "n1" || n == "n2" })
+	})
+	putVia(t, c, 4, "after-removal")
+	t.Logf("voters after: %v; autopilot: %+v", votersOf(c, 3), c.Node(3).Autopilot())
+}

@@ -42,6 +42,7 @@ type options struct {
 	logger    *slog.Logger
 	timeout   time.Duration
 	gossip    bool
+	stagger   time.Duration
 }
 
 // WithGossip makes the members find each other by gossip over an
@@ -53,6 +54,13 @@ type options struct {
 // Adjust cfg.Gossip with WithConfig.
 func WithGossip() Option {
 	return func(o *options) { o.gossip = true }
+}
+
+// WithStaggeredStart starts gossiping members in an order and at times
+// drawn from the seed, each within max of the first, instead of all at
+// once: bootstrap must form one cell whatever the order.
+func WithStaggeredStart(max time.Duration) Option {
+	return func(o *options) { o.stagger = max }
 }
 
 // WithSeed fixes the seed of the network's faults and of crash outcomes,
@@ -164,10 +172,18 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	// them together, each with the gossip addresses of those before it.
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	delays := make([]time.Duration, n)
+	if o.stagger > 0 {
+		for i := range n {
+			delays[i] = time.Duration(c.rng.Int64N(int64(o.stagger)))
+		}
+		t.Logf("coordtest: start delays %v", delays)
+	}
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			time.Sleep(delays[i]) // the start order under test, not a wait for a condition
 			errs[i] = c.open(i)
 		}()
 	}
