@@ -21,11 +21,11 @@ import (
 // start: remove it from the cell and add it back with an empty directory.
 var ErrLostState = errors.New("storage: durable state lost; remove this member from the cell and add it back with an empty data directory")
 
-// Pebble recovers the newest write-ahead log up to its first bad record
-// and drops the rest without a word, as it must for a tail that a crash
-// left half written. Damage to synced records looks the same, so the
-// store keeps its own account of what it synced, in a small file beside
-// Pebble's: the term and vote (written and synced after the hard state
+// The Raft log (package wal) recovers up to its first bad frame at the
+// tail and drops the rest without a word, as it must for a tail that a
+// crash left half written. Damage to synced frames there looks the same,
+// so the store keeps its own account of what it synced, in a small file
+// beside Pebble's: the term and vote (written and synced after the hard state
 // that holds them, before raft may send the vote), and the last synced
 // log index (rewritten after each synced append without a sync of its
 // own, so it may lag after a power cut but never runs ahead). Open
@@ -112,7 +112,7 @@ func readMarks(fs vfs.FS, path string) (seq uint64, r markRecord, found bool, er
 }
 
 // openMarks opens the marks file in dir and checks the Raft state
-// Pebble recovered (term and vote of the hard state, last log index)
+// the log recovered (term and vote of the hard state, last log index)
 // against it. A directory without one (new, or from before the file
 // existed) gets one, started from the recovered state.
 func openMarks(db *pebble.DB, fs vfs.FS, dir string, term, vote, last uint64) (*marks, error) {

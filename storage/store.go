@@ -168,7 +168,8 @@ func (o *Options) wrap(fs vfs.FS) vfs.FS {
 	return o.wrapFS(fs)
 }
 
-// Store is one member's Pebble database with its two halves.
+// Store is one member's data directory: its Raft log and its state
+// machine.
 type Store struct {
 	db     *pebble.DB
 	w      *wal.Log
@@ -185,7 +186,8 @@ type Store struct {
 //
 // It returns an error wrapping ErrLostState when the directory holds
 // less than this member is known to have made durable (see marks.go),
-// or Pebble finds its write-ahead log corrupt, and one wrapping ErrFault
+// or Pebble finds its write-ahead log corrupt or the Raft log a damaged
+// durable record, and one wrapping ErrFault
 // when a fault stops it while opening.
 func Open(opts Options) (s *Store, err error) {
 	opts.setDefaults()
@@ -194,8 +196,7 @@ func Open(opts Options) (s *Store, err error) {
 		Logger:        faultLogger{pebbleLogger{opts.Logger}, f},
 		EventListener: f.listener(),
 		// The state machine reads its live state from memory, so Pebble
-		// only reads for the Raft log (entries the cache no longer holds),
-		// watch history and snapshots: a small block cache does, and
+		// only reads for watch history and snapshots: a small block cache does, and
 		// several members often share one process.
 		CacheSize: 8 << 20,
 	}
@@ -381,8 +382,8 @@ func (s *Store) Bootstrap(cs *pb.ConfState, members []MemberInfo) (err error) {
 }
 
 // InstallSnapshot replaces the state machine with the staged snapshot
-// received for snap and resets the Raft log to start after it, in one
-// synced batch.
+// received for snap, synced, and then resets the Raft log to start after
+// it (RaftLog.reconcile completes the reset after a crash in between).
 func (s *Store) InstallSnapshot(snap *pb.Snapshot) (err error) {
 	if err := s.faults.get(); err != nil {
 		return err
