@@ -260,6 +260,9 @@ func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
 // durability until the persist goroutine delivers them. It returns false
 // when the node must stop.
 func (n *Node) handleReady(ls *loopState) bool {
+	if !asyncPersist {
+		return n.handleReadySync(ls)
+	}
 	rd := n.rn.Ready()
 	bs := n.rn.BasicStatus()
 	n.noteLeader(ls, bs.Lead, bs.HardState.GetTerm())
@@ -306,6 +309,60 @@ func (n *Node) handleReady(ls *loopState) bool {
 			}
 		}
 	}
+	if rd.SoftState != nil || rd.HardState != nil || len(rd.Entries) > 0 {
+		n.publishStatus()
+	}
+	return true
+}
+
+// handleReadySync processes one Ready in the order Raft requires when
+// the log is written on the raft loop (asyncPersist off). It returns
+// false when the node must stop.
+func (n *Node) handleReadySync(ls *loopState) bool {
+	rd := n.rn.Ready()
+	bs := n.rn.BasicStatus()
+	n.noteLeader(ls, bs.Lead, bs.HardState.GetTerm())
+	for _, r := range rd.ReadStates {
+		n.completeRead(&ls.reads, r.RequestCtx, r.Index)
+	}
+	// A leader may send before its own fsync (Raft thesis 10.2.1): the
+	// followers' appends and its own run in parallel. Followers must not:
+	// their acknowledgements promise durability.
+	leader := bs.RaftState == raft.StateLeader
+	if leader {
+		n.send(rd.Messages)
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if !n.installSnapshot(rd.Snapshot) {
+			return false
+		}
+		n.persist.last.Store(rd.Snapshot.GetMetadata().GetIndex())
+	}
+	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
+		// Group commit: every entry of this Ready, one batch, one fsync.
+		if err := n.store.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
+			return false
+		}
+		if rd.MustSync {
+			n.syncs.Add(1)
+			n.synced.Add(uint64(len(rd.Entries)))
+		}
+		if k := len(rd.Entries); k > 0 {
+			n.persist.last.Store(rd.Entries[k-1].GetIndex())
+		}
+	}
+	if !leader {
+		n.send(rd.Messages)
+	}
+	if len(rd.CommittedEntries) > 0 {
+		job := applyJob{ents: rd.CommittedEntries, cs: n.applyConfChanges(rd.CommittedEntries)}
+		handled, ok := n.applyInline(ls, job)
+		if !ok || (!handled && !n.handOver(job)) {
+			return false
+		}
+	}
+	n.rn.Advance(rd)
 	if rd.SoftState != nil || rd.HardState != nil || len(rd.Entries) > 0 {
 		n.publishStatus()
 	}

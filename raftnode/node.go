@@ -232,7 +232,7 @@ func Start(cfg Config) (*Node, error) {
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		StepDownOnRemoval:         true,
-		AsyncStorageWrites:        true,
+		AsyncStorageWrites:        asyncPersist,
 		Logger:                    raftLogger{cfg.Logger.With("component", "raft")},
 	})
 	if err != nil {
@@ -457,6 +457,9 @@ func (n *Node) Status() Status {
 	st.Applied = n.applied.get()
 	st.LogSyncs, st.LogEntries = n.syncs.Load(), n.synced.Load()
 	st.Dropped = n.drops.Load()
+	// The persist loop appends after the raft loop published: read the
+	// log's end now, or an idle member would report a stale one.
+	st.LastIndex, _ = n.store.RaftLog().LastIndex()
 	// Read here rather than at each Ready: the raft loop publishes its
 	// status after every append, and copying the membership each time
 	// was a measurable share of its work.

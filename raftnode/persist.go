@@ -24,6 +24,11 @@ import (
 // the queue to drain and installs them itself (persistNow), as the
 // state machine must jump in step with the log.
 
+// asyncPersist turns persisting off the stepping path on; off, the raft
+// loop writes each Ready's log itself (handleReadySync), which is kept
+// for comparison and as a fallback.
+const asyncPersist = true
+
 // maxPersistBatch bounds the appends written under one sync.
 const maxPersistBatch = 1024
 
