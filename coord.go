@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -183,15 +184,16 @@ func (n *Node) Err() error { return n.raft.Err() }
 // Done is closed when the member has stopped, by Close or by failure.
 func (n *Node) Done() <-chan struct{} { return n.raft.Done() }
 
-// Role is a member's role in the Raft group.
-type Role string
+// Role is a member's role in the Raft group. It is raftnode's type, so
+// the two layers share one vocabulary.
+type Role = raftnode.Role
 
 // The roles a member can have.
 const (
-	RoleFollower     Role = "follower"
-	RoleCandidate    Role = "candidate"
-	RolePreCandidate Role = "pre-candidate"
-	RoleLeader       Role = "leader"
+	RoleFollower     = raftnode.RoleFollower
+	RoleCandidate    = raftnode.RoleCandidate
+	RolePreCandidate = raftnode.RolePreCandidate
+	RoleLeader       = raftnode.RoleLeader
 )
 
 // Status describes a member at one instant.
@@ -218,18 +220,27 @@ type Status struct {
 func (n *Node) Status() Status {
 	rs := n.raft.Status()
 	st := Status{
-		Name: n.cfg.Name, ID: rs.ID, Role: Role(rs.Role), Term: rs.Term,
+		Name: n.cfg.Name, ID: rs.ID, Role: rs.Role, Term: rs.Term,
 		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
 		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
 	}
 	if rs.Leader != 0 {
 		st.Leader, _ = n.raft.MemberName(rs.Leader)
 	}
-	if ms, err := n.members(); err == nil {
-		for _, m := range ms {
-			st.Members = append(st.Members, m.Name)
+	// Status is polled often (coordtest waits on it every few ms): it reads
+	// only memory, the applied membership and raftnode's address book,
+	// never storage.
+	cs := n.sm.ConfState()
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners()} {
+		for _, id := range ids {
+			name, ok := n.raft.MemberName(id)
+			if !ok {
+				name = fmt.Sprintf("%016x", id) // as Members names an unknown ID
+			}
+			st.Members = append(st.Members, name)
 		}
 	}
+	slices.Sort(st.Members)
 	return st
 }
 

@@ -32,6 +32,7 @@ type sessionEngine struct {
 	seq     uint64
 	sent    map[uint64]sentBatch // recent keep-alives awaiting an ack
 	maxTTL  time.Duration        // the longest TTL of a local session so far
+	closed  bool                 // close has begun: add no goroutine
 	lead    *sessions.Leader     // non-nil while this member leads
 }
 
@@ -76,6 +77,9 @@ func (e *sessionEngine) start() {
 }
 
 func (e *sessionEngine) close() {
+	e.mu.Lock()
+	e.closed = true // no goroutine is added from now on (spawnLocked)
+	e.mu.Unlock()
 	e.endLife()
 	e.wg.Wait()
 	e.mu.Lock()
@@ -407,10 +411,20 @@ func (e *sessionEngine) stepUp(term uint64) {
 		Logger:          e.n.cfg.Logger,
 	})
 	e.lead = l
+	e.spawnLocked(l.Wait)
+}
+
+// spawnLocked runs f on a goroutine the engine waits for at close, unless
+// close has begun (then f does not run): an Add racing close's Wait
+// would be a misuse of the WaitGroup. e.mu is held.
+func (e *sessionEngine) spawnLocked(f func()) {
+	if e.closed {
+		return
+	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		l.Wait()
+		f()
 	}()
 }
 
@@ -466,11 +480,11 @@ func (c leaderCell) Ack(to string, ack *sessions.Ack) {
 // proposeAsync proposes a command without waiting: if it is lost, the
 // holder's next tick proposes it again.
 func (e *sessionEngine) proposeAsync(cmd *command.Command) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
 		defer cancel()
 		_, _ = e.n.raft.Propose(ctx, cmd)
-	}()
+	})
 }

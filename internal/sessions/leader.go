@@ -68,9 +68,13 @@ type Leader struct {
 
 	mu      sync.Mutex // guards what follows
 	stopped bool
-	ready   bool
-	table   *Table
-	queue   []bookkeeping
+	// exited is set, under mu, when the proposer goroutine ends: from
+	// then on no goroutine may be added (spawn), so that Wait, once its
+	// count reaches zero, is never raced by an Add.
+	exited bool
+	ready  bool
+	table  *Table
+	queue  []bookkeeping
 }
 
 // bookkeeping is one decision waiting for the proposer: credits, or a seen
@@ -115,6 +119,24 @@ func (l *Leader) Stop() {
 
 // Wait returns once every goroutine of the Leader has returned.
 func (l *Leader) Wait() { l.wg.Wait() }
+
+// spawn runs f on a goroutine of the Leader, unless the Leader has
+// stopped or its proposer has exited (then f does not run): goroutines
+// are added only while the proposer still counts, so the count cannot
+// reach zero under a concurrent Wait and rise again.
+func (l *Leader) spawn(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped || l.exited {
+		return false
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
 
 // Ready is closed once the table has been loaded.
 func (l *Leader) Ready() <-chan struct{} { return l.readyc }
@@ -213,6 +235,11 @@ func (l *Leader) enqueueLocked(b bookkeeping) {
 // after an election costs one seen mark, not one each.
 func (l *Leader) propose() {
 	defer l.wg.Done()
+	defer func() {
+		l.mu.Lock()
+		l.exited = true
+		l.mu.Unlock()
+	}()
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -279,9 +306,7 @@ func (l *Leader) proposeRun(run []bookkeeping) {
 // expire proposes the end of a session whose deadline passed, and logs it
 // once the cell ended it by this decision.
 func (l *Leader) expire(x Expiry) {
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.life, 2*l.et)
 		defer cancel()
 		res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: command.KindSessionEnd,
@@ -296,7 +321,7 @@ func (l *Leader) expire(x Expiry) {
 		l.cfg.Logger.Info("session expired", "session", x.ID, "owner", owner,
 			"last_heard_ago", l.cfg.Clock.Now().Sub(x.LastHeard).Round(time.Millisecond),
 			"ttl", x.TTL, "term", l.cfg.Term)
-	}()
+	})
 }
 
 // KeepAlive records a keep-alive at the leader and acknowledges it
@@ -332,15 +357,13 @@ func (l *Leader) expire(x Expiry) {
 // dropped: its answer goes out once the table is loaded.
 func (l *Leader) KeepAlive(from string, ka *KeepAlive) {
 	arrived := l.cfg.Clock.Now()
-	l.wg.Add(2)
 	barrier := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(l.ctx, 2*l.et)
-	go func() {
-		defer l.wg.Done()
-		barrier <- l.cfg.Cell.ReadBarrier(ctx)
-	}()
-	go func() {
-		defer l.wg.Done()
+	if !l.spawn(func() { barrier <- l.cfg.Cell.ReadBarrier(ctx) }) {
+		cancel()
+		return
+	}
+	answer := func() {
 		defer cancel()
 		select {
 		case <-l.readyc:
@@ -371,7 +394,10 @@ func (l *Leader) KeepAlive(from string, ka *KeepAlive) {
 			return
 		}
 		l.cfg.Cell.Ack(from, &Ack{Seq: ka.Seq, Alive: alive, Gone: gone})
-	}()
+	}
+	if !l.spawn(answer) {
+		cancel()
+	}
 }
 
 // classify records a keep-alive that arrived at arrived in the loaded
