@@ -176,6 +176,12 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 		if !isVoter(n.sm.ConfState(), id) {
 			return errDropSender
 		}
+		// Only the leader acts on it. A follower would forward it to the
+		// leader as it came, with its term set, and Raft panics on sending
+		// a MsgTransferLeader that carries a term.
+		if st.Role != RoleLeader {
+			return errDropNotLeader
+		}
 	}
 	return nil
 }
