@@ -252,11 +252,20 @@ func (c *Cluster) StartGossiping(name string) int {
 	c.mu.Lock()
 	cfg := c.configs[0]
 	cfg.Name, cfg.Addr, cfg.Peers = name, name, nil
+	c.mu.Unlock()
+	return c.addMember(cfg)
+}
+
+// addMember starts a new member with cfg (after WithConfig's adjustment)
+// and returns its index.
+func (c *Cluster) addMember(cfg coord.Config) int {
+	c.t.Helper()
+	c.mu.Lock()
 	if c.opts.configure != nil {
 		c.opts.configure(len(c.names), &cfg)
 	}
 	i := len(c.names)
-	c.names = append(c.names, name)
+	c.names = append(c.names, cfg.Name)
 	c.nodes = append(c.nodes, nil)
 	c.disks = append(c.disks, storage.NewMemDisk())
 	c.trs = append(c.trs, nil)
@@ -281,20 +290,8 @@ func (c *Cluster) Join(name string) int {
 	}
 	cfg := c.configs[0]
 	cfg.Name, cfg.Peers, cfg.Join = name, peers, true
-	if c.opts.configure != nil {
-		c.opts.configure(len(c.names), &cfg)
-	}
-	i := len(c.names)
-	c.names = append(c.names, name)
-	c.nodes = append(c.nodes, nil)
-	c.disks = append(c.disks, storage.NewMemDisk())
-	c.trs = append(c.trs, nil)
-	c.configs = append(c.configs, cfg)
-	c.gtrs = append(c.gtrs, nil)
-	c.gaddrs = append(c.gaddrs, "")
 	c.mu.Unlock()
-	c.start(i)
-	return i
+	return c.addMember(cfg)
 }
 
 // Seed returns the seed the cluster runs with.

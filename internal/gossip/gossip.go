@@ -76,10 +76,13 @@ type Member struct {
 
 // Gossip is a running member of the gossip pool.
 type Gossip struct {
-	ml  *memberlist.Memberlist
-	kr  *memberlist.Keyring
-	log *slog.Logger
-	cfg Config
+	ml *memberlist.Memberlist
+	// addr is this member's gossip address, read once at start: the
+	// local node's fields are memberlist's to change under its own lock.
+	addr string
+	kr   *memberlist.Keyring
+	log  *slog.Logger
+	cfg  Config
 
 	mu      sync.Mutex
 	members map[string]*Member
@@ -154,6 +157,8 @@ func Start(cfg Config) (*Gossip, error) {
 		return nil, fmt.Errorf("gossip: start: %w", err)
 	}
 	g.ml = ml
+	local := ml.LocalNode()
+	g.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	if len(cfg.Seeds) > 0 {
 		g.wg.Add(1)
 		go g.joinSeeds()
@@ -208,10 +213,7 @@ func (g *Gossip) joinSeeds() {
 }
 
 // Addr returns this member's gossip address.
-func (g *Gossip) Addr() string {
-	n := g.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (g *Gossip) Addr() string { return g.addr }
 
 // Members returns every member gossip knows of, this one included,
 // sorted by name.
