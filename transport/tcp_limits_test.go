@@ -86,9 +86,11 @@ func TestTCPPartialFrameDeadline(t *testing.T) {
 	c := rawConn(t, a.Addr())
 	helloFrom(t, c, "b", "a")
 	frame := frameBytes(t, "b", "a", make([]byte, 1000))
+	// Before the write: the member's deadline starts when the header
+	// arrives, never earlier than this.
+	start := time.Now()
 	_, err := c.Write(frame[:100])
 	require.NoError(t, err)
-	start := time.Now()
 	requireHungUpAfter(t, c, start, frameTimeout)
 	requireNothingReceived(t, a.Receive())
 	assert.Zero(t, a.budget.used.Load(), "the frame's buffer is given back")
