@@ -101,8 +101,8 @@ func TestTCPIdleTimeout(t *testing.T) {
 	a := listen(t, TCPConfig{Name: "a", Peers: map[string]string{"b": "127.0.0.1:1", "c": "127.0.0.1:1"},
 		IdleTimeout: idle, HandshakeTimeout: time.Minute})
 	quiet := rawConn(t, a.Addr())
+	start := time.Now() // before its last frame: the idle clock cannot start earlier
 	helloFrom(t, quiet, "c", "a")
-	start := time.Now()
 
 	// A connection that keeps talking outlives several idle timeouts.
 	chatty := rawConn(t, a.Addr())
