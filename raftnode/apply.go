@@ -171,22 +171,8 @@ func (n *Node) apply(job applyJob) bool {
 // stopped.
 func (n *Node) handOver(job applyJob) bool {
 	n.applySide.queued.Add(1)
-	select {
-	case n.applySide.jobs <- job:
-		return true
-	case <-n.stopc:
-		return false
-	default:
-	}
-	// The apply loop is behind, or paused: wait as idle time.
-	sent := false
-	return n.idleWhile(func() {
-		select {
-		case n.applySide.jobs <- job:
-			sent = true
-		case <-n.stopc:
-		}
-	}) && sent
+	// The apply loop may be behind, or paused.
+	return handTo(n, n.applySide.jobs, job)
 }
 
 // Inline applies: the raft loop applies a batch itself when that is cheap

@@ -473,17 +473,7 @@ func (n *Node) handleEnvelope(env transport.Envelope) {
 			n.dropped(env.From, "snapshot chunk", err)
 			return
 		}
-		select {
-		case n.chunkc <- d.chunk:
-		default:
-			// The receiver is busy, or paused: wait as idle time.
-			n.idleWhile(func() {
-				select {
-				case n.chunkc <- d.chunk:
-				case <-n.stopc:
-				}
-			})
-		}
+		handTo(n, n.chunkc, d.chunk) // the receiver may be busy, or paused
 	case d.ack != nil:
 		if err := n.checkAck(env.From, d.ack); err != nil {
 			n.dropped(env.From, "snapshot chunk ack", err)

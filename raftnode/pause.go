@@ -173,3 +173,24 @@ func (n *Node) followFreezes(f transport.Freezer) {
 		}
 	}
 }
+
+// handTo sends v on ch for another of the node's goroutines, waiting (as
+// idle time for the pause gate, since the receiver may be the one paused)
+// only when ch is full. It returns false if the node stopped first.
+func handTo[T any](n *Node, ch chan<- T, v T) bool {
+	select {
+	case ch <- v:
+		return true
+	case <-n.stopc:
+		return false
+	default:
+	}
+	sent := false
+	return n.idleWhile(func() {
+		select {
+		case ch <- v:
+			sent = true
+		case <-n.stopc:
+		}
+	}) && sent
+}

@@ -59,34 +59,15 @@ func (p *persister) init(last uint64) {
 // queueAppend hands m to the persist goroutine. It returns false when the
 // node stopped.
 func (n *Node) queueAppend(m *pb.Message) bool {
-	select {
-	case n.persist.queue <- persistItem{m: m}:
-		return true
-	case <-n.stopc:
-		return false
-	default:
-	}
-	// The disk is far behind (or the member is paused): wait as idle time.
-	sent := false
-	return n.idleWhile(func() {
-		select {
-		case n.persist.queue <- persistItem{m: m}:
-			sent = true
-		case <-n.stopc:
-		}
-	}) && sent
+	// The disk may be far behind, or the member paused.
+	return handTo(n, n.persist.queue, persistItem{m: m})
 }
 
 // drainPersist waits until every append queued so far is durable and its
 // responses delivered. It returns false when the node stopped.
 func (n *Node) drainPersist() bool {
 	barrier := make(chan struct{})
-	if !n.idleWhile(func() {
-		select {
-		case n.persist.queue <- persistItem{barrier: barrier}:
-		case <-n.stopc:
-		}
-	}) {
+	if !handTo(n, n.persist.queue, persistItem{barrier: barrier}) {
 		return false
 	}
 	passed := false
@@ -192,21 +173,7 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 	if len(local) == 0 {
 		return true
 	}
-	select {
-	case n.persist.done <- local:
-		return true
-	case <-n.stopc:
-		return false
-	default:
-	}
-	sent := false
-	return n.idleWhile(func() {
-		select {
-		case n.persist.done <- local:
-			sent = true
-		case <-n.stopc:
-		}
-	}) && sent
+	return handTo(n, n.persist.done, local)
 }
 
 // persistNow handles m on the raft loop itself, once everything queued
