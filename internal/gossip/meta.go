@@ -7,6 +7,7 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"github.com/coordcell/coord/internal/mpcheck"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -67,6 +68,11 @@ func (m Meta) Encode() ([]byte, error) {
 func DecodeMeta(data []byte) (Meta, error) {
 	if len(data) == 0 || data[0] != metaVersion || len(data) > maxMetaSize {
 		return Meta{}, fmt.Errorf("%w: %d bytes", ErrMeta, len(data))
+	}
+	// Metadata arrives from anyone who can gossip: refuse lengths that lie
+	// before msgpack allocates for them.
+	if err := mpcheck.Check(data[1:]); err != nil {
+		return Meta{}, fmt.Errorf("%w: %v", ErrMeta, err)
 	}
 	var m Meta
 	if err := msgpack.Unmarshal(data[1:], &m); err != nil {
