@@ -20,7 +20,10 @@ import (
 
 // Version is the newest format version Encode writes, and the newest
 // Decode reads. A node refuses a command whose version it does not know
-// (invariant 10 of DESIGN.md).
+// rather than apply a guess at its meaning: members of one cell are
+// upgraded one at a time, so a log may hold commands from a newer build,
+// and misreading one would make this member's state differ from the
+// others'.
 //
 // Encode writes format 3 only for a command that needs it (a session
 // command carrying a leader's term); every other command is written in
