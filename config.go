@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
@@ -111,6 +113,13 @@ type Config struct {
 	// reachable by members only; without either, anyone who can reach
 	// the port can speak for any member (Open logs a warning).
 	Secret []byte
+	// Metrics, when set, receives the member's metrics (named coord_*;
+	// see Node.RegisterMetrics for what they cost and their labels).
+	// nil = no metrics. Open registers them; a registerer that already
+	// holds a member's metrics makes Open fail, so a process hosting
+	// several members wraps each with prometheus.WrapRegistererWith
+	// (a member label). Serve them with Handler(WithMetricsGatherer(g)).
+	Metrics prometheus.Registerer
 	// Logger receives the member's logs. nil = discard.
 	Logger *slog.Logger
 	// Disk is the in-memory disk used when DataDir is "". nil = a fresh

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,28 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) error {
 	return reg.Register(newCollector(n))
 }
 
+// openMetrics registers the metrics with Config.Metrics, if set. Open
+// calls it once the member runs; Close calls closeMetrics, so that a
+// member reopened in the same process (a restart) can register again.
+func (n *Node) openMetrics() error {
+	if n.cfg.Metrics == nil {
+		return nil
+	}
+	if err := n.RegisterMetrics(n.cfg.Metrics); err != nil {
+		return fmt.Errorf("%w: Metrics: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// closeMetrics unregisters what openMetrics registered. A registry knows
+// a collector by its descriptors, so a fresh collector of this member
+// stands for the one registered.
+func (n *Node) closeMetrics() {
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Unregister(newCollector(n))
+	}
+}
+
 // collector reads a Node's metrics at scrape time.
 type collector struct {
 	n *Node
@@ -30,6 +53,7 @@ type collector struct {
 	revision, oldestRev, sessions        *prometheus.Desc
 	lockQueues, lockWaiters, elections   *prometheus.Desc
 	members, memberHealth, up            *prometheus.Desc
+	quota                                *prometheus.Desc
 }
 
 func newCollector(n *Node) *collector {
@@ -55,6 +79,7 @@ func newCollector(n *Node) *collector {
 		lockQueues:  d("locks", "Locks with at least one holder or waiter."),
 		lockWaiters: d("lock_waiters", "Entries queued after the first under each lock, summed over locks: waiters (and, for shared locks, co-holders)."),
 		elections:   d("elections", "Election groups with at least one candidate."),
+		quota:       d("quota_bytes", "The keyspace quota (Config.QuotaBytes): writes that would grow the keyspace past it fail."),
 		members:     d("members", "Members of the cell by role.", "role"),
 		memberHealth: d("member_health", "Members by health as the leader sees them (only the leader reports it).",
 			"health"),
@@ -65,7 +90,7 @@ func newCollector(n *Node) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.term, c.isLeader, c.hasLeader, c.commit, c.applied,
 		c.lastIndex, c.applyLag, c.logSyncs, c.logEntries, c.dropped, c.revision, c.oldestRev,
-		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth} {
+		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota} {
 		ch <- d
 	}
 }
@@ -104,6 +129,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.dropped, float64(rs.Dropped))
 	gauge(c.revision, float64(st.Revision))
 	gauge(c.oldestRev, float64(n.sm.OldestRevision()))
+	gauge(c.quota, float64(n.cfg.QuotaBytes))
 
 	// Only the recipes' key space is read, from this member's memory
 	// and with no read barrier: a scrape must stay cheap with a large

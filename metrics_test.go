@@ -57,6 +57,7 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 	require.Equal(t, 1.0, before["coord_raft_has_leader"])
 	require.Equal(t, 3.0, before["coord_members{voter}"])
 	require.Equal(t, 0.0, before["coord_members{learner}"])
+	require.Equal(t, float64(2<<30), before["coord_quota_bytes"], "the default quota")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
