@@ -1,0 +1,622 @@
+package clientwire
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// Kind identifies a frame's message. Numbers are stable: a kind keeps its
+// number and layout within a protocol version.
+type Kind uint8
+
+// The kinds. Requests carry a request ID and are answered by a response
+// with the same ID; the other frames carry ID 0 except Cancel, whose ID
+// names the request to cancel.
+const (
+	KindHello         Kind = 1  // client → member, handshake
+	KindWelcome       Kind = 2  // member → client, handshake accepted
+	KindRefuse        Kind = 3  // member → client, handshake refused
+	KindPing          Kind = 4  // request → Pong
+	KindPong          Kind = 5  // response
+	KindPropose       Kind = 6  // request → ProposeResult
+	KindProposeResult Kind = 7  // response
+	KindRead          Kind = 8  // request → ReadResult
+	KindReadResult    Kind = 9  // response
+	KindWatchStart    Kind = 10 // request → OK, then stream frames
+	KindOK            Kind = 11 // response without a body
+	KindWatchEvents   Kind = 12 // member → client, stream
+	KindWatchProgress Kind = 13 // member → client, stream
+	KindWatchEnd      Kind = 14 // member → client, stream, last of its watch
+	KindWatchCancel   Kind = 15 // client → member, one-way
+	KindKeepAlive     Kind = 16 // client → member, one-way
+	KindKeepAliveAck  Kind = 17 // member → client, stream
+	KindError         Kind = 18 // response: the request failed
+	KindCancel        Kind = 19 // client → member, one-way: abandon request ID
+
+	maxKind = KindCancel
+)
+
+// Message is one of the message structs of this file.
+type Message interface {
+	// Kind is the frame kind the message travels as.
+	Kind() Kind
+	appendTo(b []byte) []byte
+	decode(d *dec)
+}
+
+// Hello opens a connection (client → member). Its layout is frozen across
+// protocol versions, so any two builds can agree on a version.
+type Hello struct {
+	MinVersion, MaxVersion uint8
+	// Name is the client's name, for logs; the member trusts only the
+	// identity its transport authenticated.
+	Name string
+	// MaxFrame is the largest frame the client accepts; the member fails
+	// a response that would be longer rather than send it.
+	MaxFrame uint32
+}
+
+// Welcome accepts a connection (member → client).
+type Welcome struct {
+	Version         uint8 // the protocol version both ends now speak
+	Member          string
+	CellID          uint64
+	ElectionTimeout time.Duration
+	MinSessionTTL   time.Duration
+	// The member's limits for this client: the largest frame it reads,
+	// the requests it runs at once, the watches it keeps.
+	MaxFrame    uint32
+	MaxInFlight uint32
+	MaxWatchers uint32
+}
+
+// Refuse declines a connection (member → client); the member closes it
+// after sending.
+type Refuse struct {
+	Reason  RefuseReason
+	Message string
+}
+
+// Ping asks the member to answer Pong: a liveness probe.
+type Ping struct{}
+
+// Pong answers Ping.
+type Pong struct{}
+
+// OK answers a request that has no result (WatchStart).
+type OK struct{}
+
+// Propose asks the member to propose a command to Raft and wait for it
+// to apply. Command is in internal/command's encoding; the member decodes
+// and checks it before anything else.
+type Propose struct {
+	Command []byte
+}
+
+// ProposeResult is the applied command's result.
+type ProposeResult struct {
+	Result command.Result
+}
+
+// Read reads a key, or every key under a prefix. Linearizable unless
+// Serializable.
+type Read struct {
+	Key          string
+	Prefix       bool
+	Serializable bool
+}
+
+// ReadResult holds the keys found and the revision read at.
+type ReadResult struct {
+	KVs []command.KV
+	Rev int64
+}
+
+// WatchStart starts a watch of every key under Prefix. WatchID is chosen
+// by the client, unique among its open watches on this connection.
+type WatchStart struct {
+	WatchID     uint64
+	Prefix      string
+	FromRev     int64 // 0: from now
+	PrevKV      bool
+	PutsOnly    bool
+	DeletesOnly bool
+	// ProgressInterval asks for a WatchProgress when the watch was quiet
+	// that long; 0 = never.
+	ProgressInterval time.Duration
+	// MaxLag is how far behind (in revisions) the watch may fall before
+	// the member ends it as slow; 0 = the member's default.
+	MaxLag int64
+}
+
+// EventType is the type of a watch event.
+type EventType uint8
+
+// The event types (the root package's EventPut and EventDelete).
+const (
+	EventPut    EventType = 1
+	EventDelete EventType = 2
+)
+
+// Event is one change seen by a watch.
+type Event struct {
+	Type     EventType
+	KV       command.KV
+	PrevKV   *command.KV // set only for watches with PrevKV, and when there was one
+	EndOfRev bool        // the last event of its revision for this watch
+}
+
+// WatchEvents carries changes of one watch, in revision order; Rev is the
+// revision of the last one.
+type WatchEvents struct {
+	WatchID uint64
+	Events  []Event
+	Rev     int64
+}
+
+// WatchProgress says the watch has delivered every change up to Rev.
+type WatchProgress struct {
+	WatchID uint64
+	Rev     int64
+}
+
+// WatchEnd is the last frame of a watch. Code is CodeNone after a
+// WatchCancel; CodeCompacted with CompactRev when FromRev was compacted;
+// CodeSlowWatcher when the client fell behind. Rev is the revision the
+// watch had delivered up to: resume from Rev+1.
+type WatchEnd struct {
+	WatchID    uint64
+	Code       Code
+	Message    string
+	CompactRev int64
+	Rev        int64
+}
+
+// WatchCancel ends a watch; the member answers with its WatchEnd.
+type WatchCancel struct {
+	WatchID uint64
+}
+
+// KeepAlive keeps every listed session of the client alive: one message
+// per interval for all of them. Seq rises with each one sent.
+type KeepAlive struct {
+	Seq        uint64
+	SessionIDs []int64
+}
+
+// Gone is a session a keep-alive could not keep, and why (CodeSessionExpired,
+// CodeForbidden for a session the client does not own, ...).
+type Gone struct {
+	ID   int64
+	Code Code
+}
+
+// KeepAliveAck answers the KeepAlive of the same Seq once the leader has
+// heard of it: Confirmed sessions are alive, Gone ones are not.
+type KeepAliveAck struct {
+	Seq       uint64
+	Confirmed []int64
+	Gone      []Gone
+}
+
+// ErrorMsg is the response of a failed request (see Error for the error
+// a call returns).
+type ErrorMsg struct {
+	Code    Code
+	Message string
+}
+
+// Cancel tells the member the client gave up on the request named by the
+// frame's ID; the member cancels its context and sends nothing back.
+type Cancel struct{}
+
+// Kind returns KindHello.
+func (*Hello) Kind() Kind { return KindHello }
+
+// Kind returns KindWelcome.
+func (*Welcome) Kind() Kind { return KindWelcome }
+
+// Kind returns KindRefuse.
+func (*Refuse) Kind() Kind { return KindRefuse }
+
+// Kind returns KindPing.
+func (*Ping) Kind() Kind { return KindPing }
+
+// Kind returns KindPong.
+func (*Pong) Kind() Kind { return KindPong }
+
+// Kind returns KindOK.
+func (*OK) Kind() Kind { return KindOK }
+
+// Kind returns KindPropose.
+func (*Propose) Kind() Kind { return KindPropose }
+
+// Kind returns KindProposeResult.
+func (*ProposeResult) Kind() Kind { return KindProposeResult }
+
+// Kind returns KindRead.
+func (*Read) Kind() Kind { return KindRead }
+
+// Kind returns KindReadResult.
+func (*ReadResult) Kind() Kind { return KindReadResult }
+
+// Kind returns KindWatchStart.
+func (*WatchStart) Kind() Kind { return KindWatchStart }
+
+// Kind returns KindWatchEvents.
+func (*WatchEvents) Kind() Kind { return KindWatchEvents }
+
+// Kind returns KindWatchProgress.
+func (*WatchProgress) Kind() Kind { return KindWatchProgress }
+
+// Kind returns KindWatchEnd.
+func (*WatchEnd) Kind() Kind { return KindWatchEnd }
+
+// Kind returns KindWatchCancel.
+func (*WatchCancel) Kind() Kind { return KindWatchCancel }
+
+// Kind returns KindKeepAlive.
+func (*KeepAlive) Kind() Kind { return KindKeepAlive }
+
+// Kind returns KindKeepAliveAck.
+func (*KeepAliveAck) Kind() Kind { return KindKeepAliveAck }
+
+// Kind returns KindError.
+func (*ErrorMsg) Kind() Kind { return KindError }
+
+// Kind returns KindCancel.
+func (*Cancel) Kind() Kind { return KindCancel }
+
+// newMessage returns a zero message of kind k, or nil for an unknown kind.
+func newMessage(k Kind) Message {
+	switch k {
+	case KindHello:
+		return new(Hello)
+	case KindWelcome:
+		return new(Welcome)
+	case KindRefuse:
+		return new(Refuse)
+	case KindPing:
+		return new(Ping)
+	case KindPong:
+		return new(Pong)
+	case KindOK:
+		return new(OK)
+	case KindPropose:
+		return new(Propose)
+	case KindProposeResult:
+		return new(ProposeResult)
+	case KindRead:
+		return new(Read)
+	case KindReadResult:
+		return new(ReadResult)
+	case KindWatchStart:
+		return new(WatchStart)
+	case KindWatchEvents:
+		return new(WatchEvents)
+	case KindWatchProgress:
+		return new(WatchProgress)
+	case KindWatchEnd:
+		return new(WatchEnd)
+	case KindWatchCancel:
+		return new(WatchCancel)
+	case KindKeepAlive:
+		return new(KeepAlive)
+	case KindKeepAliveAck:
+		return new(KeepAliveAck)
+	case KindError:
+		return new(ErrorMsg)
+	case KindCancel:
+		return new(Cancel)
+	}
+	return nil
+}
+
+// DecodeMessage decodes the payload of a frame of kind k. It never
+// panics, allocates in proportion to len(payload), and shares no memory
+// with it. Errors wrap ErrProtocol.
+func DecodeMessage(k Kind, payload []byte) (Message, error) {
+	m := newMessage(k)
+	if m == nil {
+		return nil, fmt.Errorf("%w: unknown kind %d", ErrProtocol, k)
+	}
+	d := dec{b: payload}
+	m.decode(&d)
+	if err := d.done(); err != nil {
+		return nil, fmt.Errorf("kind %d: %w", k, err)
+	}
+	return m, nil
+}
+
+// AppendMessage appends m's payload encoding to b.
+func AppendMessage(b []byte, m Message) []byte { return m.appendTo(b) }
+
+func (m *Hello) appendTo(b []byte) []byte {
+	b = append(b, m.MinVersion, m.MaxVersion)
+	b = appendString(b, m.Name)
+	return appendUvarint(b, uint64(m.MaxFrame))
+}
+
+func (m *Hello) decode(d *dec) {
+	m.MinVersion, m.MaxVersion = d.u8(), d.u8()
+	m.Name = d.string()
+	m.MaxFrame = d.u32()
+}
+
+func (m *Welcome) appendTo(b []byte) []byte {
+	b = append(b, m.Version)
+	b = appendString(b, m.Member)
+	b = appendUvarint(b, m.CellID)
+	b = appendVarint(b, int64(m.ElectionTimeout))
+	b = appendVarint(b, int64(m.MinSessionTTL))
+	b = appendUvarint(b, uint64(m.MaxFrame))
+	b = appendUvarint(b, uint64(m.MaxInFlight))
+	return appendUvarint(b, uint64(m.MaxWatchers))
+}
+
+func (m *Welcome) decode(d *dec) {
+	m.Version = d.u8()
+	m.Member = d.string()
+	m.CellID = d.uvarint()
+	m.ElectionTimeout = time.Duration(d.varint())
+	m.MinSessionTTL = time.Duration(d.varint())
+	m.MaxFrame, m.MaxInFlight, m.MaxWatchers = d.u32(), d.u32(), d.u32()
+}
+
+func (m *Refuse) appendTo(b []byte) []byte {
+	return appendString(append(b, byte(m.Reason)), m.Message)
+}
+
+func (m *Refuse) decode(d *dec) {
+	m.Reason = RefuseReason(d.u8())
+	m.Message = d.string()
+}
+
+func (*Ping) appendTo(b []byte) []byte   { return b }
+func (*Ping) decode(*dec)                {}
+func (*Pong) appendTo(b []byte) []byte   { return b }
+func (*Pong) decode(*dec)                {}
+func (*OK) appendTo(b []byte) []byte     { return b }
+func (*OK) decode(*dec)                  {}
+func (*Cancel) appendTo(b []byte) []byte { return b }
+func (*Cancel) decode(*dec)              {}
+
+func (m *Propose) appendTo(b []byte) []byte { return appendBytes(b, m.Command) }
+
+func (m *Propose) decode(d *dec) { m.Command = d.bytes() }
+
+// minKV is the fewest bytes a KV takes: a key length, a value marker and
+// four numbers.
+const minKV = 6
+
+func appendKV(b []byte, kv *command.KV) []byte {
+	b = appendString(b, kv.Key)
+	b = appendBytes(b, kv.Value)
+	b = appendVarint(b, kv.Version)
+	b = appendVarint(b, kv.CreateRev)
+	b = appendVarint(b, kv.ModRev)
+	return appendVarint(b, kv.Session)
+}
+
+func (d *dec) kv(kv *command.KV) {
+	kv.Key = d.string()
+	kv.Value = d.bytes()
+	kv.Version, kv.CreateRev, kv.ModRev, kv.Session = d.varint(), d.varint(), d.varint(), d.varint()
+}
+
+func appendKVs(b []byte, kvs []command.KV) []byte {
+	b = appendUvarint(b, uint64(len(kvs)))
+	for i := range kvs {
+		b = appendKV(b, &kvs[i])
+	}
+	return b
+}
+
+func (d *dec) kvs() []command.KV {
+	n := d.count(minKV)
+	if n == 0 {
+		return nil
+	}
+	kvs := make([]command.KV, n)
+	for i := range kvs {
+		d.kv(&kvs[i])
+	}
+	return kvs
+}
+
+func (m *ProposeResult) appendTo(b []byte) []byte {
+	r := &m.Result
+	b = append(b, byte(r.Status))
+	b = appendVarint(b, r.Rev)
+	b = appendBool(b, r.Succeeded)
+	b = appendVarint(b, r.SessionID)
+	b = appendUvarint(b, uint64(len(r.Ops)))
+	for i := range r.Ops {
+		b = appendKVs(b, r.Ops[i].KVs)
+		b = appendVarint(b, r.Ops[i].Deleted)
+	}
+	return b
+}
+
+func (m *ProposeResult) decode(d *dec) {
+	r := &m.Result
+	r.Status = command.Status(d.u8())
+	r.Rev = d.varint()
+	r.Succeeded = d.bool()
+	r.SessionID = d.varint()
+	// An op result is at least a KV count and a number.
+	if n := d.count(2); n > 0 {
+		r.Ops = make([]command.OpResult, n)
+		for i := range r.Ops {
+			r.Ops[i].KVs = d.kvs()
+			r.Ops[i].Deleted = d.varint()
+		}
+	}
+}
+
+func (m *Read) appendTo(b []byte) []byte {
+	b = appendString(b, m.Key)
+	return appendBool(appendBool(b, m.Prefix), m.Serializable)
+}
+
+func (m *Read) decode(d *dec) {
+	m.Key = d.string()
+	m.Prefix, m.Serializable = d.bool(), d.bool()
+}
+
+func (m *ReadResult) appendTo(b []byte) []byte {
+	return appendVarint(appendKVs(b, m.KVs), m.Rev)
+}
+
+func (m *ReadResult) decode(d *dec) {
+	m.KVs = d.kvs()
+	m.Rev = d.varint()
+}
+
+func (m *WatchStart) appendTo(b []byte) []byte {
+	b = appendUvarint(b, m.WatchID)
+	b = appendString(b, m.Prefix)
+	b = appendVarint(b, m.FromRev)
+	b = appendBool(b, m.PrevKV)
+	b = appendBool(b, m.PutsOnly)
+	b = appendBool(b, m.DeletesOnly)
+	b = appendVarint(b, int64(m.ProgressInterval))
+	return appendVarint(b, m.MaxLag)
+}
+
+func (m *WatchStart) decode(d *dec) {
+	m.WatchID = d.uvarint()
+	m.Prefix = d.string()
+	m.FromRev = d.varint()
+	m.PrevKV, m.PutsOnly, m.DeletesOnly = d.bool(), d.bool(), d.bool()
+	m.ProgressInterval = time.Duration(d.varint())
+	m.MaxLag = d.varint()
+}
+
+func (m *WatchEvents) appendTo(b []byte) []byte {
+	b = appendUvarint(b, m.WatchID)
+	b = appendUvarint(b, uint64(len(m.Events)))
+	for i := range m.Events {
+		e := &m.Events[i]
+		b = append(b, byte(e.Type))
+		b = appendKV(b, &e.KV)
+		b = appendBool(b, e.PrevKV != nil)
+		if e.PrevKV != nil {
+			b = appendKV(b, e.PrevKV)
+		}
+		b = appendBool(b, e.EndOfRev)
+	}
+	return appendVarint(b, m.Rev)
+}
+
+func (m *WatchEvents) decode(d *dec) {
+	m.WatchID = d.uvarint()
+	// An event is a type, a KV and two flags.
+	if n := d.count(minKV + 3); n > 0 {
+		m.Events = make([]Event, n)
+		for i := range m.Events {
+			e := &m.Events[i]
+			e.Type = EventType(d.u8())
+			if e.Type != EventPut && e.Type != EventDelete {
+				d.fail("event type %d", e.Type)
+			}
+			d.kv(&e.KV)
+			if d.bool() {
+				e.PrevKV = new(command.KV)
+				d.kv(e.PrevKV)
+			}
+			e.EndOfRev = d.bool()
+		}
+	}
+	m.Rev = d.varint()
+}
+
+func (m *WatchProgress) appendTo(b []byte) []byte {
+	return appendVarint(appendUvarint(b, m.WatchID), m.Rev)
+}
+
+func (m *WatchProgress) decode(d *dec) {
+	m.WatchID = d.uvarint()
+	m.Rev = d.varint()
+}
+
+func (m *WatchEnd) appendTo(b []byte) []byte {
+	b = appendUvarint(b, m.WatchID)
+	b = appendUvarint(b, uint64(m.Code))
+	b = appendString(b, m.Message)
+	b = appendVarint(b, m.CompactRev)
+	return appendVarint(b, m.Rev)
+}
+
+func (m *WatchEnd) decode(d *dec) {
+	m.WatchID = d.uvarint()
+	m.Code = Code(d.bounded(0xffff, "code"))
+	m.Message = d.string()
+	m.CompactRev = d.varint()
+	m.Rev = d.varint()
+}
+
+func (m *WatchCancel) appendTo(b []byte) []byte { return appendUvarint(b, m.WatchID) }
+
+func (m *WatchCancel) decode(d *dec) { m.WatchID = d.uvarint() }
+
+func appendIDs(b []byte, ids []int64) []byte {
+	b = appendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = appendVarint(b, id)
+	}
+	return b
+}
+
+func (d *dec) ids() []int64 {
+	n := d.count(1)
+	if n == 0 {
+		return nil
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = d.varint()
+	}
+	return ids
+}
+
+func (m *KeepAlive) appendTo(b []byte) []byte {
+	return appendIDs(appendUvarint(b, m.Seq), m.SessionIDs)
+}
+
+func (m *KeepAlive) decode(d *dec) {
+	m.Seq = d.uvarint()
+	m.SessionIDs = d.ids()
+}
+
+func (m *KeepAliveAck) appendTo(b []byte) []byte {
+	b = appendIDs(appendUvarint(b, m.Seq), m.Confirmed)
+	b = appendUvarint(b, uint64(len(m.Gone)))
+	for _, g := range m.Gone {
+		b = appendUvarint(appendVarint(b, g.ID), uint64(g.Code))
+	}
+	return b
+}
+
+func (m *KeepAliveAck) decode(d *dec) {
+	m.Seq = d.uvarint()
+	m.Confirmed = d.ids()
+	if n := d.count(2); n > 0 {
+		m.Gone = make([]Gone, n)
+		for i := range m.Gone {
+			m.Gone[i].ID = d.varint()
+			m.Gone[i].Code = Code(d.bounded(0xffff, "code"))
+		}
+	}
+}
+
+func (m *ErrorMsg) appendTo(b []byte) []byte {
+	return appendString(appendUvarint(b, uint64(m.Code)), m.Message)
+}
+
+func (m *ErrorMsg) decode(d *dec) {
+	m.Code = Code(d.bounded(0xffff, "code"))
+	m.Message = d.string()
+}
