@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/coordcell/coord/internal/errs"
 )
 
 // ErrLostState is returned by Open for a directory whose Raft state is
@@ -19,7 +20,9 @@ import (
 // Such a member could vote twice in a term or count toward a commit with
 // entries it no longer has (invariant 12 of DESIGN.md), so it must not
 // start: remove it from the cell and add it back with an empty directory.
-var ErrLostState = errors.New("storage: durable state lost; remove this member from the cell and add it back with an empty data directory")
+// It is coord.ErrStateLost itself, the error raftnode reports when the
+// other members find the same loss, so one errors.Is check covers both.
+var ErrLostState = errs.StateLost
 
 // The Raft log (package wal) recovers up to its first bad frame at the
 // tail and drops the rest without a word, as it must for a tail that a

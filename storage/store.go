@@ -38,6 +38,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/storage/wal"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -62,10 +63,14 @@ const FormatVersion uint64 = 2
 var (
 	// ErrFormat is returned by Open for a store of an unknown format version.
 	ErrFormat = errors.New("storage: unknown on-disk format version")
-	// ErrCompacted is returned when history below the retained window is asked for.
-	ErrCompacted = errors.New("storage: revision compacted")
-	// ErrClosed is returned by operations on a closed store.
-	ErrClosed = errors.New("storage: closed")
+	// ErrCompacted is returned when history below the retained window is
+	// asked for. It is coord.ErrCompacted itself, so the root and the watch
+	// hub hand it on without translating.
+	ErrCompacted = errs.Compacted
+	// ErrClosed is returned by operations on a closed store. It is
+	// coord.ErrClosed itself: a store closed under a read means the
+	// member closed.
+	ErrClosed = errs.Closed
 	// ErrSnapshotIncomplete is returned when installing a snapshot whose
 	// chunks have not all arrived.
 	ErrSnapshotIncomplete = errors.New("storage: snapshot chunks incomplete")

@@ -7,7 +7,11 @@
 // msgpack frames and optional mutual TLS (ListenTCP).
 package transport
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/coordcell/coord/internal/errs"
+)
 
 // Envelope is one message between two members, named by their stable
 // member names. Data is opaque to the transport.
@@ -71,8 +75,9 @@ type Freezer interface {
 
 // Sentinel errors.
 var (
-	// ErrClosed is returned by Send after Close.
-	ErrClosed = errors.New("transport: closed")
+	// ErrClosed is returned by Send after Close. It is coord.ErrClosed
+	// itself: a member whose transport closed is closed.
+	ErrClosed = errs.Closed
 	// ErrFrameTooLarge is reported for a frame over the size limit.
 	ErrFrameTooLarge = errors.New("transport: frame too large")
 	// ErrMalformedFrame is reported for bytes that do not decode as a frame.
@@ -89,7 +94,9 @@ var (
 	ErrWeakSecret = errors.New("transport: secret too short")
 	// ErrConfig is returned by ListenTCP for a configuration it refuses,
 	// such as Secret and TLS together, or TLS without client certificates.
-	ErrConfig = errors.New("transport: invalid configuration")
+	// It is coord.ErrInvalidConfig itself, so a caller of coord.Open
+	// matches a transport's refusal with the same check as any other.
+	ErrConfig = errs.InvalidConfig
 	// ErrOverloaded is reported for a connection closed because it would
 	// exceed a resource bound: the connection caps or the buffer budget.
 	ErrOverloaded = errors.New("transport: over resource limit")

@@ -1,6 +1,11 @@
 // Package errs holds the sentinel errors that the root package exports.
-// They live here so that raftnode and the root package share one value
-// per error without an import cycle; users see them as coord.ErrX.
+// They live here so that every layer that means the same thing returns
+// the same value without an import cycle: raftnode returns these, and
+// storage and transport declare their closed, compacted, lost-state and
+// bad-config errors as these very values. So errors.Is works across the
+// layers and the root hands their errors on without translating. Users
+// see them as coord.ErrX. Fencing's sentinels live in package fence, which
+// imports nothing of ours; Closed and InvalidKey are fence's values.
 package errs
 
 import (
@@ -39,14 +44,6 @@ var (
 	StateLost      = errors.New("coord: member's durable state was lost or replaced")
 	DataDir        = errors.New("coord: data directory unusable")
 	Listen         = errors.New("coord: cannot listen")
-)
-
-// Fencing (fencing.go in the root package).
-var (
-	StaleToken   = errors.New("coord: stale fencing token")
-	InvalidToken = errors.New("coord: invalid fencing token")
-	MarksFormat  = errors.New("coord: unusable fencing marks file")
-	MarksInUse   = errors.New("coord: fencing marks file in use")
 )
 
 // Locks, semaphores and elections (queue.go and lock.go in the root package).
