@@ -85,6 +85,7 @@ const (
 	CodeForbidden       Code = 68 // maps to ErrForbidden
 	CodeCanceled        Code = 69 // the request's context ended at the member
 	CodeUnknown         Code = 70 // an error the member could not classify
+	CodeConnLost        Code = 71 // client side only: the connection ended; resume elsewhere
 )
 
 // Error is an error answered by the member: a Code and a human message.

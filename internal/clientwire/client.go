@@ -1,0 +1,348 @@
+package clientwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// ClientOptions configure the client end of a connection.
+type ClientOptions struct {
+	// Name is sent in the Hello, for the member's logs.
+	Name string
+	// MaxFrame is the longest frame accepted from the member (default
+	// DefaultMaxFrame, at least MinMaxFrame).
+	MaxFrame int
+	// WatchBuffer is how many frames of one watch wait for its consumer
+	// (default 256); a watch whose consumer falls further behind ends
+	// with CodeSlowWatcher.
+	WatchBuffer int
+	// OnKeepAliveAck receives every KeepAliveAck, on the reader goroutine:
+	// it must not block.
+	OnKeepAliveAck func(*KeepAliveAck)
+	// Logger receives a line when the connection fails (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// ClientConn is the client end of a connection to a member: calls
+// multiplexed by request ID, watches, keep-alives. It is safe for
+// concurrent use. It does not reconnect: once Done is closed, make a new
+// one (to another member, resuming watches from their End().Rev+1).
+type ClientConn struct {
+	conn    net.Conn
+	opts    ClientOptions
+	welcome Welcome
+	out     *outQueue
+	slots   chan struct{} // the member's in-flight limit
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	err     error
+	nextID  uint64
+	nextW   uint64
+	pending map[uint64]chan Message
+	watches map[uint64]*ClientWatch
+}
+
+// Handshake sends the Hello over conn and waits for the member's answer
+// (bounded by ctx). On success the ClientConn owns conn; on failure conn
+// is closed. A refusal is a *RefusedError (ErrRefused).
+func Handshake(ctx context.Context, conn net.Conn, opts ClientOptions) (*ClientConn, error) {
+	if opts.MaxFrame == 0 {
+		opts.MaxFrame = DefaultMaxFrame
+	}
+	opts.MaxFrame = max(opts.MaxFrame, MinMaxFrame)
+	if opts.WatchBuffer <= 0 {
+		opts.WatchBuffer = 256
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	w, fr, err := clientHandshake(ctx, conn, &opts)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	c := &ClientConn{
+		conn: conn, opts: opts, welcome: *w,
+		out:     newOutQueue(conn, w.Version, int(w.MaxFrame)),
+		slots:   make(chan struct{}, max(w.MaxInFlight, 1)),
+		done:    make(chan struct{}),
+		pending: make(map[uint64]chan Message),
+		watches: make(map[uint64]*ClientWatch),
+	}
+	c.wg.Go(func() {
+		if err := c.out.run(); err != nil {
+			c.fail(err)
+		}
+	})
+	c.wg.Go(func() { c.fail(c.readLoop(fr)) })
+	return c, nil
+}
+
+func clientHandshake(ctx context.Context, conn net.Conn, opts *ClientOptions) (*Welcome, *frameReader, error) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	hello := &Hello{MinVersion: MinVersion, MaxVersion: MaxVersion, Name: opts.Name, MaxFrame: uint32(opts.MaxFrame)}
+	b, err := AppendFrame(nil, handshakeVersion, 0, hello, handshakeMaxFrame)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := conn.Write(b); err != nil {
+		return nil, nil, ctxOr(ctx, err)
+	}
+	fr := newFrameReader(conn)
+	f, err := fr.read(handshakeMaxFrame)
+	if err != nil {
+		return nil, nil, ctxOr(ctx, err)
+	}
+	if err := checkFrame(f, 0); err != nil {
+		return nil, nil, err
+	}
+	m, err := DecodeMessage(f.Kind, f.Payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch m := m.(type) {
+	case *Refuse:
+		return nil, nil, &RefusedError{Reason: m.Reason, Message: m.Message}
+	case *Welcome:
+		if m.Version < MinVersion || m.Version > MaxVersion {
+			return nil, nil, fmt.Errorf("%w: member chose version %d", ErrVersion, m.Version)
+		}
+		if m.MaxFrame < MinMaxFrame {
+			return nil, nil, fmt.Errorf("%w: member frame limit %d", ErrProtocol, m.MaxFrame)
+		}
+		if !stop() {
+			return nil, nil, ctx.Err()
+		}
+		_ = conn.SetDeadline(time.Time{})
+		return m, fr, nil
+	}
+	return nil, nil, fmt.Errorf("%w: handshake answered with kind %d", ErrProtocol, f.Kind)
+}
+
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// Welcome is what the member said about itself and its limits.
+func (c *ClientConn) Welcome() Welcome { return c.welcome }
+
+// Done is closed once the connection has ended; Err says why.
+func (c *ClientConn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended (ErrConnClosed after Close), nil while
+// it is open.
+func (c *ClientConn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection: pending calls fail with ErrConnClosed,
+// watches end with CodeConnLost. It waits for the connection's goroutines.
+func (c *ClientConn) Close() error {
+	c.fail(ErrConnClosed)
+	c.wg.Wait()
+	return nil
+}
+
+// fail ends the connection once, for err.
+func (c *ClientConn) fail(err error) {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		err = ErrConnClosed
+	} else if !errors.Is(err, ErrConnClosed) {
+		c.opts.Logger.Warn("clientwire: connection to member failed", "member", c.welcome.Member, "err", err)
+		err = fmt.Errorf("%w: %w", ErrConnClosed, err)
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	pending, watches := c.pending, c.watches
+	c.pending, c.watches = nil, nil
+	c.mu.Unlock()
+	c.out.close()
+	_ = c.conn.Close()
+	close(c.done)
+	for _, ch := range pending {
+		close(ch)
+	}
+	for _, w := range watches {
+		w.finish(&WatchEnd{WatchID: w.id, Code: CodeConnLost, Message: err.Error()})
+	}
+}
+
+// Call sends the request req and waits for its response, for ctx, or for
+// the connection to end. It waits first for one of the member's
+// in-flight places. A member's error is an *Error; a context error is
+// returned as is (the member is told to abandon the request, and its
+// late answer is dropped).
+func (c *ClientConn) Call(ctx context.Context, req Message) (Message, error) {
+	if !hasID(req.Kind()) || req.Kind() == KindCancel || isResponse(req.Kind()) {
+		return nil, fmt.Errorf("%w: kind %d is not a request", ErrProtocol, req.Kind())
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.done:
+		return nil, c.Err()
+	}
+	defer func() { <-c.slots }()
+	ch := make(chan Message, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = ch
+	c.mu.Unlock()
+	if err := c.out.push(id, req, nil); err != nil {
+		c.forget(id)
+		return nil, err
+	}
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			return nil, c.Err()
+		}
+		if e, isErr := m.(*ErrorMsg); isErr {
+			return nil, &Error{Code: e.Code, Message: e.Message}
+		}
+		return m, nil
+	case <-ctx.Done():
+		if c.forget(id) {
+			_ = c.out.push(id, &Cancel{}, nil)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// forget drops a pending call; false if its answer already came.
+func (c *ClientConn) forget(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pending[id]
+	delete(c.pending, id)
+	return ok
+}
+
+func isResponse(k Kind) bool {
+	switch k {
+	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError:
+		return true
+	}
+	return false
+}
+
+// Ping checks that the member answers.
+func (c *ClientConn) Ping(ctx context.Context) error {
+	_, err := c.Call(ctx, &Ping{})
+	return err
+}
+
+// Read sends r and returns its result.
+func (c *ClientConn) Read(ctx context.Context, r *Read) (*ReadResult, error) {
+	m, err := c.Call(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	res, ok := m.(*ReadResult)
+	if !ok {
+		return nil, c.violation(m)
+	}
+	return res, nil
+}
+
+// Propose proposes the encoded command cmd and returns its result.
+func (c *ClientConn) Propose(ctx context.Context, cmd []byte) (*ProposeResult, error) {
+	m, err := c.Call(ctx, &Propose{Command: cmd})
+	if err != nil {
+		return nil, err
+	}
+	res, ok := m.(*ProposeResult)
+	if !ok {
+		return nil, c.violation(m)
+	}
+	return res, nil
+}
+
+// violation ends the connection over a response of the wrong kind.
+func (c *ClientConn) violation(m Message) error {
+	err := fmt.Errorf("%w: unexpected response kind %d", ErrProtocol, m.Kind())
+	c.fail(err)
+	return err
+}
+
+// KeepAlive sends ka without waiting; its ack comes to
+// ClientOptions.OnKeepAliveAck.
+func (c *ClientConn) KeepAlive(ka *KeepAlive) error { return c.out.push(0, ka, nil) }
+
+func (c *ClientConn) readLoop(fr *frameReader) error {
+	for {
+		f, err := fr.read(c.opts.MaxFrame)
+		if err != nil {
+			return err
+		}
+		if err := checkFrame(f, c.welcome.Version); err != nil {
+			return err
+		}
+		m, err := DecodeMessage(f.Kind, f.Payload)
+		if err != nil {
+			return err
+		}
+		switch m := m.(type) {
+		case *KeepAliveAck:
+			if c.opts.OnKeepAliveAck != nil {
+				c.opts.OnKeepAliveAck(m)
+			}
+		case *WatchEvents:
+			c.toWatch(m.WatchID, m)
+		case *WatchProgress:
+			c.toWatch(m.WatchID, m)
+		case *WatchEnd:
+			c.mu.Lock()
+			w := c.watches[m.WatchID]
+			delete(c.watches, m.WatchID)
+			c.mu.Unlock()
+			if w != nil {
+				w.finish(m)
+			}
+		default:
+			if !isResponse(f.Kind) {
+				return fmt.Errorf("%w: kind %d is not sent by members", ErrProtocol, f.Kind)
+			}
+			c.mu.Lock()
+			ch, ok := c.pending[f.ID]
+			delete(c.pending, f.ID)
+			issued := f.ID <= c.nextID
+			c.mu.Unlock()
+			if !issued {
+				return fmt.Errorf("%w: response to request %d, never sent", ErrProtocol, f.ID)
+			}
+			if ok {
+				ch <- m // buffered, and the only send
+			}
+			// Not pending: the call was cancelled; its answer is dropped.
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package clientwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// ErrWatchEnded is what a WatchSink returns once its watch is ending (the
+// client cancelled it or fell behind, or the connection is closing): the
+// Handler's Watch should return.
+var ErrWatchEnded = errors.New("clientwire: watch ended")
+
+// session is the member's state of one client connection.
+type session struct {
+	h      Handler
+	id     string
+	conn   net.Conn
+	lim    Limits
+	hello  *Hello
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    *outQueue
+	// slots bounds the replies queued unwritten: the reader takes one
+	// before it handles a request, the writer gives it back once the
+	// reply is written. A client that sends without reading stops being
+	// read, so it slows itself, not the member.
+	slots chan struct{}
+	// kaSlot holds the newest keep-alive not yet handled.
+	kaSlot chan *KeepAlive
+	tasks  sync.WaitGroup
+
+	mu       sync.Mutex
+	requests map[uint64]context.CancelFunc
+	watches  map[uint64]*WatchSink
+}
+
+func (s *session) release() { <-s.slots }
+
+// acquire takes a reply slot, waiting while the client does not read.
+func (s *session) acquire() error {
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	}
+}
+
+// reply queues the response to request id; the slot is released once it
+// is written. A response too long for the client becomes an error.
+func (s *session) reply(id uint64, m Message) {
+	err := s.out.push(id, m, s.release)
+	if errors.Is(err, ErrFrameTooLarge) {
+		err = s.out.push(id, &ErrorMsg{Code: CodeFrameTooLarge, Message: err.Error()}, s.release)
+	}
+	if err != nil && !errors.Is(err, ErrConnClosed) {
+		s.release()
+	}
+}
+
+func (s *session) replyErr(id uint64, err error) {
+	s.reply(id, &ErrorMsg{Code: s.code(err), Message: err.Error()})
+}
+
+// code maps a Handler's error to its wire code.
+func (s *session) code(err error) Code {
+	if s.lim.ErrorCode != nil {
+		if c := s.lim.ErrorCode(err); c != CodeNone {
+			return c
+		}
+	}
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e.Code
+	case errors.Is(err, ErrForbidden):
+		return CodeForbidden
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return CodeCanceled
+	}
+	return CodeUnknown
+}
+
+func (s *session) readLoop(fr *frameReader, version uint8) error {
+	for {
+		if s.lim.IdleTimeout > 0 {
+			_ = s.conn.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+		}
+		f, err := fr.read(s.lim.MaxFrame)
+		if err != nil {
+			return err
+		}
+		if err := checkFrame(f, version); err != nil {
+			return err
+		}
+		m, err := DecodeMessage(f.Kind, f.Payload)
+		if err != nil {
+			return err
+		}
+		switch m := m.(type) {
+		case *Ping:
+			if err := s.acquire(); err != nil {
+				return err
+			}
+			s.reply(f.ID, &Pong{})
+		case *Propose:
+			err = s.propose(f.ID, m)
+		case *Read:
+			err = s.request(f.ID, func(ctx context.Context) (Message, error) {
+				return s.h.Read(ctx, s.id, m)
+			})
+		case *WatchStart:
+			err = s.startWatch(f.ID, m)
+		case *WatchCancel:
+			s.mu.Lock()
+			if w := s.watches[m.WatchID]; w != nil {
+				w.stop()
+			}
+			s.mu.Unlock()
+		case *KeepAlive:
+			s.offerKeepAlive(m)
+		case *Cancel:
+			s.mu.Lock()
+			if cancel := s.requests[f.ID]; cancel != nil {
+				cancel()
+			}
+			s.mu.Unlock()
+		default:
+			return fmt.Errorf("%w: kind %d is not sent by clients", ErrProtocol, f.Kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (s *session) propose(id uint64, m *Propose) error {
+	c, err := command.Decode(m.Command)
+	if errors.Is(err, command.ErrVersion) {
+		// A newer client's command: refused, the connection stays.
+		if err := s.acquire(); err != nil {
+			return err
+		}
+		s.reply(id, &ErrorMsg{Code: CodeInvalidArgument, Message: err.Error()})
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if err := CheckCommand(c); err != nil {
+		if err := s.acquire(); err != nil {
+			return err
+		}
+		s.replyErr(id, err)
+		return nil
+	}
+	c.ID = 0 // the member's own request IDs, not the client's
+	return s.request(id, func(ctx context.Context) (Message, error) {
+		r, err := s.h.Propose(ctx, s.id, c)
+		if err != nil {
+			return nil, err
+		}
+		return &ProposeResult{Result: *r}, nil
+	})
+}
+
+// request runs do in its own goroutine, within the in-flight limit.
+func (s *session) request(id uint64, do func(context.Context) (Message, error)) error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if _, dup := s.requests[id]; dup {
+		s.mu.Unlock()
+		s.release()
+		return fmt.Errorf("%w: request ID %d already in flight", ErrProtocol, id)
+	}
+	if len(s.requests) >= s.lim.MaxInFlight {
+		s.mu.Unlock()
+		s.reply(id, &ErrorMsg{Code: CodeTooManyRequests,
+			Message: fmt.Sprintf("%d requests in flight, the member's limit", s.lim.MaxInFlight)})
+		return nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.requests[id] = cancel
+	s.mu.Unlock()
+	s.tasks.Go(func() {
+		defer cancel()
+		m, err := do(ctx)
+		s.mu.Lock()
+		delete(s.requests, id)
+		s.mu.Unlock()
+		if err != nil {
+			s.replyErr(id, err)
+			return
+		}
+		s.reply(id, m)
+	})
+	return nil
+}
+
+// offerKeepAlive leaves ka for the keep-alive goroutine, replacing an
+// older one it has not taken yet: each keep-alive lists all the client's
+// sessions, so the newest says everything. Only the reader sends here.
+func (s *session) offerKeepAlive(ka *KeepAlive) {
+	for {
+		select {
+		case s.kaSlot <- ka:
+			return
+		default:
+		}
+		select {
+		case <-s.kaSlot:
+		default:
+		}
+	}
+}
+
+// keepAlives hands keep-alives to the Handler one at a time, and waits
+// for each ack to be written before the next, so acks never pile up
+// for a client that does not read.
+func (s *session) keepAlives() {
+	written := make(chan struct{}, 1)
+	written <- struct{}{}
+	for {
+		var ka *KeepAlive
+		select {
+		case <-s.ctx.Done():
+			return
+		case ka = <-s.kaSlot:
+		}
+		ack, err := s.h.KeepAlive(s.ctx, s.id, ka)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.lim.Logger.Debug("clientwire: keep-alive failed", "client", s.id, "err", err)
+			}
+			continue
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-written:
+		}
+		ack.Seq = ka.Seq
+		if err := s.out.push(0, ack, func() { written <- struct{}{} }); err != nil && !errors.Is(err, ErrConnClosed) {
+			s.lim.Logger.Warn("clientwire: keep-alive ack not sent", "client", s.id, "err", err)
+			written <- struct{}{}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package clientwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// WatchSink is where a Handler's Watch pushes a watch's frames. Pushes
+// never block: each watch may have Limits.WatchQueue frames waiting to be
+// written, and a push beyond that ends the watch as slow (the client gets
+// a WatchEnd with CodeSlowWatcher and the revision to resume from). It is
+// safe for concurrent use.
+type WatchSink struct {
+	s      *session
+	id     uint64
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	queued   int   // frames pushed, not yet written
+	rev      int64 // the revision delivered up to, once all is written
+	slow     bool
+	tooLarge bool
+	ending   bool // stopped by the client, or slow: pushes refused
+	ended    bool // the Handler returned
+}
+
+// Events pushes changes of the watch, in revision order; rev is the
+// revision of the last one. A batch longer than the client's frame limit
+// is split.
+func (w *WatchSink) Events(rev int64, events []Event) error {
+	if err := w.take(); err != nil {
+		return err
+	}
+	err := w.s.out.push(0, &WatchEvents{WatchID: w.id, Events: events, Rev: rev}, w.written)
+	if errors.Is(err, ErrFrameTooLarge) {
+		w.written()
+		if len(events) < 2 {
+			w.mu.Lock()
+			w.tooLarge = true
+			w.mu.Unlock()
+			w.stop()
+			return fmt.Errorf("%w: %v", ErrWatchEnded, err)
+		}
+		half := len(events) / 2
+		if err := w.Events(events[half-1].KV.ModRev, events[:half]); err != nil {
+			return err
+		}
+		return w.Events(rev, events[half:])
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrWatchEnded, err)
+	}
+	w.advance(rev)
+	return nil
+}
+
+// Progress tells the client the watch has delivered every change up to
+// rev.
+func (w *WatchSink) Progress(rev int64) error {
+	if err := w.take(); err != nil {
+		return err
+	}
+	if err := w.s.out.push(0, &WatchProgress{WatchID: w.id, Rev: rev}, w.written); err != nil {
+		return fmt.Errorf("%w: %v", ErrWatchEnded, err)
+	}
+	w.advance(rev)
+	return nil
+}
+
+// take reserves a place in the watch's queue, or ends the watch as slow.
+func (w *WatchSink) take() error {
+	w.mu.Lock()
+	if w.ending || w.ended {
+		w.mu.Unlock()
+		return ErrWatchEnded
+	}
+	if w.queued >= w.s.lim.WatchQueue {
+		w.slow = true
+		w.mu.Unlock()
+		w.stop()
+		return fmt.Errorf("%w: the client fell behind", ErrWatchEnded)
+	}
+	w.queued++
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *WatchSink) written() {
+	w.mu.Lock()
+	w.queued--
+	w.mu.Unlock()
+}
+
+func (w *WatchSink) advance(rev int64) {
+	w.mu.Lock()
+	w.rev = max(w.rev, rev)
+	w.mu.Unlock()
+}
+
+// stop makes pushes fail and ends the Handler's context.
+func (w *WatchSink) stop() {
+	w.mu.Lock()
+	w.ending = true
+	w.mu.Unlock()
+	w.cancel()
+}
+
+// end is the WatchEnd for a Handler that returned err.
+func (w *WatchSink) end(err error) *WatchEnd {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	e := &WatchEnd{WatchID: w.id, Rev: w.rev}
+	var we *WatchEndError
+	switch {
+	case w.slow:
+		e.Code, e.Message = CodeSlowWatcher, "the client fell behind the watch"
+	case w.tooLarge:
+		e.Code, e.Message = CodeFrameTooLarge, "an event is longer than the client's frame limit"
+	case w.ending, err == nil:
+		e.Code = CodeNone
+	case errors.As(err, &we):
+		e.Code, e.Message, e.CompactRev = we.Code, we.Message, we.CompactRev
+	default:
+		e.Code, e.Message = w.s.code(err), err.Error()
+	}
+	return e
+}
+
+// startWatch answers WatchStart: OK then the watch's frames, or an error.
+func (s *session) startWatch(id uint64, ws *WatchStart) error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.watches[ws.WatchID] != nil {
+		s.mu.Unlock()
+		s.reply(id, &ErrorMsg{Code: CodeInvalidArgument, Message: fmt.Sprintf("watch ID %d in use", ws.WatchID)})
+		return nil
+	}
+	if len(s.watches) >= s.lim.MaxWatchers {
+		s.mu.Unlock()
+		s.reply(id, &ErrorMsg{Code: CodeTooManyWatchers,
+			Message: fmt.Sprintf("%d watches open, the member's limit", s.lim.MaxWatchers)})
+		return nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	w := &WatchSink{s: s, id: ws.WatchID, cancel: cancel, rev: max(ws.FromRev-1, 0)}
+	s.watches[ws.WatchID] = w
+	s.mu.Unlock()
+	// OK is queued before the goroutine can push, so it precedes the
+	// watch's frames.
+	s.reply(id, &OK{})
+	s.tasks.Go(func() {
+		defer cancel()
+		err := s.h.Watch(ctx, s.id, ws, w)
+		end := w.end(err)
+		s.mu.Lock()
+		delete(s.watches, ws.WatchID)
+		s.mu.Unlock()
+		_ = s.out.push(0, end, nil)
+	})
+	return nil
+}
