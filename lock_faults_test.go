@@ -122,9 +122,37 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	// The run lasts duration, and then until it has enough to judge (20
+	// grants and one takeover), up to a hard limit: on a busy machine the
+	// same seconds hold fewer grants, and fewer grants prove less.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(grants) >= 20 && takeovers > 0
+	}
+	go func() {
+		defer cancel()
+		hard := time.NewTimer(duration + time.Minute)
+		defer hard.Stop()
+		select {
+		case <-time.After(duration):
+		case <-hard.C:
+			return
+		}
+		for !enough() {
+			mu.Lock()
+			wake := raised
+			mu.Unlock()
+			select {
+			case <-wake:
+			case <-hard.C:
+				return
+			}
+		}
+	}()
 	var pauses atomic.Int32
 	var lastPause atomic.Int64 // when the last pause ended, since start
 
