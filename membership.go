@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/coordcell/coord/internal/adminrpc"
 	"github.com/coordcell/coord/internal/command"
-	"github.com/coordcell/coord/internal/mpcheck"
 	"github.com/coordcell/coord/raftnode"
-	"github.com/vmihailenco/msgpack/v5"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -130,7 +128,7 @@ func (n *Node) Promote(ctx context.Context, name string) error {
 		if !errors.Is(err, errNotLeaderHere) {
 			return err
 		}
-		err = n.admin.ask(ctx, adminRequest{Op: "promote", Name: name})
+		err = n.admin.rpc.Ask(ctx, adminrpc.Request{Op: adminrpc.OpPromote, Name: name})
 		if !errors.Is(err, errNotLeaderHere) {
 			return err
 		}
@@ -143,7 +141,8 @@ func (n *Node) Promote(ctx context.Context, name string) error {
 	}
 }
 
-var errNotLeaderHere = errors.New("coord: this member does not lead")
+// errNotLeaderHere: this member does not lead, so it asks the leader.
+var errNotLeaderHere = adminrpc.ErrNotLeader
 
 // promoteHere promotes name if this member leads (errNotLeaderHere if not).
 func (n *Node) promoteHere(ctx context.Context, name string) error {
@@ -165,7 +164,10 @@ func (n *Node) promoteHere(ctx context.Context, name string) error {
 		return nil // a voter already
 	}
 	pr := prs[m.ID]
-	if !pr.RecentActive || pr.Match+catchUpEntries < last {
+	// Match 0: it has never answered. Raft counts a new learner as
+	// recently active, and a young log is shorter than catchUpEntries,
+	// so without this a learner never started could become a voter.
+	if !pr.RecentActive || pr.Match == 0 || pr.Match+catchUpEntries < last {
 		return fmt.Errorf("%w: %q has %d of %d entries", ErrNotCaughtUp, name, pr.Match, last)
 	}
 	return n.raft.ChangeMembership(ctx, pb.ConfChangeAddNode, m.ID, command.Member{Name: m.Name, Addr: m.Addr})
@@ -187,191 +189,56 @@ func (n *Node) RemoveMember(ctx context.Context, name string) error {
 	return n.raft.ChangeMembership(ctx, pb.ConfChangeRemoveNode, m.ID, command.Member{Name: m.Name})
 }
 
-// --- the request a follower sends the leader (Promote) ---
+// --- wiring internal/adminrpc ---
 
-// The channels multiplexed over raftnode's application messages.
-const (
-	appSessions byte = 'S'
-	appAdmin    byte = 'A'
-)
+// appSessions is the channel of session keep-alives.
+const appSessions = adminrpc.ChannelSessions
 
-func (n *Node) sendApp(to string, channel byte, data []byte) error {
-	return n.raft.SendApp(to, append([]byte{channel}, data...))
+// sendApp sends data to member to on channel ch of raftnode's application
+// messages.
+func (n *Node) sendApp(to string, ch adminrpc.Channel, data []byte) error {
+	return n.raft.SendApp(to, adminrpc.Frame(ch, data))
 }
 
 // onAppMessage is raftnode's OnMessage hook (raft loop: must not block).
-func (n *Node) onAppMessage(from string, data []byte) {
-	if len(data) == 0 {
-		return
-	}
-	switch data[0] {
-	case appSessions:
-		n.sessions.onMessage(from, data[1:])
-	case appAdmin:
-		n.admin.onMessage(from, data[1:])
-	}
-}
+func (n *Node) onAppMessage(from string, data []byte) { n.admin.mux.Deliver(from, data) }
 
-type adminRequest struct {
-	ID   uint64 `msgpack:"i"`
-	Op   string `msgpack:"o"`
-	Name string `msgpack:"n"`
-}
-
-type adminReply struct {
-	ID   uint64 `msgpack:"i"`
-	Code string `msgpack:"c"` // "" = done; else a sentinel's code
-	Msg  string `msgpack:"m"`
-}
-
-type adminMessage struct {
-	Req   *adminRequest `msgpack:"q,omitempty"`
-	Reply *adminReply   `msgpack:"r,omitempty"`
-}
-
-// adminErrors are the errors a reply can carry, by code.
-var adminErrors = map[string]error{
-	"not-leader":     errNotLeaderHere,
-	"not-caught-up":  ErrNotCaughtUp,
-	"unknown-member": ErrUnknownMember,
-	"no-quorum":      ErrNoQuorum,
-	"ambiguous":      ErrAmbiguous,
-}
-
-// adminVersion leads every admin message (invariant 10 of DESIGN.md):
-// a member refuses a version it does not know rather than misread it.
-const adminVersion byte = 1
-
-// maxAdminInFlight bounds the requests a leader serves at once. Only
-// members can send them, and a member asks one at a time per caller, so
-// a few suffice; the rest are dropped and their senders ask again.
-const maxAdminInFlight = 4
-
-// adminRPC carries membership requests from a follower to the leader.
+// adminRPC is this member's end of the admin RPC, and the multiplexer it
+// shares raftnode's application messages through with the sessions.
 type adminRPC struct {
-	n       *Node
-	mu      sync.Mutex
-	waiting map[uint64]chan adminReply
-	// slots holds a token per request being served: a flood of requests
-	// costs at most maxAdminInFlight goroutines.
-	slots chan struct{}
-	wg    sync.WaitGroup
-	// life ends when the node closes, cancelling requests being served.
-	life    context.Context
-	endLife context.CancelFunc
+	rpc *adminrpc.RPC
+	mux *adminrpc.Mux
 }
 
+// newAdminRPC wires the admin RPC to n. It runs before n.raft starts, so
+// the functions given look n.raft up when called.
 func newAdminRPC(n *Node) *adminRPC {
-	a := &adminRPC{n: n, waiting: make(map[uint64]chan adminReply), slots: make(chan struct{}, maxAdminInFlight)}
-	a.life, a.endLife = context.WithCancel(context.Background())
-	return a
-}
-
-func (a *adminRPC) close() {
-	a.endLife()
-	a.wg.Wait()
-}
-
-func encodeAdmin(m *adminMessage) ([]byte, error) {
-	data, err := msgpack.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte{adminVersion}, data...), nil
-}
-
-// ask sends req to the leader and waits for its reply.
-func (a *adminRPC) ask(ctx context.Context, req adminRequest) error {
-	st := a.n.raft.Status()
-	leader, ok := a.n.raft.MemberName(st.Leader)
-	if st.Leader == 0 || !ok {
-		return errNotLeaderHere
-	}
-	req.ID = a.n.raft.NewRequestID()
-	ch := make(chan adminReply, 1)
-	a.mu.Lock()
-	a.waiting[req.ID] = ch
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.waiting, req.ID)
-		a.mu.Unlock()
-	}()
-	data, err := encodeAdmin(&adminMessage{Req: &req})
-	if err != nil {
-		return err
-	}
-	if err := a.n.sendApp(leader, appAdmin, data); err != nil {
-		return err
-	}
-	select {
-	case r := <-ch:
-		if r.Code == "" {
-			return nil
-		}
-		if sentinel, ok := adminErrors[r.Code]; ok {
-			return fmt.Errorf("%w (from the leader: %s)", sentinel, r.Msg)
-		}
-		return errors.New(r.Msg)
-	case <-time.After(4 * a.n.electionTimeout()):
-		return errNotLeaderHere // lost, or the leader moved: look again
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrAmbiguous, ctx.Err())
-	}
-}
-
-func (a *adminRPC) onMessage(from string, data []byte) {
-	if len(data) == 0 || data[0] != adminVersion {
-		return
-	}
-	data = data[1:]
-	var m adminMessage
-	if mpcheck.Check(data) != nil {
-		return
-	}
-	if err := msgpack.Unmarshal(data, &m); err != nil {
-		return
-	}
-	switch {
-	case m.Reply != nil:
-		a.mu.Lock()
-		ch := a.waiting[m.Reply.ID]
-		a.mu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- *m.Reply:
-			default:
+	log := n.cfg.Logger.With("member", n.cfg.Name)
+	rpc := adminrpc.New(adminrpc.Config{
+		Send: func(to string, payload []byte) error {
+			return n.sendApp(to, adminrpc.ChannelAdmin, payload)
+		},
+		Leader: func() (string, bool) {
+			lead := n.raft.Status().Leader
+			if lead == 0 {
+				return "", false
 			}
-		}
-	case m.Req != nil && m.Req.Op == "promote":
-		select {
-		case a.slots <- struct{}{}:
-		default:
-			return // busy: the asker times out and asks again
-		}
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			defer func() { <-a.slots }()
-			a.serve(from, m.Req)
-		}()
-	}
+			return n.raft.MemberName(lead)
+		},
+		NewID: func() uint64 { return n.raft.NewRequestID() },
+		Serve: func(ctx context.Context, req adminrpc.Request) error {
+			return n.promoteHere(ctx, req.Name)
+		},
+		// Long enough for a leader to serve a promote through a slow
+		// commit; a lost request or a moved leader costs this much.
+		Wait:   4 * n.electionTimeout(),
+		Logger: log,
+	})
+	mux := adminrpc.NewMux(log, map[adminrpc.Channel]adminrpc.Handler{
+		adminrpc.ChannelSessions: n.sessions.onMessage,
+		adminrpc.ChannelAdmin:    rpc.OnMessage,
+	})
+	return &adminRPC{rpc: rpc, mux: mux}
 }
 
-// serve carries out one request from member from and replies.
-func (a *adminRPC) serve(from string, req *adminRequest) {
-	ctx, cancel := context.WithTimeout(a.life, 4*a.n.electionTimeout())
-	defer cancel()
-	reply := adminReply{ID: req.ID}
-	if err := a.n.promoteHere(ctx, req.Name); err != nil {
-		reply.Code, reply.Msg = "other", err.Error()
-		for code, sentinel := range adminErrors {
-			if errors.Is(err, sentinel) {
-				reply.Code = code
-			}
-		}
-	}
-	if data, err := encodeAdmin(&adminMessage{Reply: &reply}); err == nil {
-		_ = a.n.sendApp(from, appAdmin, data)
-	}
-}
+func (a *adminRPC) close() { a.rpc.Close() }

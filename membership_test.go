@@ -169,3 +169,25 @@ func TestDataDirBelongsToOneMember(t *testing.T) {
 	require.ErrorIs(t, err, coord.ErrInvalidConfig)
 	require.ErrorContains(t, err, `belongs to member "a"`)
 }
+
+// A follower's Promote is carried out by the leader, over the admin RPC,
+// and comes back with the leader's verdict as the same sentinels.
+func TestFollowerPromoteAsksTheLeader(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	li := c.LeaderIndex()
+	follower := c.Node((li + 1) % 3)
+	require.NoError(t, c.Node(li).AddLearner(ctx, "learner", "learner"))
+
+	err := follower.Promote(ctx, "learner")
+	require.ErrorIs(t, err, coord.ErrNotCaughtUp, "not started: it cannot have caught up")
+	if c.LeaderIndex() == li {
+		require.ErrorContains(t, err, "from the leader")
+	}
+	require.ErrorIs(t, follower.Promote(ctx, "nobody"), coord.ErrUnknownMember)
+
+	c.Join("learner")
+	require.Eventually(t, func() bool { return follower.Promote(ctx, "learner") == nil }, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, follower, ctx))
+	require.NoError(t, follower.Promote(ctx, "learner"), "promoting a voter changes nothing")
+}
