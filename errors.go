@@ -6,7 +6,11 @@ import (
 )
 
 // The sentinel errors. Every error the package returns wraps one of these
-// (or a context error), so callers branch with errors.Is.
+// (or a context error), so callers branch with errors.Is. The packages
+// below the root return these same values where they mean the same thing
+// (transport.ErrClosed and storage.ErrClosed are ErrClosed,
+// storage.ErrCompacted is ErrCompacted, transport.ErrConfig is
+// ErrInvalidConfig), so one check covers every layer.
 var (
 	// ErrNotFound: Get found no such key.
 	ErrNotFound = errs.NotFound
