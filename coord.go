@@ -34,6 +34,11 @@ type Node struct {
 	// gossip finds members and runs the autopilot; nil without
 	// Config.Gossip.
 	gossip *gossiper
+	// probes counts queue waits; only the package's tests register in it.
+	probes probeRegistry
+	// metricsOn is set once Config.Metrics holds this member's metrics
+	// (before Open returns, so Close reads it without a lock).
+	metricsOn bool
 
 	// closing is cancelled when the node closes, ending its watches.
 	closing     context.Context
@@ -144,6 +149,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.sessions.start()
 	n.startAutopilot()
+	if err := n.openMetrics(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.metricsOn = true
 	go func() {
 		// A member that fails (storage error, internal panic) ends its
 		// watches just as Close does.
@@ -160,6 +170,13 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.cancelClose()
+		if n.metricsOn {
+			// Unregistered so that a member reopened in this process can
+			// register again; only if registered, since a registry knows
+			// collectors by their descriptors, and a failed registration
+			// means another member's are there.
+			n.closeMetrics()
+		}
 		n.gossip.leave() // the leader's autopilot removes this member at once
 		n.sessions.close()
 		n.admin.close()
@@ -290,110 +307,4 @@ func (n *Node) closedErr() error {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return ErrClosed
-}
-
-// Get returns the key. It fails with ErrNotFound if the key does not
-// exist. By default the read is linearizable (it reflects every write
-// completed before the call, on any member); Serializable() reads this
-// member's state without asking the leader.
-func (n *Node) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
-	if err := n.checkKey(key); err != nil {
-		return KV{}, err
-	}
-	o := readOpts(opts)
-	if err := n.readBarrier(ctx, o); err != nil {
-		return KV{}, err
-	}
-	kv, ok, err := n.sm.Get(key)
-	if err != nil {
-		return KV{}, n.stateErr(err)
-	}
-	if !ok {
-		return KV{}, fmt.Errorf("%w: %q", ErrNotFound, key)
-	}
-	return fromCmdKV(kv), nil
-}
-
-// List returns every key under prefix, in key order, and the revision
-// of the state it read: Watch(ctx, prefix, FromRev(rev)) then continues
-// exactly after it. Reads are linearizable unless Serializable() is given.
-func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
-	if len(prefix) > n.cfg.MaxKeySize {
-		return nil, 0, fmt.Errorf("%w: prefix of %d bytes, limit %d", ErrKeyTooLarge, len(prefix), n.cfg.MaxKeySize)
-	}
-	o := readOpts(opts)
-	if err := n.readBarrier(ctx, o); err != nil {
-		return nil, 0, err
-	}
-	kvs, rev, err := n.sm.List(prefix)
-	if err != nil {
-		return nil, 0, n.stateErr(err)
-	}
-	out := make([]KV, len(kvs))
-	for i, kv := range kvs {
-		out[i] = fromCmdKV(kv)
-	}
-	return out, rev, nil
-}
-
-// Put writes value under key and returns the key as written. With
-// IfVersion(v) it is a compare-and-set (v = 0: create only) that fails
-// with ErrConflict, changing nothing, when the key's version is not v.
-// With Ephemeral(s) the key belongs to session s and is deleted when the
-// session ends.
-//
-// An error wrapping ErrAmbiguous means the write may or may not have
-// happened; ErrNoQuorum means it did not.
-func (n *Node) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
-	if err := n.checkKey(key); err != nil {
-		return KV{}, err
-	}
-	if len(value) > n.cfg.MaxValueSize {
-		return KV{}, fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(value), n.cfg.MaxValueSize)
-	}
-	o := writeOpts(opts)
-	txn := &command.Txn{Then: []command.Op{{Type: command.OpPut, Key: key, Value: value, Session: o.session}}}
-	if o.ifVersion != nil {
-		txn.If = []command.Compare{{Key: key, Target: command.TargetVersion, Op: command.Equal, Int: *o.ifVersion}}
-	}
-	res, err := n.propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn})
-	if err != nil {
-		return KV{}, err
-	}
-	if !res.Succeeded {
-		return KV{}, fmt.Errorf("%w: %q is not at version %d", ErrConflict, key, *o.ifVersion)
-	}
-	return fromCmdKV(res.Ops[0].KVs[0]), nil
-}
-
-// Delete deletes key and returns the cell revision after the delete.
-// Deleting an absent key is not an error (the revision does not move).
-// With IfVersion(v) it deletes only at that version, else ErrConflict.
-func (n *Node) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
-	if err := n.checkKey(key); err != nil {
-		return 0, err
-	}
-	o := writeOpts(opts)
-	txn := &command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: key}}}
-	if o.ifVersion != nil {
-		txn.If = []command.Compare{{Key: key, Target: command.TargetVersion, Op: command.Equal, Int: *o.ifVersion}}
-	}
-	res, err := n.propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn})
-	if err != nil {
-		return 0, err
-	}
-	if !res.Succeeded {
-		return 0, fmt.Errorf("%w: %q is not at version %d", ErrConflict, key, *o.ifVersion)
-	}
-	return res.Rev, nil
-}
-
-func (n *Node) checkKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	}
-	if len(key) > n.cfg.MaxKeySize {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), n.cfg.MaxKeySize)
-	}
-	return nil
 }

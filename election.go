@@ -99,7 +99,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.q.s.Err(); err != nil {
 		return fmt.Errorf("%w: %q: %w", ErrNotLeader, e.group, err)
 	}
-	res, err := e.q.s.n.Txn(ctx).
+	res, err := newTxn(ctx, e.q.s.b).
 		If(CreateRev(h.key).Eq(int64(h.token))).
 		Then(OpPut(h.key, []byte(value), Ephemeral(e.q.s))).
 		Commit()
@@ -128,7 +128,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if e.q.err != nil {
 		return Leader{}, e.q.err
 	}
-	kvs, _, err := e.q.s.n.List(ctx, e.q.prefix)
+	kvs, _, err := listPrefix(ctx, e.q.s.b, e.q.prefix, nil)
 	if err != nil {
 		return Leader{}, err
 	}
@@ -167,82 +167,65 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	return ch
 }
 
+// observe is ListWatch of the group, with the state at the end of each
+// revision sent on ch.
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer close(ch)
 	if e.q.err != nil {
 		return
 	}
-	n, prefix := e.q.s.n, e.q.prefix
-	var last Leader
-	sent := false
-	send := func(l Leader) bool {
+	b, prefix := e.q.s.b, e.q.prefix
+	var (
+		last  Leader
+		sent  bool
+		lists int
+	)
+	state := map[string]KV{}
+	send := func() error {
+		l := leaderFrom(prefix, state)
 		if sent && l == last {
-			return true
+			return nil
 		}
 		select {
 		case ch <- l:
 			last, sent = l, true
-			return true
+			return nil
 		case <-ctx.Done():
-			return false
+			return ctx.Err()
 		}
 	}
-	for {
-		// (Re)start from a linearizable listing.
-		var (
-			kvs []KV
-			rev int64
-			err error
-		)
-		for {
-			if kvs, rev, err = n.List(ctx, prefix); err == nil {
-				break
-			}
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) || n.backoff(ctx, nil) != nil {
-				return
-			}
+	onList := func(kvs []KV, _ int64) error {
+		if lists++; lists > 1 {
+			// The watch could not go on (it fell behind the retained
+			// history, or the receiver fell too far behind).
+			b.queueProbes().note(prefix, probeRelist)
 		}
-		state := map[string]KV{}
+		clear(state)
 		for _, kv := range kvs {
 			state[kv.Key] = kv
 		}
-		if !send(leaderFrom(prefix, state)) {
-			return
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		// No lag limit: the receiver sets the pace, and the member keeps
-		// what it has not taken yet (within the retained history).
-		w := n.Watch(wctx, prefix, FromRev(rev), WithMaxLag(0))
-		ok := e.follow(w, state, send)
-		cancel()
-		if !ok || ctx.Err() != nil || errors.Is(w.Err(), ErrClosed) {
-			return
-		}
-		// The watch could not go on (it fell behind the retained history,
-		// or the receiver fell too far behind): read the group again.
-		probeNote(prefix, probeRelist)
+		return send()
 	}
-}
-
-// follow applies w's events to state and sends the state at the end of
-// each revision (EndOfRev): one change, such as a session's end, can touch
-// several candidacies, and the state half-way through it never existed.
-// It returns false if send gave up (ctx ended), true when the watch ended.
-func (e *Election) follow(w *Watcher, state map[string]KV, send func(Leader) bool) bool {
-	for ev := range w.Events() {
+	// One change, such as a session's end, can touch several candidacies,
+	// and the state half-way through it never existed: send only at the
+	// end of each revision.
+	onEvent := func(ev Event) error {
 		switch ev.Type {
 		case EventPut:
 			state[ev.KV.Key] = ev.KV
 		case EventDelete:
 			delete(state, ev.KV.Key)
 		default:
-			continue
+			return nil
 		}
-		if ev.EndOfRev && !send(leaderFrom(e.q.prefix, state)) {
-			return false
+		if !ev.EndOfRev {
+			return nil
 		}
+		return send()
 	}
-	return true
+	// No lag limit: the receiver sets the pace, and the member keeps what
+	// it has not taken yet (within the retained history).
+	_ = listWatch(ctx, b, prefix, onList, onEvent, WithMaxLag(0))
 }
 
 func leaderFrom(prefix string, state map[string]KV) Leader {

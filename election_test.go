@@ -20,7 +20,7 @@ func TestElectionCampaignResignProclaim(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	const group = "g"
-	probe := coord.ProbeElection(group)
+	probe := coord.ProbeElection(group, members(c)...)
 	defer probe.Close()
 	s1 := newSession(t, ctx, c.Node(0), 2*time.Second)
 	s2 := newSession(t, ctx, c.Node(1), 2*time.Second)
@@ -108,7 +108,7 @@ func TestElectionObserve(t *testing.T) {
 	}))
 	ctx := ctxT(t, 20*time.Second)
 	const group = "obs"
-	probe := coord.ProbeElection(group)
+	probe := coord.ProbeElection(group, members(c)...)
 	defer probe.Close()
 	// The observer is on a follower, which is cut off later.
 	leader := c.LeaderIndex()

@@ -95,3 +95,52 @@ func ExampleSession() {
 	// workers while the session lives: 1
 	// workers after Close: 0 true
 }
+
+// runOnce does a job at most once at a time across the cell. It takes a
+// Cell, so it works the same in a member (*Node) and, once clients
+// exist, in a process that is not one.
+func runOnce(ctx context.Context, c coord.Cell, job string) (coord.Token, error) {
+	s, err := c.NewSession(ctx, coord.WithTTL(c.MinSessionTTL()))
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close(ctx)
+	m := coord.NewMutex(s, "jobs/"+job)
+	token, err := m.Lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Unlock(ctx)
+	// Fence the job's writes with the token.
+	if _, err := c.Put(ctx, "done/"+job, []byte(token.String())); err != nil {
+		return 0, err
+	}
+	return token, nil
+}
+
+// Code written against Cell works with any way into the cell.
+func ExampleCell() {
+	nodes, stop := startCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var c coord.Cell = nodes[1]
+	first, err := runOnce(ctx, c, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	second, err := runOnce(ctx, nodes[2], "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the second run's token is greater:", second > first)
+	kv, err := c.Get(ctx, "done/report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("last run fenced with its token:", string(kv.Value) == second.String())
+	// Output:
+	// the second run's token is greater: true
+	// last run fenced with its token: true
+}

@@ -13,27 +13,37 @@ func CellID(name string, peers []Peer) uint64 { return cellID(name, peers) }
 func IDFromName(name string) uint64 { return raftnode.IDFromName(name) }
 
 // QueueProbe counts the waits and wake-ups of the waiters of one lock or
-// election queue, so tests can show that a release wakes one waiter and
-// wait for a waiter to be parked without sleeping.
+// election queue, on the members it was registered with, so tests can
+// show that a release wakes one waiter and wait for a waiter to be parked
+// without sleeping.
 type QueueProbe struct {
 	prefix string
+	nodes  []*Node
 	p      *queueProbe
 }
 
-// ProbeLock starts counting for lock name; Close stops.
-func ProbeLock(name string) *QueueProbe { return newProbe(lockPrefix(name)) }
+// ProbeLock starts counting for lock name on nodes; Close stops.
+func ProbeLock(name string, nodes ...*Node) *QueueProbe { return newProbe(lockPrefix(name), nodes) }
 
-// ProbeElection starts counting for election group; Close stops.
-func ProbeElection(group string) *QueueProbe { return newProbe(electionPrefix(group)) }
+// ProbeElection starts counting for election group on nodes; Close stops.
+func ProbeElection(group string, nodes ...*Node) *QueueProbe {
+	return newProbe(electionPrefix(group), nodes)
+}
 
-func newProbe(prefix string) *QueueProbe {
+func newProbe(prefix string, nodes []*Node) *QueueProbe {
 	p := &queueProbe{changed: make(chan struct{})}
-	probes.Store(prefix, p)
-	return &QueueProbe{prefix: prefix, p: p}
+	for _, n := range nodes {
+		n.probes.m.Store(prefix, p)
+	}
+	return &QueueProbe{prefix: prefix, nodes: nodes, p: p}
 }
 
 // Close stops counting.
-func (p *QueueProbe) Close() { probes.Delete(p.prefix) }
+func (p *QueueProbe) Close() {
+	for _, n := range p.nodes {
+		n.probes.m.Delete(p.prefix)
+	}
+}
 
 // Counts returns how often a waiter began waiting (found itself blocked
 // and started watching) and woke up (a watched blocker went, so it read

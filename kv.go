@@ -1,6 +1,11 @@
 package coord
 
-import "github.com/coordcell/coord/internal/command"
+import (
+	"context"
+	"fmt"
+
+	"github.com/coordcell/coord/internal/command"
+)
 
 // SessionID identifies a session in the cell; unique forever.
 type SessionID int64
@@ -73,4 +78,108 @@ func writeOpts(opts []WriteOption) writeOptions {
 		f(&o)
 	}
 	return o
+}
+
+// Get returns the key. It fails with ErrNotFound if the key does not
+// exist. By default the read is linearizable (it reflects every write
+// completed before the call, on any member); Serializable() reads this
+// member's state without asking the leader.
+func (n *Node) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
+	return getKey(ctx, n, key, opts)
+}
+
+// List returns every key under prefix, in key order, and the revision
+// of the state it read: Watch(ctx, prefix, FromRev(rev)) then continues
+// exactly after it. Reads are linearizable unless Serializable() is given.
+func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
+	return listPrefix(ctx, n, prefix, opts)
+}
+
+// Put writes value under key and returns the key as written. With
+// IfVersion(v) it is a compare-and-set (v = 0: create only) that fails
+// with ErrConflict, changing nothing, when the key's version is not v.
+// With Ephemeral(s) the key belongs to session s and is deleted when the
+// session ends.
+//
+// An error wrapping ErrAmbiguous means the write may or may not have
+// happened; ErrNoQuorum means it did not.
+func (n *Node) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
+	return putKey(ctx, n, key, value, opts)
+}
+
+// Delete deletes key and returns the cell revision after the delete.
+// Deleting an absent key is not an error (the revision does not move).
+// With IfVersion(v) it deletes only at that version, else ErrConflict.
+func (n *Node) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
+	return deleteKey(ctx, n, key, opts)
+}
+
+// The KV calls, shared by every Cell: validation happens here, once,
+// whatever the backend.
+
+func getKey(ctx context.Context, b backend, key string, opts []ReadOption) (KV, error) {
+	if err := b.limits().checkKey(key); err != nil {
+		return KV{}, err
+	}
+	kv, ok, err := b.get(ctx, key, readOpts(opts))
+	if err != nil {
+		return KV{}, err
+	}
+	if !ok {
+		return KV{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return kv, nil
+}
+
+func listPrefix(ctx context.Context, b backend, prefix string, opts []ReadOption) ([]KV, int64, error) {
+	if err := b.limits().checkPrefix(prefix); err != nil {
+		return nil, 0, err
+	}
+	return b.list(ctx, prefix, readOpts(opts))
+}
+
+// putKey and deleteKey are one-operation transactions, validated and
+// committed as Txn.Commit does.
+func putKey(ctx context.Context, b backend, key string, value []byte, opts []WriteOption) (KV, error) {
+	o := writeOpts(opts)
+	txn := &command.Txn{Then: []command.Op{{Type: command.OpPut, Key: key, Value: value, Session: o.session}}}
+	res, err := commitIfVersion(ctx, b, txn, key, o)
+	if err != nil {
+		return KV{}, err
+	}
+	return fromCmdKV(res.Ops[0].KVs[0]), nil
+}
+
+func deleteKey(ctx context.Context, b backend, key string, opts []WriteOption) (int64, error) {
+	txn := &command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: key}}}
+	res, err := commitIfVersion(ctx, b, txn, key, writeOpts(opts))
+	if err != nil {
+		return 0, err
+	}
+	return res.Rev, nil
+}
+
+// commitIfVersion commits txn, conditional on key's version when o says
+// so, and maps a failed condition to ErrConflict.
+func commitIfVersion(ctx context.Context, b backend, txn *command.Txn, key string, o writeOptions) (command.Result, error) {
+	if o.ifVersion != nil {
+		txn.If = []command.Compare{{Key: key, Target: command.TargetVersion, Op: command.Equal, Int: *o.ifVersion}}
+	}
+	res, err := commitTxn(ctx, b, txn)
+	if err != nil {
+		return res, err
+	}
+	if !res.Succeeded {
+		return res, fmt.Errorf("%w: %q is not at version %d", ErrConflict, key, *o.ifVersion)
+	}
+	return res, nil
+}
+
+// commitTxn validates txn against the cell's limits and proposes it: the
+// one path of every write.
+func commitTxn(ctx context.Context, b backend, txn *command.Txn) (command.Result, error) {
+	if err := b.limits().checkTxn(txn); err != nil {
+		return command.Result{}, err
+	}
+	return b.propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn})
 }

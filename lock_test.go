@@ -51,6 +51,18 @@ func recv[T any](t *testing.T, ctx context.Context, ch <-chan T) T {
 	}
 }
 
+// members returns the cluster's running members, for a probe to count
+// the waiters on.
+func members(c *coordtest.Cluster) []*coord.Node {
+	var ns []*coord.Node
+	for i := range c.Size() {
+		if n := c.Node(i); n != nil {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
+
 // waitParked waits until the probe has seen n waiters start waiting in
 // all, so a test knows its waiter is parked on its predecessor.
 func waitParked(t *testing.T, ctx context.Context, p *coord.QueueProbe, n int) {
@@ -80,8 +92,8 @@ func TestMutexFIFOAndNoHerd(t *testing.T) {
 	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
-	const name, waiters = "herd", 100
-	probe := coord.ProbeLock(name)
+	const name, waiters = "lock", 100
+	probe := coord.ProbeLock(name, members(c)...)
 	defer probe.Close()
 	sessions := make([]*coord.Session, 3)
 	for i := range sessions {
@@ -144,8 +156,8 @@ func TestMutexPassesOnWhenHolderDies(t *testing.T) {
 			c := coordtest.NewCluster(t, 3)
 			ctx := ctxT(t, 20*time.Second)
 			const ttl = time.Second
-			name := "dead"
-			probe := coord.ProbeLock(name)
+			name := "lock"
+			probe := coord.ProbeLock(name, members(c)...)
 			defer probe.Close()
 			leader := c.LeaderIndex()
 			h, w := (leader+1)%3, (leader+2)%3
@@ -237,10 +249,10 @@ func TestTwoMutexesOnOneSessionExclude(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(1)
-	probe := coord.ProbeLock("same")
+	probe := coord.ProbeLock("lock", members(c)...)
 	defer probe.Close()
 	s := newSession(t, ctx, n, 2*time.Second)
-	m1, m2 := coord.NewMutex(s, "same"), coord.NewMutex(s, "same")
+	m1, m2 := coord.NewMutex(s, "lock"), coord.NewMutex(s, "lock")
 	t1, err := m1.Lock(ctx)
 	require.NoError(t, err)
 	_, err = m2.TryLock(ctx)
@@ -253,7 +265,7 @@ func TestTwoMutexesOnOneSessionExclude(t *testing.T) {
 		t.Fatalf("second Mutex on the same session got the lock: %+v", r)
 	default:
 	}
-	require.NoError(t, n.CheckToken(ctx, "same", t1))
+	require.NoError(t, n.CheckToken(ctx, "lock", t1))
 	require.NoError(t, m1.Unlock(ctx))
 	r := recv(t, ctx, res)
 	require.NoError(t, r.err)
@@ -279,8 +291,8 @@ func TestLockWaiterReturnsWhenItsSessionEnds(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	const name = "ends"
-	probe := coord.ProbeLock(name)
+	const name = "lock"
+	probe := coord.ProbeLock(name, members(c)...)
 	defer probe.Close()
 	leader := c.LeaderIndex()
 	holder := coord.NewMutex(newSession(t, ctx, c.Node(leader), 2*time.Second), name)
@@ -410,19 +422,19 @@ func TestLockContextEndsWhileWaiting(t *testing.T) {
 	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
-	probe := coord.ProbeLock("cancel")
+	probe := coord.ProbeLock("lock", members(c)...)
 	defer probe.Close()
 	s := newSession(t, ctx, c.Node(0), 2*time.Second)
-	holder := coord.NewMutex(s, "cancel")
+	holder := coord.NewMutex(s, "lock")
 	t1, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
-	res := async(wctx, coord.NewMutex(newSession(t, ctx, c.Node(1), 2*time.Second), "cancel").Lock)
+	res := async(wctx, coord.NewMutex(newSession(t, ctx, c.Node(1), 2*time.Second), "lock").Lock)
 	waitParked(t, ctx, probe, 1)
 	cancel()
 	r := recv(t, ctx, res)
 	require.ErrorIs(t, r.err, context.Canceled)
-	kvs, _, err := c.Node(2).List(ctx, "locks/cancel/")
+	kvs, _, err := c.Node(2).List(ctx, "locks/lock/")
 	require.NoError(t, err)
 	require.Len(t, kvs, 1)
 	require.Equal(t, int64(t1), kvs[0].CreateRev)
@@ -440,7 +452,7 @@ func TestRWMutexReadersShareWritersWaitFairly(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	const name = "rw"
-	probe := coord.ProbeLock(name)
+	probe := coord.ProbeLock(name, members(c)...)
 	defer probe.Close()
 	sA := newSession(t, ctx, c.Node(0), 2*time.Second)
 	sB := newSession(t, ctx, c.Node(1), 2*time.Second)
@@ -484,8 +496,8 @@ func TestRWMutexWaitingWriterSessionExpires(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	const name = "rw16221"
-	probe := coord.ProbeLock(name)
+	const name = "rw"
+	probe := coord.ProbeLock(name, members(c)...)
 	defer probe.Close()
 	w1 := coord.NewRWMutex(newSession(t, ctx, c.Node(0), 2*time.Second), name)
 	t1, err := w1.Lock(ctx)
@@ -534,7 +546,7 @@ func TestSemaphoreAtMostNInOrder(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	const name, n = "sem", 2
-	probe := coord.ProbeLock(name)
+	probe := coord.ProbeLock(name, members(c)...)
 	defer probe.Close()
 	s := []*coord.Session{
 		newSession(t, ctx, c.Node(0), 2*time.Second),

@@ -127,7 +127,7 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	w := &waiter{q: q, n: q.s.n, key: q.newKey(kind)}
+	w := &waiter{q: q, b: q.s.b, key: q.newKey(kind)}
 	// The hold's lifetime (its own-key watch and monitor) is the
 	// session's, not the caller's ctx, which may end right after Lock.
 	w.mctx, w.stop = context.WithCancel(q.s.Ctx())
@@ -157,32 +157,34 @@ func (q *queue) release(ctx context.Context, kind byte, notHeld error) error {
 	if h == nil || h.kind != kind {
 		return fmt.Errorf("%w: %s", notHeld, name)
 	}
+	if err := q.s.Err(); err != nil {
+		// The session's end deleted its keys in the cell: nothing is
+		// left to release.
+		q.drop(h)
+		return fmt.Errorf("%w: %s: %w", notHeld, name, err)
+	}
 	unsure := false // an earlier attempt may have deleted the key
-	for {
-		if err := q.s.Err(); err != nil {
-			// The session's end deletes its keys in the cell: nothing is
-			// left to release.
-			q.drop(h)
-			if unsure {
-				return nil
-			}
-			return fmt.Errorf("%w: %s: %w", notHeld, name, err)
-		}
-		res, err := q.s.n.Txn(ctx).If(CreateRev(h.key).Eq(int64(h.token))).Then(OpDelete(h.key)).Commit()
-		if err == nil {
-			q.drop(h)
-			if !res.Succeeded && !unsure {
-				return fmt.Errorf("%w: %s: the hold with token %d had already ended", notHeld, name, h.token)
-			}
+	var res TxnResult
+	err := retry(ctx, q.s.b, q.s, retryable, func() (err error) {
+		res, err = newTxn(ctx, q.s.b).If(CreateRev(h.key).Eq(int64(h.token))).Then(OpDelete(h.key)).Commit()
+		unsure = unsure || errors.Is(err, ErrAmbiguous)
+		return err
+	})
+	q.drop(h)
+	switch {
+	case err == nil && !res.Succeeded && !unsure:
+		return fmt.Errorf("%w: %s: the hold with token %d had already ended", notHeld, name, h.token)
+	case err == nil:
+		return nil
+	case err == q.s.Err():
+		// retry stopped because the session ended, deleting the key.
+		if unsure {
 			return nil
 		}
-		unsure = unsure || errors.Is(err, ErrAmbiguous)
-		if !retryable(err) || q.s.n.backoff(ctx, q.s) != nil {
-			q.drop(h)
-			q.removeLater(h.key, int64(h.token))
-			return err
-		}
+		return fmt.Errorf("%w: %s: %w", notHeld, name, err)
 	}
+	q.removeLater(h.key, int64(h.token))
+	return err
 }
 
 // drop forgets h locally, once: its monitor ends (closing Done before
@@ -205,10 +207,10 @@ func (q *queue) drop(h *hold) {
 // remove deletes key, guarded by its create revision rev unless rev is 0.
 func (q *queue) remove(ctx context.Context, key string, rev int64) error {
 	if rev != 0 {
-		_, err := q.s.n.Txn(ctx).If(CreateRev(key).Eq(rev)).Then(OpDelete(key)).Commit()
+		_, err := newTxn(ctx, q.s.b).If(CreateRev(key).Eq(rev)).Then(OpDelete(key)).Commit()
 		return err
 	}
-	_, err := q.s.n.Delete(ctx, key)
+	_, err := deleteKey(ctx, q.s.b, key, nil)
 	return err
 }
 
@@ -221,21 +223,24 @@ func (q *queue) removeLater(key string, rev int64) {
 		return
 	}
 	go func() {
-		for s.n.backoff(s.Ctx(), s) == nil {
-			ctx, cancel := context.WithTimeout(s.Ctx(), 2*s.n.electionTimeout())
-			err := q.remove(ctx, key, rev)
-			cancel()
-			if err == nil || !retryable(err) {
-				return
-			}
+		if backoff(s.Ctx(), s.b, s) != nil {
+			return
 		}
+		_ = retry(s.Ctx(), s.b, s, retryable, func() error {
+			ctx, cancel := context.WithTimeout(s.Ctx(), 2*s.b.electionTimeout())
+			defer cancel()
+			return q.remove(ctx, key, rev)
+		})
 	}()
 }
 
-// probes count, per queue prefix, how often waiters start waiting and
-// wake up; only the package's tests register any (export_test.go), to
-// show that a release wakes one waiter, not the herd.
-var probes sync.Map // prefix -> *queueProbe
+// probeRegistry counts, per queue prefix, how often waiters start waiting
+// and wake up. Each Node has one; only the package's tests register
+// probes in it (export_test.go), to show that a release wakes one waiter,
+// not the herd. With none registered, noting costs one map lookup.
+type probeRegistry struct {
+	m sync.Map // prefix -> *queueProbe
+}
 
 type queueProbe struct {
 	mu      sync.Mutex
@@ -251,8 +256,8 @@ const (
 	probeRelist                   // Observe's watch ended and it read the group again
 )
 
-func probeNote(prefix string, ev probeEvent) {
-	v, ok := probes.Load(prefix)
+func (r *probeRegistry) note(prefix string, ev probeEvent) {
+	v, ok := r.m.Load(prefix)
 	if !ok {
 		return
 	}

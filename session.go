@@ -51,7 +51,9 @@ const DefaultSessionTTL = 10 * time.Second
 //
 // A Session is safe for concurrent use.
 type Session struct {
-	n      *Node
+	c      Cell    // the way in that made it
+	b      backend // c's backend
+	k      keeper  // b's keep-alive engine
 	id     SessionID
 	ttl    time.Duration
 	manual bool // kept alive only by renew (leases)
@@ -111,11 +113,9 @@ func WithTTL(d time.Duration) SessionOption {
 // in 18 leader changes at 3, 3.5 and 4 election timeouts; before
 // keep-alives were answered after one read barrier, 16 of 144 sessions
 // expired at 3.)
-func (n *Node) MinSessionTTL() time.Duration { return 4 * n.electionTimeout() }
+func (n *Node) MinSessionTTL() time.Duration { return minSessionTTL(n) }
 
-func (n *Node) electionTimeout() time.Duration {
-	return time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
-}
+func minSessionTTL(b backend) time.Duration { return 4 * b.electionTimeout() }
 
 // NewSession creates a session in the cell (one log entry) and keeps it
 // alive from this member until Close, Orphan, or expiry. Its TTL (WithTTL)
@@ -126,26 +126,29 @@ func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session,
 	for _, f := range opts {
 		f(&o)
 	}
-	return n.newSession(ctx, o)
+	return newSession(ctx, n, o)
 }
 
-func (n *Node) newSession(ctx context.Context, o sessionOptions) (*Session, error) {
-	if min := n.MinSessionTTL(); o.ttl < min {
+// newSession creates a session through c, kept alive by c's keeper.
+func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error) {
+	b := c.cellBackend()
+	k := b.keeper()
+	if min := minSessionTTL(b); o.ttl < min {
 		return nil, fmt.Errorf("%w: %v is below the minimum %v (four election timeouts)", ErrInvalidTTL, o.ttl, min)
 	}
 	sent := time.Now()
-	res, err := n.propose(ctx, &command.Command{Kind: command.KindSessionCreate,
+	res, err := b.propose(ctx, &command.Command{Kind: command.KindSessionCreate,
 		Session: &command.Session{TTL: int64(o.ttl)}})
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{n: n, id: SessionID(res.SessionID), ttl: o.ttl, manual: o.manual,
+	s := &Session{c: c, b: b, k: k, id: SessionID(res.SessionID), ttl: o.ttl, manual: o.manual,
 		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{})}
 	close(s.healthy)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// The creation committed after sent, and every leader grants a new
 	// session a full TTL from its creation or election.
-	s.until = sent.Add(o.ttl - n.sessions.margin(o.ttl))
+	s.until = sent.Add(o.ttl - k.margin(o.ttl))
 	s.lastSent, s.lastAcked = sent, sent
 	// A creation that took long (a loaded machine, a change of leader)
 	// leaves the holder's deadline near or past: the cell granted the TTL
@@ -155,15 +158,15 @@ func (n *Node) newSession(ctx context.Context, o sessionOptions) (*Session, erro
 	// than expiring at its first check.
 	slow := time.Since(sent) > o.ttl/4
 	s.confirming = slow
-	n.sessions.add(s)
+	k.add(s)
 	if slow {
-		if _, err := n.sessions.renew(ctx, s); err != nil {
+		if _, err := k.renew(ctx, s); err != nil {
 			s.mu.Lock()
 			s.confirming = false
 			s.mu.Unlock()
 			// Nobody will hold it: end it in the cell rather than leave it
 			// to expire.
-			n.sessions.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
+			k.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
 				Session: &command.Session{ID: int64(s.id)}})
 			s.end(ErrSessionClosed)
 			return nil, fmt.Errorf("session %d created but not confirmed, so ended: %w", s.id, err)
@@ -181,8 +184,17 @@ func (s *Session) ID() SessionID { return s.id }
 // TTL returns the session's time to live.
 func (s *Session) TTL() time.Duration { return s.ttl }
 
-// Node returns the member the session lives on.
-func (s *Session) Node() *Node { return s.n }
+// Node returns the member the session lives on: the Node it was made
+// with. It is nil for a session made through a Cell that is not a
+// member (a client); Cell works for both.
+func (s *Session) Node() *Node {
+	n, _ := s.c.(*Node)
+	return n
+}
+
+// Cell returns the Cell the session was made with, and through which its
+// recipes reach the cell.
+func (s *Session) Cell() Cell { return s.c }
 
 // Done is closed when the session has ended: expired, closed, or its
 // member closed. Err then says which.
@@ -242,7 +254,7 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.closing = true
 	s.mu.Unlock()
-	_, err := s.n.propose(ctx, &command.Command{Kind: command.KindSessionEnd,
+	_, err := s.b.propose(ctx, &command.Command{Kind: command.KindSessionEnd,
 		Session: &command.Session{ID: int64(s.id)}})
 	if err != nil {
 		if !errors.Is(err, ErrAmbiguous) {
@@ -266,7 +278,7 @@ func (s *Session) Close(ctx context.Context) error {
 // ends at once (ErrSessionClosed). Close after Orphan still ends it in the
 // cell.
 func (s *Session) Orphan() {
-	s.n.sessions.remove(s.id)
+	s.k.remove(s.id)
 	s.mu.Lock()
 	s.orphaned = s.err == nil
 	s.mu.Unlock()
@@ -297,7 +309,7 @@ func (s *Session) end(err error) error {
 		}
 	}
 	s.mu.Unlock()
-	s.n.sessions.remove(s.id)
+	s.k.remove(s.id)
 	s.cancel()
 	return err
 }
@@ -309,7 +321,7 @@ func (s *Session) confirmed(sent time.Time) {
 	if s.err != nil {
 		return
 	}
-	if u := sent.Add(s.ttl - s.n.sessions.margin(s.ttl)); u.After(s.until) {
+	if u := sent.Add(s.ttl - s.k.margin(s.ttl)); u.After(s.until) {
 		s.until = u
 	}
 	if sent.After(s.lastAcked) {

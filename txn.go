@@ -18,15 +18,16 @@ import (
 //		Else(coord.OpGet("config")).
 //		Commit()
 type Txn struct {
-	n   *Node
+	b   backend
 	ctx context.Context
 	txn command.Txn
+	err error // the first invalid operation added, reported by Commit
 }
 
 // Txn starts a transaction bound to ctx.
-func (n *Node) Txn(ctx context.Context) *Txn {
-	return &Txn{n: n, ctx: ctx}
-}
+func (n *Node) Txn(ctx context.Context) *Txn { return newTxn(ctx, n) }
+
+func newTxn(ctx context.Context, b backend) *Txn { return &Txn{b: b, ctx: ctx} }
 
 // If adds comparisons; all must hold for Then to run.
 func (t *Txn) If(cmps ...Cmp) *Txn {
@@ -39,6 +40,7 @@ func (t *Txn) If(cmps ...Cmp) *Txn {
 // Then adds the operations run when every comparison holds.
 func (t *Txn) Then(ops ...Op) *Txn {
 	for _, o := range ops {
+		t.add(o)
 		t.txn.Then = append(t.txn.Then, o.op)
 	}
 	return t
@@ -47,6 +49,7 @@ func (t *Txn) Then(ops ...Op) *Txn {
 // Else adds the operations run when a comparison fails.
 func (t *Txn) Else(ops ...Op) *Txn {
 	for _, o := range ops {
+		t.add(o)
 		t.txn.Else = append(t.txn.Else, o.op)
 	}
 	return t
@@ -71,13 +74,21 @@ type OpResult struct {
 	Deleted int64
 }
 
-// Commit validates and runs the transaction. Invalid input (too many
-// operations, oversized keys or values) fails before anything is sent.
-func (t *Txn) Commit() (TxnResult, error) {
-	if err := t.validate(); err != nil {
-		return TxnResult{}, err
+// add notes o's error, if it is the first.
+func (t *Txn) add(o Op) {
+	if t.err == nil {
+		t.err = o.err
 	}
-	res, err := t.n.propose(t.ctx, &command.Command{Kind: command.KindTxn, Txn: &t.txn})
+}
+
+// Commit validates and runs the transaction. Invalid input (too many
+// operations, oversized keys or values, an option an operation does not
+// take) fails before anything is sent.
+func (t *Txn) Commit() (TxnResult, error) {
+	if t.err != nil {
+		return TxnResult{}, t.err
+	}
+	res, err := commitTxn(t.ctx, t.b, &t.txn)
 	if err != nil {
 		return TxnResult{}, err
 	}
@@ -91,57 +102,40 @@ func (t *Txn) Commit() (TxnResult, error) {
 	return out, nil
 }
 
-func (t *Txn) validate() error {
-	cfg := &t.n.cfg
-	if ops := len(t.txn.If) + len(t.txn.Then) + len(t.txn.Else); ops > cfg.MaxTxnOps {
-		return fmt.Errorf("%w: %d, limit %d", ErrTooManyOps, ops, cfg.MaxTxnOps)
-	}
-	for _, c := range t.txn.If {
-		if err := t.n.checkKey(c.Key); err != nil {
-			return err
-		}
-	}
-	for _, ops := range [][]command.Op{t.txn.Then, t.txn.Else} {
-		for _, o := range ops {
-			if o.Prefix {
-				if len(o.Key) > cfg.MaxKeySize {
-					return fmt.Errorf("%w: prefix of %d bytes, limit %d", ErrKeyTooLarge, len(o.Key), cfg.MaxKeySize)
-				}
-			} else if err := t.n.checkKey(o.Key); err != nil {
-				return err
-			}
-			if len(o.Value) > cfg.MaxValueSize {
-				return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(o.Value), cfg.MaxValueSize)
-			}
-		}
-	}
-	return nil
+// Op is one operation of a transaction.
+type Op struct {
+	op  command.Op
+	err error // why the operation is invalid; Commit reports it
 }
 
-// Op is one operation of a transaction.
-type Op struct{ op command.Op }
-
 // OpGet reads key.
-func OpGet(key string) Op { return Op{command.Op{Type: command.OpGet, Key: key}} }
+func OpGet(key string) Op { return Op{op: command.Op{Type: command.OpGet, Key: key}} }
 
 // OpGetPrefix reads every key under prefix.
 func OpGetPrefix(prefix string) Op {
-	return Op{command.Op{Type: command.OpGet, Key: prefix, Prefix: true}}
+	return Op{op: command.Op{Type: command.OpGet, Key: prefix, Prefix: true}}
 }
 
 // OpPut writes value under key. Of the write options only Ephemeral
-// applies inside a transaction (conditions go in If).
+// applies inside a transaction: conditions go in If, so a transaction
+// given OpPut with IfVersion fails at Commit with ErrInvalidArgument
+// rather than drop the condition.
 func OpPut(key string, value []byte, opts ...WriteOption) Op {
 	o := writeOpts(opts)
-	return Op{command.Op{Type: command.OpPut, Key: key, Value: value, Session: o.session}}
+	op := Op{op: command.Op{Type: command.OpPut, Key: key, Value: value, Session: o.session}}
+	if o.ifVersion != nil {
+		op.err = fmt.Errorf("%w: OpPut(%q) with IfVersion: inside a transaction, put the condition in If (Version(key).Eq(v))",
+			ErrInvalidArgument, key)
+	}
+	return op
 }
 
 // OpDelete deletes key.
-func OpDelete(key string) Op { return Op{command.Op{Type: command.OpDelete, Key: key}} }
+func OpDelete(key string) Op { return Op{op: command.Op{Type: command.OpDelete, Key: key}} }
 
 // OpDeletePrefix deletes every key under prefix.
 func OpDeletePrefix(prefix string) Op {
-	return Op{command.Op{Type: command.OpDelete, Key: prefix, Prefix: true}}
+	return Op{op: command.Op{Type: command.OpDelete, Key: prefix, Prefix: true}}
 }
 
 // Cmp is one comparison of a transaction. Build it from a target:

@@ -8,10 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/coordcell/coord/internal/errs"
 )
@@ -19,7 +18,7 @@ import (
 // waiter is one acquisition on its way to holding.
 type waiter struct {
 	q   *queue
-	n   *Node
+	b   backend
 	key string
 	rev int64 // our key's create revision, once known
 	// maybe is set when a create attempt's outcome was unknown, so the
@@ -43,7 +42,7 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 		}
 		return nil, err
 	}
-	w.own = w.n.Watch(w.mctx, w.key, FromRev(rev))
+	w.own = w.watch(w.mctx, w.key, rev)
 	for {
 		entries := parseQueue(q.prefix, q.kinded, list)
 		i := slices.IndexFunc(entries, func(e entry) bool { return e.kv.Key == w.key })
@@ -63,11 +62,11 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 			w.abandon()
 			return nil, fmt.Errorf("%w: %s", ErrLocked, strings.TrimSuffix(q.prefix, "/"))
 		}
-		probeNote(q.prefix, probeWait)
+		w.b.queueProbes().note(q.prefix, probeWait)
 		if err := w.await(ctx, wait, rev); err != nil {
 			return nil, err
 		}
-		probeNote(q.prefix, probeWake)
+		w.b.queueProbes().note(q.prefix, probeWake)
 		if list, rev, err = w.reread(ctx); err != nil {
 			return nil, err
 		}
@@ -80,53 +79,25 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 // a retry after an unseen success finds the key and reads it back.
 func (w *waiter) create(ctx context.Context, value []byte) ([]KV, int64, error) {
 	q := w.q
-	for {
-		res, err := w.n.Txn(ctx).If(Version(w.key).Eq(0)).
+	var res TxnResult
+	err := retry(ctx, w.b, q.s, func(err error) bool {
+		w.maybe = w.maybe || errors.Is(err, ErrAmbiguous)
+		return retryable(err)
+	}, func() (err error) {
+		res, err = newTxn(ctx, w.b).If(Version(w.key).Eq(0)).
 			Then(OpPut(w.key, value, Ephemeral(q.s)), OpGetPrefix(q.prefix)).
 			Else(OpGet(w.key), OpGetPrefix(q.prefix)).
 			Commit()
-		if err == nil {
-			if len(res.Results[0].KVs) != 1 || res.Results[0].KVs[0].Session != q.s.id {
-				return nil, 0, fmt.Errorf("%w: queue key %q is not this session's", errs.Internal, w.key)
-			}
-			w.rev = res.Results[0].KVs[0].CreateRev
-			return res.Results[1].KVs, res.Rev, nil
-		}
-		if errors.Is(err, ErrSessionExpired) {
-			if serr := q.s.Err(); serr != nil {
-				return nil, 0, serr
-			}
-			return nil, 0, err
-		}
-		if errors.Is(err, ErrAmbiguous) {
-			w.maybe = true
-		}
-		if err := w.retry(ctx, err); err != nil {
-			return nil, 0, err
-		}
-	}
-}
-
-// retry decides whether err is worth another attempt and, if so, waits
-// a moment first. It returns the error to give up with, or nil.
-func (w *waiter) retry(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	if serr := w.q.s.Err(); serr != nil {
-		return serr
-	}
-	if !retryable(err) {
 		return err
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	return w.n.backoff(ctx, w.q.s)
-}
-
-// retryable reports whether an operation that failed with err may
-// succeed if tried again: its outcome was unknown, or no quorum was
-// reachable at the time.
-func retryable(err error) bool {
-	return errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrNoQuorum)
+	if len(res.Results[0].KVs) != 1 || res.Results[0].KVs[0].Session != q.s.id {
+		return nil, 0, fmt.Errorf("%w: queue key %q is not this session's", errs.Internal, w.key)
+	}
+	w.rev = res.Results[0].KVs[0].CreateRev
+	return res.Results[1].KVs, res.Rev, nil
 }
 
 // reread reads the queue again after a wake-up, from this member's own
@@ -137,7 +108,7 @@ func retryable(err error) bool {
 // only makes us wait on a key that is already gone: its watch, from the
 // view's revision, reports the delete at once.)
 func (w *waiter) reread(ctx context.Context) ([]KV, int64, error) {
-	kvs, rev, err := w.n.List(ctx, w.q.prefix, Serializable())
+	kvs, rev, err := listPrefix(ctx, w.b, w.q.prefix, []ReadOption{Serializable()})
 	if err != nil {
 		return w.relist(ctx)
 	}
@@ -145,17 +116,21 @@ func (w *waiter) reread(ctx context.Context) ([]KV, int64, error) {
 }
 
 // relist reads the queue again, linearizably.
-func (w *waiter) relist(ctx context.Context) ([]KV, int64, error) {
-	for {
-		kvs, rev, err := w.n.List(ctx, w.q.prefix)
-		if err == nil {
-			return kvs, rev, nil
-		}
-		if err := w.retry(ctx, err); err != nil {
-			w.giveUp(ctx)
-			return nil, 0, err
-		}
+func (w *waiter) relist(ctx context.Context) (kvs []KV, rev int64, err error) {
+	err = retry(ctx, w.b, w.q.s, retryable, func() (err error) {
+		kvs, rev, err = listPrefix(ctx, w.b, w.q.prefix, nil)
+		return err
+	})
+	if err != nil {
+		w.giveUp(ctx)
+		return nil, 0, err
 	}
+	return kvs, rev, nil
+}
+
+// watch watches key from rev.
+func (w *waiter) watch(ctx context.Context, key string, rev int64) *Watcher {
+	return startWatch(ctx, w.b, key, []WatchOption{FromRev(rev)})
 }
 
 // await watches the blocking keys, from rev on, and returns when one of
@@ -164,42 +139,50 @@ func (w *waiter) relist(ctx context.Context) ([]KV, int64, error) {
 func (w *waiter) await(ctx context.Context, keys []string, rev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const fixed = 3 // ctx, session, own key
-	cases := make([]reflect.SelectCase, fixed, fixed+len(keys))
-	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}
-	cases[1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.q.s.Done())}
-	for _, k := range keys {
-		ch := w.n.Watch(wctx, k, FromRev(rev)).Events()
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	watches := make([]*Watcher, len(keys))
+	for i, k := range keys {
+		watches[i] = w.watch(wctx, k, rev)
 	}
-	cases[2] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.own.Events())}
+	gone := anyGone(keys, watches)
 	for {
-		i, v, ok := reflect.Select(cases)
-		switch {
-		case i == 0:
+		select {
+		case <-ctx.Done():
 			w.giveUp(ctx)
 			return ctx.Err()
-		case i == 1:
+		case <-w.q.s.Done():
 			return w.q.s.Err()
-		case i == 2 && !ok:
-			// Our own watch ended (history compacted, member closing):
-			// start it again after the re-read the caller does next.
-			if err := w.restartOwn(ctx); err != nil {
-				return err
+		case ev, ok := <-w.own.Events():
+			if !ok {
+				// Our own watch ended (history compacted, member closing):
+				// start it again after the re-read the caller does next.
+				return w.restartOwn(ctx)
 			}
-			return nil
-		case i == 2:
-			if ev := v.Interface().(Event); ev.Type == EventDelete && ev.KV.Key == w.key {
+			if ev.Type == EventDelete && ev.KV.Key == w.key {
 				return w.lost(ctx)
 			}
-		case !ok:
-			return nil // that watch ended: re-read the queue
-		default:
-			if ev := v.Interface().(Event); ev.Type == EventDelete && ev.KV.Key == keys[i-fixed] {
-				return nil
-			}
+		case <-gone:
+			return nil // a blocker went, or its watch ended: re-read the queue
 		}
 	}
+}
+
+// anyGone fans the blockers' watches in: the channel it returns is closed
+// once one of them reports its key deleted, or ends. Its goroutines end
+// with the watches.
+func anyGone(keys []string, watches []*Watcher) <-chan struct{} {
+	gone := make(chan struct{})
+	var once sync.Once
+	for i, wt := range watches {
+		go func() {
+			for ev := range wt.Events() {
+				if ev.Type == EventDelete && ev.KV.Key == keys[i] {
+					break
+				}
+			}
+			once.Do(func() { close(gone) })
+		}()
+	}
+	return gone
 }
 
 // restartOwn replaces an ended own-key watch, from a fresh linearizable
@@ -215,7 +198,7 @@ func (w *waiter) restartOwn(ctx context.Context) error {
 	if err := w.own.Err(); errors.Is(err, ErrClosed) {
 		return err
 	}
-	w.own = w.n.Watch(w.mctx, w.key, FromRev(rev))
+	w.own = w.watch(w.mctx, w.key, rev)
 	return nil
 }
 
@@ -226,7 +209,7 @@ func (w *waiter) lost(ctx context.Context) error {
 	// The member applies a session's end, then tells the session; wait
 	// until the change that deleted the key has been fully applied here
 	// so the session's state is current.
-	w.n.settle(context.WithoutCancel(ctx))
+	w.b.settle(context.WithoutCancel(ctx))
 	if err := w.q.s.Err(); err != nil {
 		return err
 	}
@@ -246,7 +229,7 @@ func (w *waiter) giveUp(ctx context.Context) {
 // keeps trying in the background until the session ends.
 func (w *waiter) abandon() {
 	s := w.q.s
-	ctx, cancel := context.WithTimeout(s.Ctx(), 2*w.n.electionTimeout())
+	ctx, cancel := context.WithTimeout(s.Ctx(), 2*w.b.electionTimeout())
 	err := w.q.remove(ctx, w.key, w.rev)
 	cancel()
 	if err != nil && retryable(err) {
@@ -271,7 +254,7 @@ func (w *waiter) monitor(ctx context.Context, h *hold) {
 				if !held {
 					return
 				}
-				own = w.n.Watch(ctx, w.key, FromRev(rev))
+				own = w.watch(ctx, w.key, rev)
 				continue
 			}
 			if ev.Type == EventDelete && ev.KV.Key == w.key {
@@ -286,41 +269,16 @@ func (w *waiter) monitor(ctx context.Context, h *hold) {
 // stillHeld reads (linearizably, retrying until ctx ends) whether our key
 // is still there, and the revision of the read.
 func (w *waiter) stillHeld(ctx context.Context) (int64, bool) {
-	for {
-		kvs, rev, err := w.n.List(ctx, w.key)
-		if err == nil {
-			return rev, slices.ContainsFunc(kvs, func(kv KV) bool { return kv.Key == w.key && kv.CreateRev == w.rev })
-		}
-		if errors.Is(err, ErrClosed) || w.n.backoff(ctx, w.q.s) != nil {
-			return 0, false
-		}
+	var (
+		kvs []KV
+		rev int64
+	)
+	err := retry(ctx, w.b, w.q.s, notClosed, func() (err error) {
+		kvs, rev, err = listPrefix(ctx, w.b, w.key, nil)
+		return err
+	})
+	if err != nil {
+		return 0, false
 	}
-}
-
-// backoff waits a quarter election timeout before a retry, or returns
-// the reason to stop: ctx ended, or the session s (if not nil) ended.
-func (n *Node) backoff(ctx context.Context, s *Session) error {
-	var ended <-chan struct{}
-	if s != nil {
-		ended = s.Done()
-	}
-	t := time.NewTimer(n.electionTimeout() / 4)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-ended:
-		return s.Err()
-	}
-}
-
-// settle waits until everything this member has applied so far has also
-// been handed to its listeners (the watch hub and the sessions), so a
-// session ended by a change a watcher has seen knows it has ended.
-func (n *Node) settle(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, n.electionTimeout())
-	defer cancel()
-	_ = n.raft.WaitApplied(ctx, n.sm.AppliedIndex())
+	return rev, slices.ContainsFunc(kvs, func(kv KV) bool { return kv.Key == w.key && kv.CreateRev == w.rev })
 }

@@ -3,7 +3,6 @@ package coord
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,17 +141,33 @@ type Watcher struct {
 // watched prefixes it falls under, however many watchers share them, and
 // a slow consumer never slows writes or other watchers.
 func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *Watcher {
+	return startWatch(ctx, n, prefix, opts)
+}
+
+// startWatch is Watch on any backend: the options are read and checked
+// here, once.
+func startWatch(ctx context.Context, b backend, prefix string, opts []WatchOption) *Watcher {
 	o := watchOptions{puts: true, dels: true, channelSize: 64}
 	for _, f := range opts {
 		f(&o)
 	}
+	if bad := b.limits().checkWatch(prefix, &o); bad != nil {
+		return failedWatcher(bad)
+	}
+	return b.watch(ctx, prefix, o)
+}
+
+// failedWatcher is a watch that ended before it started, with err.
+func failedWatcher(err error) *Watcher {
+	w := &Watcher{events: make(chan Event), cancel: func() {}, progress: make(chan struct{}, 1), err: err}
+	close(w.events)
+	return w
+}
+
+// watch serves a watch from this member's applied state.
+func (n *Node) watch(ctx context.Context, prefix string, o watchOptions) *Watcher {
 	if !o.fromSet {
 		o.fromRev = n.sm.Revision()
-	}
-	if bad := n.checkWatch(prefix, &o); bad != nil {
-		w := &Watcher{events: make(chan Event), cancel: func() {}, progress: make(chan struct{}, 1), err: bad}
-		close(w.events)
-		return w
 	}
 	if !o.maxLagSet {
 		o.maxLag = n.cfg.HistoryRevisions / 2
@@ -175,19 +190,6 @@ func (n *Node) Watch(ctx context.Context, prefix string, opts ...WatchOption) *W
 		close(w.events)
 	}()
 	return w
-}
-
-// checkWatch refuses a watch that could never work, before it starts.
-func (n *Node) checkWatch(prefix string, o *watchOptions) error {
-	switch {
-	case len(prefix) > n.cfg.MaxKeySize:
-		return fmt.Errorf("%w: prefix of %d bytes, limit %d", ErrKeyTooLarge, len(prefix), n.cfg.MaxKeySize)
-	case o.fromRev < 0:
-		return fmt.Errorf("%w: FromRev(%d): revisions start at 0", ErrInvalidArgument, o.fromRev)
-	case o.maxLag < 0:
-		return fmt.Errorf("%w: WithMaxLag(%d) is negative", ErrInvalidArgument, o.maxLag)
-	}
-	return nil
 }
 
 // Events returns the channel of changes. It is buffered and lossless: a
@@ -310,24 +312,29 @@ func toEvent(rev int64, ev *storage.Event, withPrev bool) Event {
 // member closes.
 func (n *Node) ListWatch(ctx context.Context, prefix string, onList func(kvs []KV, rev int64) error,
 	onEvent func(Event) error, opts ...WatchOption) error {
+	return listWatch(ctx, n, prefix, onList, onEvent, opts...)
+}
+
+// listWatch is ListWatch on any backend.
+func listWatch(ctx context.Context, b backend, prefix string, onList func(kvs []KV, rev int64) error,
+	onEvent func(Event) error, opts ...WatchOption) error {
 	for {
-		kvs, rev, err := n.List(ctx, prefix)
+		var (
+			kvs []KV
+			rev int64
+		)
+		// No quorum for now: try again until there is one.
+		err := retry(ctx, b, nil, notClosed, func() (err error) {
+			kvs, rev, err = listPrefix(ctx, b, prefix, nil)
+			return err
+		})
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-				return err
-			}
-			// No quorum for now: try again after an election timeout.
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(n.electionTimeout()):
-			}
-			continue
+			return err
 		}
 		if err := onList(kvs, rev); err != nil {
 			return err
 		}
-		w := n.Watch(ctx, prefix, append(opts, FromRev(rev))...)
+		w := startWatch(ctx, b, prefix, append(opts, FromRev(rev)))
 		for ev := range w.Events() {
 			if err := onEvent(ev); err != nil {
 				w.Close()
