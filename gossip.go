@@ -162,7 +162,11 @@ func prepareMember(ctx context.Context, store *storage.Store, cfg *Config) (stor
 		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: the data directory belongs to member %q, not %q",
 			ErrInvalidConfig, ident.Name, cfg.Name)
 	}
-	if !ok {
+	if !ok || store.IsNew() {
+		// A member still new, with an identity, died while it waited to
+		// found or join: a fresh incarnation makes it another voter, so a
+		// founding vote it may have cast and forgotten is never
+		// contradicted by a second vote of the same voter (formOrJoin).
 		if ident, err = store.SaveIdentity(storage.Identity{Name: cfg.Name}); err != nil {
 			return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
 		}
@@ -232,17 +236,48 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 // (and joins it) or founds one with BootstrapExpect members.
 //
 // Founding is by rounds of votes, so that members with different views
-// never found two cells from overlapping members. A member votes at
-// most once per round, for the BootstrapExpect lowest names among the
-// members waiting to found (if it is one of them), and only once its
-// view has not changed for a settling time and every member in it says
-// the same view. It founds when every member of its set has voted for
-// the same set in the same round. A vote that can no longer win (a
-// member of the set voted otherwise in the round, or has moved past it,
-// which it does only when its own vote could not win) is given up for
-// the next round: such a set can never have founded a cell, so giving
-// it up is safe, and without it members whose first views differed
-// would wait forever.
+// never found two cells from overlapping members. Once its view of the
+// members waiting to found has not changed for a settling time and every
+// member in it says the same view, a member casts its one vote of the
+// round: for the BootstrapExpect lowest names of the view if it is one of
+// them, else a nay (a vote for no set). It founds when every member of
+// its set (same names, same incarnations) has voted for the same set in
+// the same round.
+//
+// A member leaves a round in which it voted for a set only with proof
+// that the set cannot win there: a member of the set voted otherwise in
+// the round (a set or a nay), or has moved past the round. A member that
+// voted nay, or has not voted yet, moves to the latest round it sees
+// among the waiting members, for it cannot help any set win in the
+// rounds it leaves.
+//
+// Why two cells cannot form (in one gossip pool; BootstrapExpect is
+// assumed, as in Consul, to be set the same on members that can reach
+// each other). Say set A founded from round a and set B from round b.
+// Founding from a needs every member of A to have voted A in a; a
+// member votes at most once per round, and a vote is never withdrawn
+// within its round. No member of A ever leaves round a: the first to
+// leave would need a member of A that voted otherwise in a (none did)
+// or that moved past a before it (none did, it is the first). So a
+// member in both A and B voted in b too, hence b > a and it left a:
+// impossible. A and B are thus disjoint; a member of B only votes while
+// it sees no cell, and votes for the lowest names of a view all its
+// members share, so B's members saw A's members neither waiting (A's
+// members sort below B's or A would not be the lowest of its view, or
+// the views disagreed, which blocks the vote) nor in a cell: only a
+// partition of the gossip pool that hides A's members from B's gives
+// two cells, which no protocol avoids without a fixed founding list
+// (Peers). A member that restarts while still new draws a new
+// incarnation (prepareMember), so a vote it cast before it died is never
+// contradicted by a second vote of the same member in the same round.
+//
+// Liveness: once every member has started and the views agree, the
+// lowest set's members vote for it in the latest round (the others say
+// nay or catch up to it), and any older vote for another set loses to a
+// nay or a set vote of one of its members. A member of a set that dies
+// before it votes, or restarts, holds the others of that set in their
+// round (safety first: its vote may have been counted somewhere);
+// Open's deadline then reports ErrNoQuorum.
 func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *Config, ident storage.Identity) (storage.Identity, map[uint64]storage.MemberInfo, error) {
 	expect := gs.cfg.BootstrapExpect
 	settle := max(gs.cfg.ProbeInterval, 2*gs.cfg.GossipInterval)
@@ -251,8 +286,11 @@ func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *C
 	}
 	var lastView uint64
 	viewSince := time.Now()
-	var vote []gossip.Member
-	round := 0
+	var (
+		voted bool
+		vote  []gossip.Member // the set voted for in round; nil with voted = a nay
+		round int
+	)
 	for {
 		changed := gs.g.Changed()
 		ms := gs.g.Members()
@@ -269,9 +307,11 @@ func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *C
 		}
 		if expect > 0 && !gs.cfg.NoVote {
 			var waiting []gossip.Member
+			latest := round
 			for _, m := range ms {
 				if m.State == gossip.StateAlive && !m.BadMeta && m.Meta.Cell == 0 && m.Meta.Expect == expect && !m.Meta.NoVote {
 					waiting = append(waiting, m)
+					latest = max(latest, m.Meta.Round)
 				}
 			}
 			view := viewDigest(waiting)
@@ -279,19 +319,28 @@ func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *C
 				lastView, viewSince = view, time.Now()
 				gs.setMeta(func(m *gossip.Meta) { m.View = view })
 			}
+			next := round
 			if vote != nil && gs.lost(vote, round, ms, cfg.Name) {
-				gs.log.Info("bootstrap: vote cannot win; next round", "round", round+1, "founders", names(vote))
-				vote = nil
-				round++
+				next = max(round+1, latest)
+			} else if vote == nil && latest > round {
+				next = latest // no vote here, or a nay: nothing of ours can win this round
+			}
+			if next != round {
+				gs.log.Info("bootstrap: next round", "round", next, "voted", voted, "founders", names(vote))
+				voted, vote, round = false, nil, next
 				gs.setMeta(func(m *gossip.Meta) { m.Vote, m.Round = 0, round })
 			}
-			if vote == nil && len(waiting) >= expect && time.Since(viewSince) >= settle &&
+			if !voted && len(waiting) >= expect && time.Since(viewSince) >= settle &&
 				!slices.ContainsFunc(waiting, func(m gossip.Member) bool { return m.Meta.View != view }) {
 				set := waiting[:expect]
+				voted = true
 				if slices.ContainsFunc(set, func(m gossip.Member) bool { return m.Name == cfg.Name }) {
 					vote = slices.Clone(set)
 					gs.setMeta(func(m *gossip.Meta) { m.Vote = voteDigest(vote, round) })
 					gs.log.Info("bootstrap: voted to found the cell", "round", round, "founders", names(vote))
+				} else {
+					gs.setMeta(func(m *gossip.Meta) { m.Vote = nayDigest(round) })
+					gs.log.Info("bootstrap: voted nay (not among the founders)", "round", round, "founders", names(set))
 				}
 			}
 			if vote != nil && gs.agreed(vote, round, ms) {
@@ -334,12 +383,31 @@ func voteDigest(set []gossip.Member, round int) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(nil)) | 1
 }
 
+// nayDigest is the vote of a member that is not among the founders its
+// view gives in round: never equal to a set's vote, so it tells that
+// set's members they cannot win, and joiners never take it for a
+// founder's ballot.
+func nayDigest(round int) uint64 {
+	h := sha256.New()
+	h.Write([]byte("coord founding nay v1\x00"))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(round)))
+	return binary.BigEndian.Uint64(h.Sum(nil)) | 1
+}
+
+// same finds set member s in ms: same name and same incarnation (a
+// member that came back with a new incarnation is another voter).
+func same(ms []gossip.Member, s gossip.Member) int {
+	return slices.IndexFunc(ms, func(m gossip.Member) bool {
+		return m.Name == s.Name && !m.BadMeta && m.Meta.Incarnation == s.Meta.Incarnation
+	})
+}
+
 // agreed reports whether every member of set, alive, votes for it in
 // round.
 func (gs *gossiper) agreed(set []gossip.Member, round int, ms []gossip.Member) bool {
 	want := voteDigest(set, round)
 	for _, s := range set {
-		i := slices.IndexFunc(ms, func(m gossip.Member) bool { return m.Name == s.Name })
+		i := same(ms, s)
 		if i < 0 || ms[i].State != gossip.StateAlive || ms[i].Meta.Vote != want || ms[i].Meta.Round != round {
 			return false
 		}
@@ -356,8 +424,8 @@ func (gs *gossiper) lost(set []gossip.Member, round int, ms []gossip.Member, sel
 		if s.Name == self {
 			continue
 		}
-		i := slices.IndexFunc(ms, func(m gossip.Member) bool { return m.Name == s.Name })
-		if i < 0 || ms[i].BadMeta || ms[i].Meta.Cell != 0 {
+		i := same(ms, s)
+		if i < 0 || ms[i].Meta.Cell != 0 {
 			continue
 		}
 		mm := ms[i].Meta
