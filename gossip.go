@@ -91,7 +91,10 @@ type AutopilotDecision struct {
 
 // A member's health as gossip sees it (Member.Health).
 const (
-	GossipAlive   = "alive"
+	GossipAlive = "alive"
+	// GossipSuspect: this member's probe of it went unanswered; gossip
+	// calls it failed unless it answers within the suspicion time.
+	GossipSuspect = "suspect"
 	GossipFailed  = "failed"
 	GossipLeft    = "left"
 	GossipUnknown = "unknown"

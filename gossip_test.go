@@ -272,3 +272,54 @@ func TestGossipZoneLossKeepsServing(t *testing.T) {
 	putVia(t, c, 4, "after-removal")
 	t.Logf("voters after: %v; autopilot: %+v", votersOf(c, 3), c.Node(3).Autopilot())
 }
+
+// TestGossipHealthSuspect cuts a follower off: a member whose gossip
+// probe of it goes unanswered reports it suspect before failed, and every
+// member reports it alive once the cut heals.
+func TestGossipHealthSuspect(t *testing.T) {
+	c := coordtest.NewCluster(t, 5, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(testLogger()),
+		// The autopilot adds the members, and removes none for the cut.
+		coordtest.WithConfig(func(i int, cfg *coord.Config) { cfg.Gossip.Autopilot.DeadThreshold = time.Hour }))
+	l := c.LeaderIndex()
+	victim := (l + 1) % 5
+	health := func(i int) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		ms, err := c.Node(i).Members(ctx)
+		if err != nil {
+			return ""
+		}
+		for _, m := range ms {
+			if m.Name == c.Name(victim) {
+				return m.Health
+			}
+		}
+		return ""
+	}
+	waitUntil(t, 30*time.Second, "every member alive to the leader", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		ms, err := c.Node(l).Members(ctx)
+		return err == nil && len(ms) == 5 && !slices.ContainsFunc(ms, func(m coord.Member) bool { return m.Health != coord.GossipAlive })
+	})
+	c.Isolate(victim)
+	seen := map[string]bool{}
+	waitUntil(t, 30*time.Second, c.Name(victim)+" suspect to some member", func() bool {
+		for i := range 5 {
+			if i != victim {
+				seen[health(i)] = true
+			}
+		}
+		return seen[coord.GossipSuspect]
+	})
+	c.Heal()
+	waitUntil(t, 30*time.Second, c.Name(victim)+" alive to every member", func() bool {
+		for i := range 5 {
+			if i != victim && health(i) != coord.GossipAlive {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("health of the cut member as the others saw it: %v", seen)
+}

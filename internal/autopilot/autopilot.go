@@ -18,7 +18,11 @@ type Health string
 
 // The gossip states autopilot tells apart.
 const (
-	Alive   Health = "alive"
+	Alive Health = "alive"
+	// Suspect is alive to gossip but for an unanswered probe: not
+	// healthy (no promotion; stabilization starts again once alive), not
+	// dead (never replaced for it).
+	Suspect Health = "suspect"
 	Failed  Health = "failed"
 	Left    Health = "left"
 	Unknown Health = "unknown" // not (or no longer) in gossip

@@ -168,3 +168,24 @@ func TestLeftRemovedAtOnceAndNewcomersAdded(t *testing.T) {
 	require.Equal(t, AddLearner, ds[1].Action)
 	require.Len(t, servers, 4)
 }
+
+// TestSuspectNeitherPromotedNorReplaced: a suspect voter, however long
+// suspect, is not replaced; a suspect standby is not promoted until it has
+// been alive for the stabilization time again.
+func TestSuspectNeitherPromotedNorReplaced(t *testing.T) {
+	a := New(Config{Stabilization: time.Second, DeadThreshold: time.Second, Voters: 3})
+	servers := cell(2, 1) // 2 voters: the standby is wanted
+	servers[1].Health, servers[1].HealthSince = Suspect, t0
+	servers[2].Health, servers[2].HealthSince = Suspect, t0
+	now := t0.Add(time.Hour)
+	ds, servers := run(a, servers, now)
+	require.Empty(t, ds, "nothing is done to suspect members: %+v", ds)
+
+	servers[2].Health, servers[2].HealthSince = Alive, now
+	ds, _ = run(a, servers, now.Add(time.Second/2))
+	require.Empty(t, ds, "alive again, but not yet for the stabilization time: %+v", ds)
+	ds, _ = run(a, servers, now.Add(2*time.Second))
+	require.Len(t, ds, 1, "%+v", ds)
+	require.Equal(t, Promote, ds[0].Action)
+	require.Equal(t, "s2", ds[0].Server.Name)
+}

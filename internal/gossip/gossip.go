@@ -1,9 +1,9 @@
 package gossip
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -24,9 +24,15 @@ type State string
 
 // The states gossip reports.
 const (
-	StateAlive  State = "alive"
-	StateFailed State = "failed"
-	StateLeft   State = "left"
+	StateAlive State = "alive"
+	// StateSuspect: this member's own probe of it went unanswered
+	// (memberlist suspects it, and will call it failed unless it refutes
+	// in time). memberlist keeps suspicion to itself and tells only of
+	// its own probes' failures (in its log), so suspicion that others
+	// raised shows here only as a later StateFailed.
+	StateSuspect State = "suspect"
+	StateFailed  State = "failed"
+	StateLeft    State = "left"
 )
 
 // Config configures a member's gossip.
@@ -117,10 +123,8 @@ func Start(cfg Config) (*Gossip, error) {
 	// A member that restarts on a new address keeps its name: let it
 	// reclaim the name once its old self is seen dead.
 	mc.DeadNodeReclaimTime = time.Second
-	mc.Logger = log.New(io.Discard, "", 0)
-	if cfg.Logger.Enabled(nil, slog.LevelDebug) {
-		mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
-	}
+	mc.Logger = log.New((*logTap)(g), "", 0)
+	mc.Ping = (*pinger)(g)
 	setIf(&mc.ProbeInterval, cfg.ProbeInterval)
 	setIf(&mc.ProbeTimeout, cfg.ProbeTimeout)
 	setIf(&mc.SuspicionMult, cfg.SuspicionMult)
@@ -295,6 +299,59 @@ func (g *Gossip) note(n *memberlist.Node, st State) {
 	g.members[n.Name] = &m
 	close(g.changed)
 	g.changed = make(chan struct{})
+}
+
+// suspect marks name suspect, if gossip holds it alive.
+func (g *Gossip) suspect(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.members[name]; ok && m.State == StateAlive {
+		m.State, m.Since = StateSuspect, time.Now()
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+}
+
+// cleared marks name alive again after a suspicion: a probe of it was
+// answered.
+func (g *Gossip) cleared(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.members[name]; ok && m.State == StateSuspect {
+		m.State, m.Since = StateAlive, time.Now()
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+}
+
+// logTap reads memberlist's log: the only place it tells that one of
+// this member's probes went unanswered. Lines go on to the logger at
+// debug level.
+type logTap Gossip
+
+// suspectLine is how memberlist (v0.5 to v0.7) logs a failed probe.
+const suspectLine = "memberlist: Suspect "
+
+func (l *logTap) Write(p []byte) (int, error) {
+	line := string(p)
+	if i := strings.Index(line, suspectLine); i >= 0 {
+		rest := line[i+len(suspectLine):]
+		if j := strings.Index(rest, " has failed, no acks received"); j > 0 {
+			(*Gossip)(l).suspect(rest[:j])
+		}
+	}
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(strings.TrimRight(line, "\n"))
+	}
+	return len(p), nil
+}
+
+// pinger hears of answered probes.
+type pinger Gossip
+
+func (p *pinger) AckPayload() []byte { return nil }
+func (p *pinger) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
+	(*Gossip)(p).cleared(other.Name)
 }
 
 type events Gossip

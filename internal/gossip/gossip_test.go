@@ -124,3 +124,53 @@ func TestMetaLimits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, m, got)
 }
+
+// TestSuspect cuts a member off: a member whose probe of it goes
+// unanswered sees it suspect before memberlist calls it failed, and alive
+// again once the cut heals and a probe is answered.
+func TestSuspect(t *testing.T) {
+	net := NewMemNetwork()
+	var gs []*Gossip
+	var seed string
+	for i := range 3 {
+		cfg, addr := fastConfig(fmt.Sprintf("m%d", i), net, []string{seed}, Meta{ID: uint64(i + 1)})
+		cfg.SuspicionMult = 20 // two seconds of suspicion: long enough to watch it
+		if i == 0 {
+			seed, cfg.Seeds = addr, nil
+		}
+		g, err := Start(cfg)
+		require.NoError(t, err)
+		gs = append(gs, g)
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}()
+	for _, g := range gs {
+		waitFor(t, g, "all alive", func(ms []Member) bool { return count(ms, StateAlive) == 3 })
+	}
+	net.Partition([]string{"m0", "m1"}, []string{"m2"})
+	// Either m0 or m1 probes m2 first; watch both on one deadline.
+	suspecting := -1
+	deadline := time.After(20 * time.Second)
+	for suspecting < 0 {
+		ch0, ch1 := gs[0].Changed(), gs[1].Changed()
+		for i := range 2 {
+			if gs[i].Members()[2].State == StateSuspect {
+				suspecting = i
+			}
+		}
+		if suspecting >= 0 {
+			break
+		}
+		select {
+		case <-ch0:
+		case <-ch1:
+		case <-deadline:
+			t.Fatalf("no member suspected m2: %+v %+v", gs[0].Members(), gs[1].Members())
+		}
+	}
+	net.Heal()
+	waitFor(t, gs[suspecting], "m2 alive again", func(ms []Member) bool { return ms[2].State == StateAlive })
+}
