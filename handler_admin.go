@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+
+	"github.com/coordcell/coord/internal/command"
 )
 
 // The admin API, under /admin/ (see WithAdmin). Keys travel in the query
@@ -61,6 +65,9 @@ func (n *Node) adminMux() http.Handler {
 			writeJSON(w, http.StatusOK, pick(in))
 		})
 	}
+	mux.HandleFunc("DELETE /admin/sessions/{id}", n.adminRevoke)
+	mux.HandleFunc("POST /admin/txn", n.adminTxn)
+	mux.HandleFunc("GET /admin/watch", n.adminWatch)
 	mux.HandleFunc("GET /admin/backup", func(w http.ResponseWriter, r *http.Request) {
 		// Headers go out with the first byte of the backup, so an error
 		// found before it is still reported as one; after it, the
@@ -147,4 +154,193 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 		l.w.WriteHeader(http.StatusOK)
 	}
 	return l.w.Write(p)
+}
+
+// adminRevoke ends a session as its expiry would: its ephemeral keys
+// (lock waits and holds, candidacies) go in one change. The process that
+// held it sees its session end.
+func (n *Node) adminRevoke(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		adminError(w, fmt.Errorf("%w: session ID %q is not a positive number", ErrInvalidArgument, r.PathValue("id")))
+		return
+	}
+	res, err := n.propose(r.Context(), &command.Command{Kind: command.KindSessionEnd,
+		Session: &command.Session{ID: id}})
+	if err == nil && res.SessionID == 0 {
+		err = fmt.Errorf("%w: session %d is not alive", ErrNotFound, id)
+	}
+	reply(w, map[string]int64{"session": id, "revision": res.Rev}, err)
+}
+
+// TxnRequest is a transaction as the admin API takes it (coordctl txn
+// reads one from a JSON file): every comparison of If holds, or Then runs
+// instead of Else.
+//
+//	{"if":   [{"key": "cfg", "target": "version", "op": "=", "int": 3}],
+//	 "then": [{"op": "put", "key": "cfg", "value": "v4"}],
+//	 "else": [{"op": "get", "key": "cfg"}]}
+type TxnRequest struct {
+	If   []TxnCompare `json:"if"`
+	Then []TxnOp      `json:"then"`
+	Else []TxnOp      `json:"else"`
+}
+
+// TxnCompare is one comparison: Target is "version", "create_rev",
+// "mod_rev" (compared with Int) or "value" (compared with Value); Op is
+// "=", "!=", "<" or ">".
+type TxnCompare struct {
+	Key    string `json:"key"`
+	Target string `json:"target"`
+	Op     string `json:"op"`
+	Int    int64  `json:"int,omitempty"`
+	Value  string `json:"value,omitempty"`
+}
+
+// TxnOp is one operation: Op is "put" (Key, Value), "get", "delete",
+// "get_prefix" or "delete_prefix" (Key is then the prefix).
+type TxnOp struct {
+	Op    string `json:"op"`
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// build turns the request into a transaction; bad names are
+// ErrInvalidArgument, and the transaction's own validation (sizes,
+// counts) runs at Commit.
+func (req TxnRequest) build(t *Txn) error {
+	for i, c := range req.If {
+		cmp, err := c.cmp()
+		if err != nil {
+			return fmt.Errorf("%w: if[%d]: %w", ErrInvalidArgument, i, err)
+		}
+		t.If(cmp)
+	}
+	for name, ops := range map[string][]TxnOp{"then": req.Then, "else": req.Else} {
+		built := make([]Op, 0, len(ops))
+		for i, o := range ops {
+			op, err := o.op()
+			if err != nil {
+				return fmt.Errorf("%w: %s[%d]: %w", ErrInvalidArgument, name, i, err)
+			}
+			built = append(built, op)
+		}
+		if name == "then" {
+			t.Then(built...)
+		} else {
+			t.Else(built...)
+		}
+	}
+	return nil
+}
+
+func (c TxnCompare) cmp() (Cmp, error) {
+	var it IntTarget
+	switch c.Target {
+	case "version":
+		it = Version(c.Key)
+	case "create_rev":
+		it = CreateRev(c.Key)
+	case "mod_rev":
+		it = ModRev(c.Key)
+	case "value":
+		vt, v := Value(c.Key), []byte(c.Value)
+		switch c.Op {
+		case "=":
+			return vt.Eq(v), nil
+		case "!=":
+			return vt.Ne(v), nil
+		case "<":
+			return vt.Lt(v), nil
+		case ">":
+			return vt.Gt(v), nil
+		}
+		return Cmp{}, fmt.Errorf("unknown comparison %q (=, !=, < or >)", c.Op)
+	default:
+		return Cmp{}, fmt.Errorf("unknown target %q (version, create_rev, mod_rev or value)", c.Target)
+	}
+	switch c.Op {
+	case "=":
+		return it.Eq(c.Int), nil
+	case "!=":
+		return it.Ne(c.Int), nil
+	case "<":
+		return it.Lt(c.Int), nil
+	case ">":
+		return it.Gt(c.Int), nil
+	}
+	return Cmp{}, fmt.Errorf("unknown comparison %q (=, !=, < or >)", c.Op)
+}
+
+func (o TxnOp) op() (Op, error) {
+	switch o.Op {
+	case "put":
+		return OpPut(o.Key, []byte(o.Value)), nil
+	case "get":
+		return OpGet(o.Key), nil
+	case "delete":
+		return OpDelete(o.Key), nil
+	case "get_prefix":
+		return OpGetPrefix(o.Key), nil
+	case "delete_prefix":
+		return OpDeletePrefix(o.Key), nil
+	}
+	return Op{}, fmt.Errorf("unknown operation %q (put, get, delete, get_prefix or delete_prefix)", o.Op)
+}
+
+func (n *Node) adminTxn(w http.ResponseWriter, r *http.Request) {
+	// The largest transaction the limits allow fits in a frame; its JSON
+	// is about as large unless its values are binary.
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(n.cfg.MaxFrameSize)))
+	dec.DisallowUnknownFields()
+	var req TxnRequest
+	if err := dec.Decode(&req); err != nil {
+		adminError(w, fmt.Errorf("%w: transaction: %w", ErrInvalidArgument, err))
+		return
+	}
+	t := n.Txn(r.Context())
+	if err := req.build(t); err != nil {
+		adminError(w, err)
+		return
+	}
+	res, err := t.Commit()
+	reply(w, res, err)
+}
+
+// adminWatch streams the changes under ?prefix= after ?after= (a
+// revision; default: from now on) as JSON lines, one Event each, until
+// the client goes away or the watch ends. The status goes out at once,
+// so an end (ErrCompacted, a slow reader cut off, the member closing)
+// is a last line {"error": "..."}.
+func (n *Node) adminWatch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var opts []WatchOption
+	if f := q.Get("after"); f != "" {
+		rev, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || rev < 0 {
+			adminError(w, fmt.Errorf("%w: after %q is not a revision", ErrInvalidArgument, f))
+			return
+		}
+		opts = append(opts, FromRev(rev))
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	wa := n.Watch(ctx, q.Get("prefix"), opts...)
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	// The status goes out now, so that the client knows the watch is
+	// set up before any change arrives.
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	enc := json.NewEncoder(w)
+	for ev := range wa.Events() {
+		if enc.Encode(ev) != nil || rc.Flush() != nil {
+			return // the client is gone
+		}
+	}
+	if err := wa.Err(); err != nil && r.Context().Err() == nil {
+		enc.Encode(map[string]string{"error": err.Error()}) // the client may be gone
+	}
 }

@@ -100,6 +100,9 @@ func dispatch(ctx context.Context, c *client, out output, args []string) error {
 		}
 		return out.print(rep, func(w io.Writer) { kvTable(w, rep.KVs) })
 	case "sessions":
+		if len(args) > 0 {
+			return revoke(ctx, c, out, args)
+		}
 		var ss []coord.SessionReport
 		if err := c.do(ctx, http.MethodGet, "/admin/sessions", nil, nil, &ss); err != nil {
 			return err
@@ -136,6 +139,18 @@ func dispatch(ctx context.Context, c *client, out output, args []string) error {
 				}
 			}
 		})
+	case "txn":
+		if err := need(args, 1, "txn FILE (a JSON coord.TxnRequest; - reads standard input)"); err != nil {
+			return err
+		}
+		return txn(ctx, c, out, args[0])
+	case "watch":
+		if len(args) < 1 || len(args) > 2 {
+			return fmt.Errorf("%w: coordctl watch PREFIX [AFTER_REVISION]", errUsage)
+		}
+		return watch(ctx, c, out, args)
+	case "compact", "defrag":
+		return fmt.Errorf("%w: %s: the cell compacts its log and history by itself (Config.CompactEvery, HistoryRevisions) and Pebble compacts its files; there is nothing to run", errUsage, cmd)
 	case "snapshot":
 		if err := need(args, 2, "snapshot save FILE"); err != nil || args[0] != "save" {
 			return fmt.Errorf("%w: coordctl snapshot save FILE", errUsage)

@@ -35,10 +35,23 @@ Commands:
   put KEY VALUE                 write a key
   del KEY                       delete a key
   list [PREFIX]                 list keys under PREFIX (all keys without one)
-  sessions                      live sessions
+  watch PREFIX [AFTER_REV]      print changes under PREFIX (after AFTER_REV,
+                                or from now on) until interrupted; --timeout
+                                applies only if given
+  txn FILE                      run a transaction from a JSON file (- = stdin):
+                                {"if":   [{"key":"k","target":"version","op":"=","int":3}],
+                                 "then": [{"op":"put","key":"k","value":"v"}],
+                                 "else": [{"op":"get","key":"k"}]}
+                                targets: version create_rev mod_rev value;
+                                ops: put get delete get_prefix delete_prefix
+  sessions                      live sessions, with TTL and time unheard
+  sessions revoke ID            end a session now, as its expiry would
   locks                         locks: holders and queues, with fencing tokens
   elections                     elections: leaders, values and candidates
   snapshot save FILE            write an online backup to FILE (see coord.Restore)
+
+There is no compact or defrag: members compact their log, history and
+files by themselves.
 
 Flags:
 `
@@ -73,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.token, "token", os.Getenv("COORDCTL_TOKEN"), "bearer token of the admin endpoint ($COORDCTL_TOKEN)")
 	fs.StringVar(&c.caFile, "cacert", "", "PEM file of the CA that signed the endpoint's certificate (default: system roots)")
 	jsonOut := fs.Bool("json", false, "print JSON instead of tables")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound on each command")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on each command (watch: none unless given)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,8 +97,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.init(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	timed := fs.Arg(0) != "watch"
+	fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+	if timed {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
 	out := output{w: stdout, json: *jsonOut}
 	return dispatch(ctx, &c, out, fs.Args())
 }
