@@ -232,3 +232,35 @@ func TestAdminRequiresToken(t *testing.T) {
 	code, _ = get(t, h, "/healthz")
 	require.Equal(t, http.StatusOK, code)
 }
+
+// TestAdminRefusesBadRequests sends the admin API what a confused or
+// hostile client might: each gets a 400 with a reason and writes nothing.
+func TestAdminRefusesBadRequests(t *testing.T) {
+	c := coordtest.NewCluster(t, 1, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
+		// A small frame, so that a body past it is cheap to send.
+		cfg.MaxTxnOps, cfg.MaxFrameSize = 16, 4<<20
+	}))
+	n := c.Leader()
+	h := n.Handler(coord.WithAdmin(""))
+	send := func(method, path, body string) (int, string) {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	before := n.Status().Revision
+	for _, tc := range []struct{ method, path, body, why string }{
+		{"POST", "/admin/txn", `{"if": [`, "unexpected EOF"},
+		{"POST", "/admin/txn", `{"then": [], "extra": 1}`, "unknown field"},
+		{"POST", "/admin/txn", `{"then": [{"op": "rename", "key": "a"}]}`, "unknown operation"},
+		{"POST", "/admin/txn", `{"if": [{"key": "a", "target": "version", "op": "~"}]}`, "unknown comparison"},
+		{"POST", "/admin/txn", `{"then": [{"op": "put", "key": "a", "value": "` + strings.Repeat("x", 5<<20) + `"}]}`, "too large"},
+		{"DELETE", "/admin/sessions/-3", "", "not a positive number"},
+		{"GET", "/admin/watch?prefix=a&after=x", "", "not a revision"},
+	} {
+		code, body := send(tc.method, tc.path, tc.body)
+		require.Equal(t, http.StatusBadRequest, code, "%s %s: %s", tc.method, tc.path, body)
+		require.Contains(t, body, tc.why)
+	}
+	require.Equal(t, before, n.Status().Revision, "nothing was written")
+}
