@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -17,6 +18,10 @@ var ErrUnreachable = errors.New("gossip: address unreachable")
 // MemNetwork carries memberlist's packets and streams between endpoints
 // in one process, with partitions, so tests gossip without ports.
 type MemNetwork struct {
+	// bytes counts what the endpoints sent, packets and streams, to
+	// measure gossip's cost.
+	bytes atomic.Int64
+
 	mu     sync.Mutex
 	byAddr map[string]*memEndpoint
 	next   int
@@ -60,6 +65,10 @@ func (n *MemNetwork) Partition(groups ...[]string) {
 		}
 	}
 }
+
+// Bytes returns how many bytes the endpoints have sent so far, in
+// packets and over streams.
+func (n *MemNetwork) Bytes() int64 { return n.bytes.Load() }
 
 // Heal removes every partition.
 func (n *MemNetwork) Heal() {
@@ -119,6 +128,7 @@ func (e *memEndpoint) WriteTo(b []byte, addr string) (time.Time, error) {
 		return now, fmt.Errorf("gossip: endpoint %s is shut down", e.addr)
 	default:
 	}
+	e.net.bytes.Add(int64(len(b)))
 	to, ok := e.net.route(e.name, addr)
 	if !ok {
 		return now, nil // lost, as UDP would lose it
@@ -143,7 +153,8 @@ func (e *memEndpoint) DialTimeout(addr string, timeout time.Duration) (net.Conn,
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnreachable, addr)
 	}
-	mine, theirs := net.Pipe()
+	p0, p1 := net.Pipe()
+	var mine, theirs net.Conn = countingConn{p0, &e.net.bytes}, countingConn{p1, &e.net.bytes}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -159,6 +170,18 @@ func (e *memEndpoint) DialTimeout(addr string, timeout time.Duration) (net.Conn,
 }
 
 func (e *memEndpoint) StreamCh() <-chan net.Conn { return e.streams }
+
+// countingConn counts what one side of a stream writes.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
 
 func (e *memEndpoint) Shutdown() error {
 	e.doneOnce.Do(func() {
