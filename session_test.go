@@ -94,7 +94,15 @@ func TestDeadHolderSessionExpires(t *testing.T) {
 }
 
 func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
-	c := coordtest.NewCluster(t, 3)
+	// A leader credits a session's unheard time to the log once a
+	// keep-alive is later than half an election timeout (the safe
+	// direction: a successor then grants less). coordtest's 200ms election
+	// timeout makes that 100ms, which a loaded machine running -race
+	// exceeds; a 1s election timeout keeps this test about idle sessions
+	// rather than about the scheduler.
+	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
+		cfg.TickInterval = 50 * time.Millisecond
+	}))
 	ctx := ctxT(t, 90*time.Second)
 	const sessions = 1000
 	// The TTL is generous: what this test measures is the log, and a
