@@ -164,8 +164,17 @@ func peerClientTLS(cfg *tls.Config, peer string, verify func(string, *x509.Certi
 		if len(cs.PeerCertificates) == 0 {
 			return fmt.Errorf("%w: %s presented no certificate", ErrPeerIdentity, peer)
 		}
+		// A config that reloads its CA (TLSFiles) serves the current one
+		// through GetConfigForClient; the clone's RootCAs are as of dialling.
+		// An empty hello, not nil, so a user's callback cannot trip on it.
+		roots := cfg.RootCAs
+		if cfg.GetConfigForClient != nil {
+			if cur, err := cfg.GetConfigForClient(&tls.ClientHelloInfo{}); err == nil && cur != nil && cur.RootCAs != nil {
+				roots = cur.RootCAs
+			}
+		}
 		opts := x509.VerifyOptions{
-			Roots:         cfg.RootCAs,
+			Roots:         roots,
 			Intermediates: x509.NewCertPool(),
 			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		}

@@ -67,7 +67,7 @@ type TLSFiles struct {
 //
 // The certificate is reloaded on both sides of a connection, and so is
 // the CA for the clients this member accepts. The configuration's
-// GetConfigForClient, called with a nil hello, returns the current
+// GetConfigForClient, whatever the hello, returns the current
 // configuration, CA pool included, for a dialer that verifies servers
 // itself.
 func (f TLSFiles) Config(name string) (*tls.Config, error) {

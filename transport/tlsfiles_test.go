@@ -248,3 +248,33 @@ func TestTLSFilesRefusesBadFiles(t *testing.T) {
 	_, err = m.Config("a")
 	require.ErrorIs(t, err, ErrConfig)
 }
+
+// TestTLSFilesDialerFollowsCA checks the side that dials: a member
+// verifies the servers it dials against its CA file as it is now, not as
+// it was when the configuration was made.
+func TestTLSFilesDialerFollowsCA(t *testing.T) {
+	ca1, ca2 := newTestCA(t), newTestCA(t)
+	a, b := newMemberFiles(t), newMemberFiles(t)
+	put(t, a.CA, caPEM(ca1))
+	put(t, b.CA, caPEM(ca1), caPEM(ca2))
+	a.issue(t, ca1, "a", bothUsages...)
+	b.issue(t, ca1, "b", bothUsages...)
+	ac, err := a.Config("a")
+	require.NoError(t, err)
+	bc, err := b.Config("b")
+	require.NoError(t, err)
+	dial := peerClientTLS(ac, "b", DefaultVerifyPeer)
+
+	_, _, err = handshake(t, bc, dial, "b")
+	require.NoError(t, err)
+
+	// b moves to the new CA: a, which trusts only the old one, refuses it.
+	b.issue(t, ca2, "b", bothUsages...)
+	_, _, err = handshake(t, bc, dial, "b")
+	require.Error(t, err, "a server certificate from a CA the dialer does not trust")
+
+	// a's CA file gains the new CA: the same dial config now accepts b.
+	put(t, a.CA, caPEM(ca1), caPEM(ca2))
+	_, _, err = handshake(t, bc, dial, "b")
+	require.NoError(t, err)
+}
