@@ -106,7 +106,7 @@ func TestElectionObserve(t *testing.T) {
 		cfg.CompactEvery = 50
 		cfg.CatchUpEntries = 10
 	}))
-	ctx := ctxT(t, 20*time.Second)
+	ctx := ctxT(t, 60*time.Second) // a bound for a stuck test, not a speed target: the run does about 200 writes
 	const group = "obs"
 	probe := coord.ProbeElection(group, members(c)...)
 	defer probe.Close()
