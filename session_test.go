@@ -109,7 +109,7 @@ func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
 	// thousand creations at once on a loaded machine (with -race) can take
 	// seconds to reach their holders. Keep-alives go out every TTL/4, so
 	// the window below still spans several rounds of them.
-	ttl := 4 * time.Second
+	ttl := 8 * time.Second
 	var all []*coord.Session
 	errc := make(chan error, sessions)
 	out := make(chan *coord.Session, sessions)
@@ -151,7 +151,7 @@ func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	leader := c.Leader()
 	before := leader.Status()
-	window := time.Now().Add(3 * ttl / 4 * 3) // three rounds of keep-alives
+	window := time.Now().Add(3 * ttl / 4) // three rounds of keep-alives (one every TTL/4)
 	for time.Now().Before(window) {
 		for _, s := range all {
 			select {
