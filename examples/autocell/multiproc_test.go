@@ -218,15 +218,17 @@ func TestFiveProcessesLoseTwoVoters(t *testing.T) {
 		}
 	}
 	t.Logf("5 processes in one cell after %v", time.Since(start))
-	// roles asks p until the voters are 3 and none of them is in gone.
-	roles := func(p *proc, gone ...string) []string {
+	// roles asks p until the voters are 3, none of them in gone, with
+	// standbys standbys.
+	roles := func(p *proc, standbys int, gone ...string) []string {
 		for {
 			fmt.Fprintln(p.stdin, "roles")
 			l := next(p)
 			if rest, ok := strings.CutPrefix(l, "roles voter="); ok {
-				vs, _, _ := strings.Cut(rest, " ")
+				vs, rest, _ := strings.Cut(rest, " standby=")
+				ss, _, _ := strings.Cut(rest, " ")
 				voters := strings.Split(vs, ",")
-				if len(voters) == 3 && !slices.ContainsFunc(voters, func(v string) bool { return slices.Contains(gone, v) }) {
+				if len(voters) == 3 && len(strings.FieldsFunc(ss, func(r rune) bool { return r == ',' })) == standbys && !slices.ContainsFunc(voters, func(v string) bool { return slices.Contains(gone, v) }) {
 					t.Logf("%s: %s", p.name, l)
 					return voters
 				}
@@ -234,9 +236,9 @@ func TestFiveProcessesLoseTwoVoters(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // asking a process for its view again
 		}
 	}
-	voters := roles(procs["a"])
+	voters := roles(procs["a"], 2)
 	var killed []string
-	for range 2 {
+	for kill := range 2 {
 		victim := voters[0]
 		var ask *proc
 		for _, n := range names {
@@ -251,7 +253,7 @@ func TestFiveProcessesLoseTwoVoters(t *testing.T) {
 		delete(procs, victim)
 		killed = append(killed, victim)
 		at := time.Now()
-		voters = roles(ask, killed...)
+		voters = roles(ask, 1-kill, killed...)
 		t.Logf("voter %s replaced after %v: voters %v", victim, time.Since(at), voters)
 	}
 	mu.Lock()
