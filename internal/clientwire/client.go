@@ -47,7 +47,7 @@ type ClientConn struct {
 	err     error
 	nextID  uint64
 	nextW   uint64
-	pending map[uint64]chan Message
+	pending map[uint64]*call
 	watches map[uint64]*ClientWatch
 }
 
@@ -75,7 +75,7 @@ func Handshake(ctx context.Context, conn net.Conn, opts ClientOptions) (*ClientC
 		out:     newOutQueue(conn, w.Version, int(w.MaxFrame)),
 		slots:   make(chan struct{}, max(w.MaxInFlight, 1)),
 		done:    make(chan struct{}),
-		pending: make(map[uint64]chan Message),
+		pending: make(map[uint64]*call),
 		watches: make(map[uint64]*ClientWatch),
 	}
 	c.wg.Go(func() {
@@ -163,16 +163,16 @@ func (c *ClientConn) Close() error {
 
 // fail ends the connection once, for err.
 func (c *ClientConn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		err = ErrConnClosed
 	} else if !errors.Is(err, ErrConnClosed) {
 		c.opts.Logger.Warn("clientwire: connection to member failed", "member", c.welcome.Member, "err", err)
 		err = fmt.Errorf("%w: %w", ErrConnClosed, err)
-	}
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return
 	}
 	c.err = err
 	pending, watches := c.pending, c.watches
@@ -181,8 +181,10 @@ func (c *ClientConn) fail(err error) {
 	c.out.close()
 	_ = c.conn.Close()
 	close(c.done)
-	for _, ch := range pending {
-		close(ch)
+	for _, p := range pending {
+		if !p.abandoned {
+			close(p.ch)
+		}
 	}
 	for _, w := range watches {
 		w.finish(&WatchEnd{WatchID: w.id, Code: CodeConnLost, Message: err.Error()})
@@ -205,23 +207,27 @@ func (c *ClientConn) Call(ctx context.Context, req Message) (Message, error) {
 	case <-c.done:
 		return nil, c.Err()
 	}
-	defer func() { <-c.slots }()
-	ch := make(chan Message, 1)
+	p := &call{ch: make(chan Message, 1)}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
+		<-c.slots
 		return nil, c.err
 	}
 	c.nextID++
 	id := c.nextID
-	c.pending[id] = ch
+	c.pending[id] = p
 	c.mu.Unlock()
 	if err := c.out.push(id, req, nil); err != nil {
-		c.forget(id)
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		<-c.slots
 		return nil, err
 	}
 	select {
-	case m, ok := <-ch:
+	case m, ok := <-p.ch:
+		<-c.slots
 		if !ok {
 			return nil, c.Err()
 		}
@@ -230,20 +236,26 @@ func (c *ClientConn) Call(ctx context.Context, req Message) (Message, error) {
 		}
 		return m, nil
 	case <-ctx.Done():
-		if c.forget(id) {
+		c.mu.Lock()
+		_, waiting := c.pending[id]
+		// Still unanswered: the member still counts it against the
+		// limit, so its place is given back when the late answer comes
+		// (or the connection ends), not now.
+		p.abandoned = waiting
+		c.mu.Unlock()
+		if waiting {
 			_ = c.out.push(id, &Cancel{}, nil)
+		} else {
+			<-c.slots
 		}
 		return nil, ctx.Err()
 	}
 }
 
-// forget drops a pending call; false if its answer already came.
-func (c *ClientConn) forget(id uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.pending[id]
-	delete(c.pending, id)
-	return ok
+// call is a request waiting for its answer.
+type call struct {
+	ch        chan Message // buffered: the reader's one send never blocks
+	abandoned bool         // the caller gave up; the reader frees its place
 }
 
 func isResponse(k Kind) bool {
@@ -332,17 +344,18 @@ func (c *ClientConn) readLoop(fr *frameReader) error {
 				return fmt.Errorf("%w: kind %d is not sent by members", ErrProtocol, f.Kind)
 			}
 			c.mu.Lock()
-			ch, ok := c.pending[f.ID]
+			p, ok := c.pending[f.ID]
 			delete(c.pending, f.ID)
 			issued := f.ID <= c.nextID
 			c.mu.Unlock()
-			if !issued {
-				return fmt.Errorf("%w: response to request %d, never sent", ErrProtocol, f.ID)
+			switch {
+			case !issued || !ok:
+				return fmt.Errorf("%w: response to request %d, never sent or already answered", ErrProtocol, f.ID)
+			case p.abandoned:
+				<-c.slots // the late answer of a cancelled call: dropped
+			default:
+				p.ch <- m
 			}
-			if ok {
-				ch <- m // buffered, and the only send
-			}
-			// Not pending: the call was cancelled; its answer is dropped.
 		}
 	}
 }

@@ -1,0 +1,435 @@
+package clientwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// fakeHandler answers reads with the key, blocks on keys "block/…" until
+// its context ends, and streams n events for a watch of prefix "n/".
+type fakeHandler struct {
+	cancelled chan string   // keys whose blocked read saw its ctx end
+	watchErr  chan error    // what each sink push loop ended with
+	pushed    chan struct{} // a "n/" watch has pushed all its events
+}
+
+func newFake() *fakeHandler {
+	return &fakeHandler{cancelled: make(chan string, 100), watchErr: make(chan error, 10), pushed: make(chan struct{}, 10)}
+}
+
+func (f *fakeHandler) Welcome(identity string, h *Hello) (*Welcome, error) {
+	if identity == "banned" {
+		return nil, &RefusedError{Reason: RefuseForbidden, Message: "banned"}
+	}
+	return &Welcome{Member: "m1", CellID: 7, ElectionTimeout: time.Second, MinSessionTTL: 4 * time.Second}, nil
+}
+
+func (f *fakeHandler) Propose(ctx context.Context, identity string, c *command.Command) (*command.Result, error) {
+	return &command.Result{Rev: 5, Succeeded: true, SessionID: SessionsNamed(c)[0]}, nil
+}
+
+func (f *fakeHandler) Read(ctx context.Context, identity string, r *Read) (*ReadResult, error) {
+	if len(r.Key) > 6 && r.Key[:6] == "block/" {
+		<-ctx.Done()
+		f.cancelled <- r.Key
+		return nil, ctx.Err()
+	}
+	if r.Key == "missing" {
+		return nil, &Error{Code: CodeNotFound, Message: "no such key"}
+	}
+	return &ReadResult{KVs: []command.KV{{Key: r.Key, Value: []byte(identity)}}, Rev: 3}, nil
+}
+
+func (f *fakeHandler) Watch(ctx context.Context, identity string, w *WatchStart, sink *WatchSink) error {
+	switch w.Prefix {
+	case "n/": // ten events, then wait for the cancel
+		for i := int64(1); i <= 10; i++ {
+			ev := Event{Type: EventPut, KV: command.KV{Key: fmt.Sprintf("n/%d", i), ModRev: i}, EndOfRev: true}
+			if err := sink.Events(i, []Event{ev}); err != nil {
+				f.pushed <- struct{}{}
+				return err
+			}
+		}
+		f.pushed <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	case "flood/": // push until the sink refuses
+		for i := int64(1); ; i++ {
+			if err := sink.Progress(i); err != nil {
+				f.watchErr <- err
+				return err
+			}
+		}
+	case "compacted/":
+		return &WatchEndError{Code: CodeCompacted, Message: "compacted", CompactRev: 40}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (f *fakeHandler) KeepAlive(ctx context.Context, identity string, ka *KeepAlive) (*KeepAliveAck, error) {
+	return &KeepAliveAck{Confirmed: ka.SessionIDs[:1], Gone: []Gone{{ID: ka.SessionIDs[1], Code: CodeForbidden}}}, nil
+}
+
+// serve runs Serve on one end of a pipe and returns the other end and
+// Serve's result; the test's cleanup ends it and waits.
+func serve(t *testing.T, h Handler, identity string, lim Limits) (net.Conn, <-chan error) {
+	t.Helper()
+	a, b := net.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { res <- Serve(ctx, b, identity, h, lim) })
+	t.Cleanup(func() {
+		cancel()
+		_ = a.Close()
+		wg.Wait()
+	})
+	return a, res
+}
+
+func dial(t *testing.T, h Handler, identity string, lim Limits, opts ClientOptions) (*ClientConn, <-chan error) {
+	t.Helper()
+	conn, res := serve(t, h, identity, lim)
+	c, err := Handshake(context.Background(), conn, opts)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, res
+}
+
+func TestHandshakeAndConcurrentCalls(t *testing.T) {
+	c, _ := dial(t, newFake(), "alice", Limits{MaxInFlight: 4}, ClientOptions{Name: "a"})
+	w := c.Welcome()
+	if w.Member != "m1" || w.CellID != 7 || w.Version != MaxVersion || w.MaxInFlight != 4 || w.MaxFrame != DefaultMaxFrame {
+		t.Fatalf("welcome %+v", w)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", i)
+			r, err := c.Read(ctx, &Read{Key: key})
+			if err == nil && (len(r.KVs) != 1 || r.KVs[0].Key != key || string(r.KVs[0].Value) != "alice") {
+				err = fmt.Errorf("read %s: %+v", key, r)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Read(ctx, &Read{Key: "missing"})
+	var we *Error
+	if !errors.As(err, &we) || we.Code != CodeNotFound {
+		t.Fatalf("missing key: %v", err)
+	}
+}
+
+func TestHandshakeRefusals(t *testing.T) {
+	conn, res := serve(t, newFake(), "banned", Limits{})
+	_, err := Handshake(context.Background(), conn, ClientOptions{})
+	var r *RefusedError
+	if !errors.As(err, &r) || r.Reason != RefuseForbidden || !errors.Is(err, ErrRefused) {
+		t.Fatalf("banned: %v", err)
+	}
+	if err := <-res; !errors.Is(err, ErrRefused) {
+		t.Fatalf("Serve: %v", err)
+	}
+
+	// A client from the future speaks only versions 5 and 6.
+	conn, res = serve(t, newFake(), "alice", Limits{})
+	b, _ := AppendFrame(nil, 0, 0, &Hello{MinVersion: 5, MaxVersion: 6, MaxFrame: DefaultMaxFrame}, DefaultMaxFrame)
+	go conn.Write(b)
+	f, err := newFrameReader(conn).read(DefaultMaxFrame)
+	if err != nil || f.Kind != KindRefuse {
+		t.Fatalf("answer %+v, %v", f, err)
+	}
+	if err := <-res; !errors.Is(err, ErrVersion) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+func TestCancelledCallFreesItsSlot(t *testing.T) {
+	h := newFake()
+	c, _ := dial(t, h, "alice", Limits{MaxInFlight: 1}, ClientOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(ctx, &Read{Key: "block/1"})
+		done <- err
+	}()
+	// The member runs the read, then the client gives up: the member's
+	// handler sees its context end (the Cancel frame), the call returns.
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	// With the one slot free again, another call goes through.
+	if _, err := c.Read(context.Background(), &Read{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMemberSeesCancel(t *testing.T) {
+	h := newFake()
+	c, _ := dial(t, h, "alice", Limits{}, ClientOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(ctx, &Read{Key: "block/2"})
+		done <- err
+	}()
+	// Give the request time to reach the member by pinging behind it on
+	// the same ordered connection.
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if key := <-h.cancelled; key != "block/2" {
+		t.Fatalf("cancelled %q", key)
+	}
+	<-done
+}
+
+func TestCloseEndsPendingCalls(t *testing.T) {
+	c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(context.Background(), &Read{Key: "block/3"})
+		done <- err
+	}()
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	if err := <-done; !errors.Is(err, ErrConnClosed) {
+		t.Fatalf("pending call after Close: %v", err)
+	}
+	if _, err := c.Read(context.Background(), &Read{Key: "k"}); !errors.Is(err, ErrConnClosed) {
+		t.Fatalf("call after Close: %v", err)
+	}
+}
+
+func TestProposeAndForbiddenCommands(t *testing.T) {
+	c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{})
+	ctx := context.Background()
+	ok, _ := command.Encode(&command.Command{ID: 99, Kind: command.KindSessionEnd, Session: &command.Session{ID: 12}})
+	r, err := c.Propose(ctx, ok)
+	if err != nil || r.Result.SessionID != 12 || r.Result.Rev != 5 {
+		t.Fatalf("propose: %+v, %v", r, err)
+	}
+	for _, cmd := range []*command.Command{
+		{Kind: command.KindNoop},
+		{Kind: command.KindSessionSeen, Session: &command.Session{IDs: []int64{1}}},
+		{Kind: command.KindSessionEnd, Session: &command.Session{ID: 3, Expired: true}},
+		{Kind: command.KindSessionEnd, Session: &command.Session{ID: 3, Term: 9}},
+	} {
+		b, _ := command.Encode(cmd)
+		if _, err := c.Propose(ctx, b); !errors.Is(err, ErrForbidden) {
+			t.Fatalf("%+v: %v", cmd, err)
+		}
+	}
+	// A malformed command is a violation: the connection ends.
+	if _, err := c.Propose(ctx, []byte{3, 1, 2}); !errors.Is(err, ErrConnClosed) {
+		t.Fatalf("malformed command: %v", err)
+	}
+}
+
+func TestWatchStream(t *testing.T) {
+	c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{})
+	ctx := context.Background()
+	w, err := c.Watch(ctx, &WatchStart{Prefix: "n/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 10; i++ {
+		m := (<-w.Events()).(*WatchEvents)
+		if m.Rev != i || m.Events[0].KV.Key != fmt.Sprintf("n/%d", i) {
+			t.Fatalf("event %d: %+v", i, m)
+		}
+	}
+	w.Cancel()
+	if _, open := <-w.Events(); open {
+		t.Fatal("events after cancel")
+	}
+	if e := w.End(); e.Code != CodeNone || e.Rev != 10 {
+		t.Fatalf("end %+v", e)
+	}
+
+	cw, err := c.Watch(ctx, &WatchStart{Prefix: "compacted/", FromRev: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range cw.Events() {
+	}
+	if e := cw.End(); e.Code != CodeCompacted || e.CompactRev != 40 || e.Rev != 2 {
+		t.Fatalf("compacted end %+v", e)
+	}
+}
+
+func TestTooManyWatchers(t *testing.T) {
+	c, _ := dial(t, newFake(), "alice", Limits{MaxWatchers: 2}, ClientOptions{})
+	ctx := context.Background()
+	for range 2 {
+		if _, err := c.Watch(ctx, &WatchStart{Prefix: "idle/"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Watch(ctx, &WatchStart{Prefix: "idle/"}); !errors.Is(err, ErrTooManyWatchers) {
+		t.Fatalf("third watch: %v", err)
+	}
+}
+
+func TestSlowConsumerLosesOnlyItsWatch(t *testing.T) {
+	h := newFake()
+	c, _ := dial(t, h, "alice", Limits{}, ClientOptions{WatchBuffer: 3})
+	ctx := context.Background()
+	w, err := c.Watch(ctx, &WatchStart{Prefix: "n/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once the member has queued all ten events (or stopped early, the
+	// watch already ended), a Pong queued after them reaches the client
+	// after them, so once Ping returns the client has dispatched them all
+	// to a consumer that reads nothing: three fit, the fourth ended the
+	// watch as slow.
+	<-h.pushed
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got int64
+	for m := range w.Events() {
+		got = m.(*WatchEvents).Rev
+	}
+	if e := w.End(); e.Code != CodeSlowWatcher || e.Rev != 3 || got != 3 {
+		t.Fatalf("end %+v after rev %d", e, got)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("connection after a slow watch: %v", err)
+	}
+}
+
+func TestMemberEndsWatchOfClientThatDoesNotRead(t *testing.T) {
+	h := newFake()
+	conn, _ := serve(t, h, "alice", Limits{WatchQueue: 4})
+	fr := newFrameReader(conn)
+	handshakeRaw(t, conn, fr)
+	b, _ := AppendFrame(nil, 1, 1, &WatchStart{WatchID: 1, Prefix: "flood/"}, DefaultMaxFrame)
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing more: the member's sink refuses once four
+	// frames wait, instead of buffering without bound.
+	if err := <-h.watchErr; !errors.Is(err, ErrWatchEnded) {
+		t.Fatalf("sink: %v", err)
+	}
+}
+
+// handshakeRaw does the client's handshake by hand, for hostile clients.
+func handshakeRaw(t *testing.T, conn net.Conn, fr *frameReader) {
+	t.Helper()
+	b, _ := AppendFrame(nil, 0, 0, &Hello{MinVersion: 1, MaxVersion: 1, MaxFrame: DefaultMaxFrame}, DefaultMaxFrame)
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := fr.read(DefaultMaxFrame); err != nil || f.Kind != KindWelcome {
+		t.Fatalf("welcome: %+v, %v", f, err)
+	}
+}
+
+func TestKeepAliveAck(t *testing.T) {
+	acks := make(chan *KeepAliveAck, 10)
+	c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{OnKeepAliveAck: func(a *KeepAliveAck) { acks <- a }})
+	if err := c.KeepAlive(&KeepAlive{Seq: 7, SessionIDs: []int64{4, 5}}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-acks
+	if a.Seq != 7 || len(a.Confirmed) != 1 || a.Confirmed[0] != 4 || a.Gone[0] != (Gone{ID: 5, Code: CodeForbidden}) {
+		t.Fatalf("ack %+v", a)
+	}
+}
+
+func TestFloodingClientIsRefusedWhileOthersAreServed(t *testing.T) {
+	h := newFake()
+	lim := Limits{MaxInFlight: 3}
+	conn, _ := serve(t, h, "flood", lim)
+	fr := newFrameReader(conn)
+	handshakeRaw(t, conn, fr)
+	// Ten reads that block, sent without waiting: three run, seven are
+	// refused at once.
+	var b []byte
+	for i := range 10 {
+		b, _ = AppendFrame(b, 1, uint64(i+1), &Read{Key: fmt.Sprintf("block/%d", i)}, DefaultMaxFrame)
+	}
+	go conn.Write(b)
+	refused := 0
+	for refused < 7 {
+		f, err := fr.read(DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := DecodeMessage(f.Kind, f.Payload)
+		if e, ok := m.(*ErrorMsg); !ok || e.Code != CodeTooManyRequests {
+			t.Fatalf("frame %+v: %+v", f, m)
+		}
+		refused++
+	}
+	// Another client of the same member is served meanwhile.
+	c, _ := dial(t, h, "bob", lim, ClientOptions{})
+	if _, err := c.Read(context.Background(), &Read{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestViolationClosesOnlyThatClient(t *testing.T) {
+	h := newFake()
+	good, _ := dial(t, h, "good", Limits{}, ClientOptions{})
+	cases := []struct {
+		name  string
+		frame func() []byte
+		want  error
+	}{
+		{"unknown kind", func() []byte {
+			b, _ := AppendFrame(nil, 1, 1, &Read{}, DefaultMaxFrame)
+			b[5] = 99
+			return b
+		}, ErrProtocol},
+		{"wrong version", func() []byte { b, _ := AppendFrame(nil, 2, 1, &Read{}, DefaultMaxFrame); return b }, ErrVersion},
+		{"huge length", func() []byte { return []byte{0x7f, 0xff, 0xff, 0xff} }, ErrFrameTooLarge},
+		{"member-only kind", func() []byte { b, _ := AppendFrame(nil, 1, 1, &Pong{}, DefaultMaxFrame); return b }, ErrProtocol},
+		{"bad payload", func() []byte {
+			b, _ := AppendFrame(nil, 1, 1, &Read{Key: "abc"}, DefaultMaxFrame)
+			b[lenSize+headerSize] = 0x7f // the key's length, beyond the frame
+			return b
+		}, ErrProtocol},
+	}
+	for _, c := range cases {
+		conn, res := serve(t, h, "bad", Limits{})
+		fr := newFrameReader(conn)
+		handshakeRaw(t, conn, fr)
+		go conn.Write(c.frame())
+		if err := <-res; !errors.Is(err, c.want) {
+			t.Fatalf("%s: Serve ended with %v, want %v", c.name, err, c.want)
+		}
+		if _, err := good.Read(context.Background(), &Read{Key: "k"}); err != nil {
+			t.Fatalf("%s: the good client: %v", c.name, err)
+		}
+	}
+}
