@@ -97,6 +97,7 @@ type Error struct {
 	Message string
 }
 
+// Error describes the member's answer.
 func (e *Error) Error() string {
 	if e.Message == "" {
 		return fmt.Sprintf("clientwire: member answered error code %d", e.Code)
@@ -146,6 +147,7 @@ type RefusedError struct {
 	Message string
 }
 
+// Error describes the refusal.
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("clientwire: connection refused by member (reason %d): %s", e.Reason, e.Message)
 }

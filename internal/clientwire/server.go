@@ -105,6 +105,7 @@ type WatchEndError struct {
 	CompactRev int64
 }
 
+// Error describes the end.
 func (e *WatchEndError) Error() string {
 	return fmt.Sprintf("clientwire: watch ended (code %d): %s", e.Code, e.Message)
 }
