@@ -77,8 +77,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		},
 	})
-	if errors.Is(err, storage.ErrLostState) {
-		return nil, fmt.Errorf("%w: %w", ErrStateLost, err)
+	if errors.Is(err, ErrStateLost) { // storage's lost state is the root's sentinel
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
@@ -230,6 +230,9 @@ type Status struct {
 	// group-commit factor.
 	LogSyncs   uint64
 	LogEntries uint64
+	// Autopilot is the autopilot's last decision on this member (when it
+	// led) and why; the zero value without gossip.
+	Autopilot AutopilotDecision
 }
 
 // Status returns this member's current status. It never blocks on the
@@ -240,6 +243,7 @@ func (n *Node) Status() Status {
 		Name: n.cfg.Name, ID: rs.ID, Role: rs.Role, Term: rs.Term,
 		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
 		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
+		Autopilot: n.Autopilot(),
 	}
 	if rs.Leader != 0 {
 		st.Leader, _ = n.raft.MemberName(rs.Leader)

@@ -116,6 +116,7 @@ func TestGossipReplacesDeadVoter(t *testing.T) {
 		return !slices.Contains(voterNames(t, c.Leader()), c.Name(victim)) && len(voterNames(t, c.Leader())) == 3
 	})
 	t.Logf("dead voter to replacement: %v (threshold 2s + stabilization 1s); autopilot: %+v", time.Since(start), c.Leader().Autopilot())
+	require.False(t, c.Leader().Status().Autopilot.At.IsZero(), "Status shows the leader's autopilot decisions")
 	_, err := c.Leader().Put(ctx, "k", []byte("v"))
 	require.NoError(t, err)
 }

@@ -162,9 +162,9 @@ type StatusReport struct {
 	NotReady  string         `json:"not_ready,omitempty"`
 	Members   []MemberHealth `json:"members"`
 	Sessions  int            `json:"sessions"`
-	// Autopilot is the autopilot's state when the cell runs one; null
-	// until this member can report it.
-	Autopilot any `json:"autopilot"`
+	// Autopilot is the autopilot's last decision on this member and why;
+	// null when the cell runs no autopilot (no gossip).
+	Autopilot *AutopilotDecision `json:"autopilot"`
 }
 
 // Member health as the leader sees it.
@@ -198,6 +198,9 @@ func (n *Node) statusReport(ctx context.Context) StatusReport {
 		Member: st.Name, Role: st.Role, Term: st.Term, Leader: st.Leader,
 		Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
 		Revision: st.Revision,
+	}
+	if n.gossip != nil {
+		rep.Autopilot = &st.Autopilot
 	}
 	rep.NotReady = n.notReady()
 	rep.Ready = rep.NotReady == ""

@@ -27,8 +27,9 @@ type Member struct {
 	// Role is MemberVoter, MemberLearner or MemberStandby (a learner that
 	// may vote, kept in reserve by the autopilot).
 	Role string
-	// Health is how gossip sees the member: GossipAlive, GossipFailed,
-	// GossipLeft, or GossipUnknown (not gossiping, or no gossip here).
+	// Health is how gossip sees the member: GossipAlive, GossipSuspect,
+	// GossipFailed, GossipLeft, or GossipUnknown (not gossiping, or no
+	// gossip here).
 	Health string
 }
 
