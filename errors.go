@@ -1,6 +1,8 @@
 package coord
 
 import (
+	"errors"
+
 	"github.com/coordcell/coord/fence"
 	"github.com/coordcell/coord/internal/errs"
 )
@@ -117,4 +119,19 @@ var (
 	// ErrInvalidArgument: a recipe was given an argument it cannot work
 	// with, such as a Semaphore with fewer than one place.
 	ErrInvalidArgument = errs.InvalidArgument
+)
+
+// The sentinel errors of clients (Connect) and of the members serving
+// them (Node.ServeClients). On the wire they travel as clientwire's own
+// codes, not the numbered ones above.
+var (
+	// ErrForbidden: the client may not do this: connect at all (the
+	// member's ClientPolicy refused its identity), write under that key,
+	// or act for a session another client created. Nothing was done.
+	ErrForbidden = errors.New("coord: not allowed for this client")
+	// ErrOverloaded: the member refused the work to protect itself: it
+	// serves as many clients as it allows, or this client already has as
+	// many requests in flight or watches open as the member allows.
+	// Nothing was done; retry later or on another member.
+	ErrOverloaded = errors.New("coord: member overloaded; request refused")
 )
