@@ -6,7 +6,7 @@ import (
 	"math/bits"
 )
 
-// Formats 2 and 3, after the version byte:
+// Formats 2 to 4, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
 //	         [Txn if bodyTxn] [Session if bodySession]
@@ -14,7 +14,8 @@ import (
 //	         the If compares, the Then ops, the Else ops
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
-//	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1) | [format 3: uvarint Term]
+//	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1)
+//	         | [format 3: uvarint Term] | [format 4: uvarint Term | str Owner]
 //	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
 //	str      uvarint length | bytes
@@ -28,9 +29,11 @@ import (
 // decodes to a command reflect.DeepEqual to the one encoded.
 //
 // Format 3 differs from 2 only by the session's Term. A command is
-// written in format 3 exactly when it has a session with a non-zero Term,
-// and a format 3 command without one is refused, so the one-encoding
-// rule holds across both.
+// written in format 3 exactly when it has a session with a non-zero Term
+// and no Owner, and a format 3 command without one is refused. Format 4
+// adds the session's Owner (its Term may be zero): it is written exactly
+// when the Owner is not empty, and a format 4 command with an empty one is
+// refused. So the one-encoding rule holds across all three.
 
 const (
 	bodyTxn     = 1 << 0
@@ -84,8 +87,22 @@ func appendBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
-// termed reports whether c needs format 3.
+// termed reports whether c has a session term.
 func termed(c *Command) bool { return c.Session != nil && c.Session.Term != 0 }
+
+// owned reports whether c needs format 4.
+func owned(c *Command) bool { return c.Session != nil && c.Session.Owner != "" }
+
+// format is the format c is written in.
+func format(c *Command) byte {
+	switch {
+	case owned(c):
+		return Version
+	case termed(c):
+		return versionTermed
+	}
+	return versionBinary2
+}
 
 func encodedLen(c *Command) int {
 	n := 1 + 8 + 1 + 1
@@ -99,8 +116,11 @@ func encodedLen(c *Command) int {
 	}
 	if s := c.Session; s != nil {
 		n += varintLen(s.ID) + varintLen(s.TTL) + 1
-		if s.Term != 0 {
+		if s.Term != 0 || s.Owner != "" {
 			n += uvarintLen(s.Term)
+		}
+		if s.Owner != "" {
+			n += strLen(s.Owner)
 		}
 		n += listLen(len(s.IDs), s.IDs == nil) + listLen(len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
@@ -125,11 +145,7 @@ func opsLen(ops []Op) int {
 // encodeBinary sizes the buffer exactly first: one allocation per command.
 func encodeBinary(c *Command) []byte {
 	b := make([]byte, 0, encodedLen(c))
-	if termed(c) {
-		b = append(b, Version)
-	} else {
-		b = append(b, versionBinary2)
-	}
+	b = append(b, format(c))
 	b = binary.LittleEndian.AppendUint64(b, c.ID)
 	var body byte
 	if c.Txn != nil {
@@ -161,8 +177,11 @@ func encodeBinary(c *Command) []byte {
 			exp = 1
 		}
 		b = append(b, exp)
-		if s.Term != 0 {
+		if s.Term != 0 || s.Owner != "" {
 			b = binary.AppendUvarint(b, s.Term)
+		}
+		if s.Owner != "" {
+			b = appendStr(b, s.Owner)
 		}
 		b = appendList(b, len(s.IDs), s.IDs == nil)
 		b = appendList(b, len(s.Credits), s.Credits == nil)
@@ -192,7 +211,7 @@ func appendOps(b []byte, ops []Op) []byte {
 	return b
 }
 
-// decoder reads formats 2 and 3. The first error sticks: later reads return zero
+// decoder reads formats 2 to 4. The first error sticks: later reads return zero
 // values, so callers check err once per stretch rather than per field.
 type decoder struct {
 	b   []byte
@@ -202,8 +221,10 @@ type decoder struct {
 	// compare, put and get), and those can share one string.
 	keys  [4]string
 	nkeys int
-	// termed is set for format 3: sessions carry a term.
+	// termed is set for formats 3 and 4: sessions carry a term.
 	termed bool
+	// owned is set for format 4: sessions carry an owner.
+	owned bool
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -322,7 +343,7 @@ type (
 )
 
 func decodeBinary(version byte, data []byte) (*Command, error) {
-	d := decoder{b: data, termed: version == Version}
+	d := decoder{b: data, termed: version >= versionTermed, owned: version == Version}
 	if len(d.b) < 10 {
 		return nil, fmt.Errorf("%w: truncated header", ErrMalformed)
 	}
@@ -362,8 +383,8 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
-	if d.err == nil && d.termed && !termed(c) {
-		d.fail("format %d without a session term", version)
+	if d.err == nil && version != format(c) {
+		d.fail("format %d for a command of format %d", version, format(c))
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -434,6 +455,9 @@ func (d *decoder) session(s *Session) {
 	}
 	if d.termed {
 		s.Term = d.uvarint()
+	}
+	if d.owned {
+		s.Owner = d.str()
 	}
 	nIDs, nCredits := d.list(minID), d.list(minCredit)
 	if d.err == nil && max(nIDs, 0)*minID+max(nCredits, 0)*minCredit > len(d.b) {

@@ -54,6 +54,7 @@ func normalizeV1(c *Command) *Command {
 		}
 	}
 	if s := c.Session; s != nil {
+		s.Owner = "" // format 1 predates owners and never carries one
 		if len(s.IDs) == 0 {
 			s.IDs = nil
 		}
@@ -161,6 +162,8 @@ func binaryCases() map[string]*Command {
 		"session, no body": {Kind: KindSessionEnd},
 		// Format 3: a leader's decisions carry its term.
 		"expired by term 1":  {Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 1}},
+		"client's create":    {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:worker-1"}},
+		"owner and term":     {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Term: 3, Owner: "client:ü"}},
 		"credit by max term": {Kind: KindSessionCredit, Session: &Session{Term: math.MaxUint64, Credits: []Credit{{ID: 3, Nanos: 5e8}}}},
 		"seen by term 300":   {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
 		"txn, termed session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}},
@@ -168,11 +171,15 @@ func binaryCases() map[string]*Command {
 	}
 }
 
-// wantVersion is the format Encode must write for c: 3 only when a
-// session term needs it, so everything else stays format 2 byte for byte.
+// wantVersion is the format Encode must write for c: 4 only when a
+// session owner needs it, 3 only when a session term does, so
+// everything else stays format 2 byte for byte.
 func wantVersion(c *Command) byte {
-	if c.Session != nil && c.Session.Term != 0 {
-		return Version
+	switch {
+	case c.Session != nil && c.Session.Owner != "":
+		return 4
+	case c.Session != nil && c.Session.Term != 0:
+		return 3
 	}
 	return versionBinary2
 }
@@ -301,6 +308,9 @@ func randomCommand(r *rand.Rand) *Command {
 		if r.IntN(2) == 0 {
 			c.Session.Term = r.Uint64() >> r.IntN(64)
 		}
+		if r.IntN(3) == 0 {
+			c.Session.Owner = string(data(length()))
+		}
 		if n := count(); n >= 0 {
 			c.Session.IDs = make([]int64, n)
 			for i := range c.Session.IDs {
@@ -424,10 +434,10 @@ func TestTermIsAddedCompatibly(t *testing.T) {
 	c.Session.Term = 7
 	b, err := Encode(c)
 	require.NoError(t, err)
-	require.Equal(t, Version, b[0])
+	require.Equal(t, versionTermed, b[0])
 	// The same bytes as format 2 but for the version and the term's
 	// varint right after the expired byte.
-	want := append([]byte{Version}, old[1:len(old)-2]...)
+	want := append([]byte{versionTermed}, old[1:len(old)-2]...)
 	want = append(want, 7)
 	want = append(want, old[len(old)-2:]...)
 	require.Equal(t, want, b)
@@ -467,6 +477,9 @@ func TestDecodeMalformed(t *testing.T) {
 		return append([]byte{versionBinary2, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	header3 := func(kind Kind, body byte) []byte {
+		return append([]byte{versionTermed, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header4 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -488,7 +501,13 @@ func TestDecodeMalformed(t *testing.T) {
 		"huge ids count": cat(header(KindSessionSeen, bodySession), []byte{0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}),
 		"credits beyond": cat(header(KindSessionCredit, bodySession), []byte{0, 0, 0, 0, 3, 0, 0, 0}),
 		"header only":    {versionBinary2},
-		"v3 header only": {Version},
+		"v3 header only": {versionTermed},
+		"v4 header only": {Version},
+		// Format 4 is only for a session with an owner.
+		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
+		"v4 no session":     header4(KindNoop, 0),
+		"v4 owner missing":  cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0}),
+		"v4 owner too long": cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 9, 'c', 0, 0}),
 		// Format 3 is only for a session with a term: term 0, no session
 		// at all, or a missing term would be a second encoding.
 		"v3 term 0":           cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0}),

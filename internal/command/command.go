@@ -3,7 +3,7 @@
 // caller. Every encoding starts with a format version byte, so that a node
 // refuses (rather than misreads) a command written by a newer node.
 //
-// Commands are written in a hand-made binary form (versions 2 and 3, see
+// Commands are written in a hand-made binary form (versions 2 to 4, see
 // binary.go), because they are decoded on every member for every write and
 // msgpack's reflection cost a measurable share of the CPU. Version 1, the
 // msgpack form, is still read: logs written by older builds must keep
@@ -25,12 +25,17 @@ import (
 // and misreading one would make this member's state differ from the
 // others'.
 //
-// Encode writes format 3 only for a command that needs it (a session
-// command carrying a leader's term); every other command is written in
-// format 2, byte for byte as before. So a member not yet upgraded halts
-// (and replays after its upgrade) only on the commands whose meaning it
-// would get wrong, and keeps applying all the others.
-const Version byte = 3
+// Encode writes format 3 or 4 only for a command that needs it (a
+// session command carrying a leader's term, or a client's session
+// creation carrying its owner); every other command is written in format
+// 2, byte for byte as before. So a member not yet upgraded halts (and
+// replays after its upgrade) only on the commands whose meaning it would
+// get wrong, and keeps applying all the others.
+const Version byte = 4
+
+// versionTermed is the binary format with the session term and without
+// the owner.
+const versionTermed byte = 3
 
 // versionBinary2 is the binary format without the session term.
 const versionBinary2 byte = 2
@@ -162,6 +167,12 @@ type Session struct {
 	IDs []int64 `msgpack:"ids,omitempty"`
 	// Credits lists the unheard time of a KindSessionCredit.
 	Credits []Credit `msgpack:"cr,omitempty"`
+	// Owner, on a KindSessionCreate proposed for a client (coord.Connect),
+	// names that client ("client:" and its authenticated identity): the
+	// session is stored with it, so every member can refuse another
+	// client's keep-alives, ephemeral writes and ends for it. Empty for a
+	// member's own sessions. Written in format 4 only.
+	Owner string `msgpack:"-"`
 }
 
 // Credit is unheard time (nanoseconds) to add to one session.
@@ -189,14 +200,14 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1, 2 or 3. It never
+// Decode parses an encoded command of format version 1 to 4. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionBinary2:
+	case Version, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
