@@ -1,0 +1,555 @@
+package coord
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/transport"
+)
+
+// ClientConfig configures Connect.
+type ClientConfig struct {
+	// Name is the client's name: its identity in plaintext (members
+	// trust it only then), the name in its certificate under Secret, and
+	// in every case the name in the members' logs. Required.
+	Name string
+	// Members are the client addresses of the members (Config.ClientAddr,
+	// Node.ClientAddr). Connect tries them in a random order, and the
+	// client moves to another when its member fails. At least one.
+	Members []string
+	// TLS authenticates the client to the members and the members to the
+	// client (mutual TLS; the certificate names the client). A member's
+	// certificate is checked against RootCAs; with ServerName empty, any
+	// certificate of that CA for server use is accepted, since members
+	// are dialled by address, not by name.
+	TLS *tls.Config
+	// Secret derives the TLS identity from the cell's shared secret, as
+	// Config.Secret does for members. Exclusive with TLS. With neither,
+	// the connection is plaintext (for tests and trusted networks only).
+	Secret []byte
+	// Dial opens a connection to a member's address (nil: TCP). coordtest
+	// passes an in-memory dialler.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Logger receives the client's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Client is a process's way into a cell it is not a member of: a
+// connection to one member at a time, over which the whole Cell API
+// works as on a *Node. Sessions are kept alive by one batched keep-alive
+// per interval for all of them, which the member folds into its own
+// batch to the leader; watches of nested prefixes share one upstream
+// watch. When its member fails or stops answering, the client moves to
+// another member: sessions (within their TTL), holds and watches carry
+// on; writes in flight end with ErrAmbiguous.
+//
+// A Client stores nothing on disk. It is safe for concurrent use.
+type Client struct {
+	cfg    ClientConfig
+	log    *slog.Logger
+	tlsCfg *tls.Config
+
+	life context.Context // ends at Close
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+	done chan struct{} // closed once Close has finished
+
+	mu      sync.Mutex
+	conn    *clientwire.ClientConn // nil while (re)connecting
+	welcome clientwire.Welcome
+	ready   chan struct{} // closed when conn is set; replaced when it is lost
+	next    int           // index in order of the member to try next
+	order   []string      // cfg.Members, shuffled
+	closed  bool
+
+	ka      *clientKeeper
+	watches *watchMerger
+	probes  probeRegistry
+}
+
+var _ Cell = (*Client)(nil)
+
+// Connect connects to one of cfg.Members (tried in a random order) and
+// returns the client. It fails if none accepts within ctx, or at once on
+// a configuration error. The client keeps itself connected until Close.
+func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%w: ClientConfig.Name is empty", ErrInvalidConfig)
+	}
+	if len(cfg.Members) == 0 {
+		return nil, fmt.Errorf("%w: ClientConfig.Members is empty", ErrInvalidConfig)
+	}
+	if cfg.TLS != nil && cfg.Secret != nil {
+		return nil, fmt.Errorf("%w: ClientConfig.TLS and Secret are exclusive", ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger.With("client", cfg.Name), ready: make(chan struct{}),
+		done: make(chan struct{})}
+	switch {
+	case cfg.Secret != nil:
+		t, err := transport.SecretTLS(cfg.Secret, cfg.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		c.tlsCfg = memberVerifying(t)
+	case cfg.TLS != nil:
+		c.tlsCfg = memberVerifying(cfg.TLS)
+	}
+	c.order = append([]string(nil), cfg.Members...)
+	rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
+	conn, err := c.dialRound(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.life, c.stop = context.WithCancel(context.Background())
+	c.ka = newClientKeeper(c)
+	c.watches = newWatchMerger(c)
+	c.setConn(conn)
+	c.wg.Go(func() { c.supervise(conn) })
+	c.wg.Go(c.ka.run)
+	return c, nil
+}
+
+// memberVerifying adapts a TLS config for dialling members by address:
+// with no ServerName, the member's chain is verified against RootCAs for
+// server use, and its name is not checked (any member of the cell will
+// do; the chain proves it is one).
+func memberVerifying(cfg *tls.Config) *tls.Config {
+	c := cfg.Clone()
+	if c.ServerName != "" {
+		return c
+	}
+	c.InsecureSkipVerify = true // verified in VerifyConnection
+	user := cfg.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("coord: member presented no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: cfg.RootCAs, Intermediates: x509.NewCertPool(),
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		for _, ic := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(ic)
+		}
+		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+			return fmt.Errorf("coord: member certificate: %w", err)
+		}
+		if user != nil {
+			return user(cs)
+		}
+		return nil
+	}
+	return c
+}
+
+// dialRound tries each member once, starting at c.next, and returns the
+// first connection made. It fails with ErrNoQuorum (no member reachable)
+// wrapping what each said, or with a refusal's own sentinel when every
+// member refused the same way.
+func (c *Client) dialRound(ctx context.Context) (*clientwire.ClientConn, error) {
+	var errs []error
+	for range c.order {
+		c.mu.Lock()
+		addr := c.order[c.next%len(c.order)]
+		c.next++
+		c.mu.Unlock()
+		conn, err := c.dial(ctx, addr)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: connecting to a member: %w", ErrNoQuorum, ctx.Err())
+		}
+		if errors.Is(err, ErrForbidden) || errors.Is(err, ErrInvalidConfig) {
+			return nil, err // the same everywhere: trying on would not help
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, fmt.Errorf("%w: no member accepted the client: %w", ErrNoQuorum, errors.Join(errs...))
+}
+
+// dial connects and handshakes with the member at addr.
+func (c *Client) dial(ctx context.Context, addr string) (*clientwire.ClientConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var (
+		raw net.Conn
+		err error
+	)
+	if c.cfg.Dial != nil {
+		raw, err = c.cfg.Dial(dctx, addr)
+	} else {
+		raw, err = (&net.Dialer{}).DialContext(dctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.tlsCfg != nil {
+		tc := tls.Client(raw, c.tlsCfg)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			_ = raw.Close()
+			return nil, err
+		}
+		raw = tc
+	}
+	conn, err := clientwire.Handshake(dctx, raw, clientwire.ClientOptions{
+		Name:   c.cfg.Name,
+		Logger: c.log,
+		OnKeepAliveAck: func(a *clientwire.KeepAliveAck) {
+			if c.ka != nil {
+				c.ka.onAck(a)
+			}
+		},
+	})
+	if err != nil {
+		return nil, errFromRefusal(err)
+	}
+	return conn, nil
+}
+
+func (c *Client) setConn(conn *clientwire.ClientConn) {
+	c.mu.Lock()
+	c.conn, c.welcome = conn, conn.Welcome()
+	close(c.ready)
+	c.mu.Unlock()
+	c.log.Debug("connected", "member", c.welcome.Member)
+}
+
+// supervise keeps the client connected: it pings the member, and when
+// the connection ends (or the member stops answering pings or
+// keep-alives) it connects to the next member, until Close.
+func (c *Client) supervise(conn *clientwire.ClientConn) {
+	for {
+		c.monitor(conn)
+		if c.life.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		c.conn = nil
+		c.ready = make(chan struct{})
+		c.mu.Unlock()
+		c.log.Info("lost its member; connecting to another", "member", conn.Welcome().Member, "err", conn.Err())
+		for {
+			var err error
+			conn, err = c.dialRound(c.life)
+			if err == nil {
+				break
+			}
+			if c.life.Err() != nil {
+				return
+			}
+			c.log.Warn("no member reachable; retrying", "err", err)
+			select {
+			case <-time.After(c.electionTimeout() / 2):
+			case <-c.life.Done():
+				return
+			}
+		}
+		c.setConn(conn)
+		c.ka.reconnected()
+	}
+}
+
+// monitor pings conn every election timeout until it ends; it ends it
+// when a ping goes unanswered for two election timeouts, when the
+// keep-alives stall (see clientKeeper.stalled), or at Close.
+func (c *Client) monitor(conn *clientwire.ClientConn) {
+	et := c.electionTimeout()
+	t := time.NewTicker(et / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-conn.Done():
+			return
+		case <-c.life.Done():
+			_ = conn.Close()
+			return
+		case <-t.C:
+		}
+		if c.ka.stalled(time.Now()) {
+			c.log.Info("keep-alives unanswered by the member; moving on", "member", conn.Welcome().Member)
+			_ = conn.Close()
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.life, 2*et)
+		err := conn.Ping(ctx)
+		cancel()
+		if err != nil && c.life.Err() == nil && conn.Err() == nil {
+			c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
+			_ = conn.Close()
+			return
+		}
+	}
+}
+
+// current waits for a connection, for ctx, or for Close.
+func (c *Client) current(ctx context.Context) (*clientwire.ClientConn, error) {
+	for {
+		c.mu.Lock()
+		conn, ready, closed := c.conn, c.ready, c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		if conn != nil {
+			return conn, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: no member connected: %w", ErrNoQuorum, ctx.Err())
+		case <-c.life.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Close ends the client: its sessions end locally with ErrClosed (in the
+// cell they expire after their TTL; Close them first to end them at
+// once), its watches with ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.done
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.stop()
+	c.wg.Wait()
+	c.ka.close()
+	c.watches.close()
+	close(c.done)
+	return nil
+}
+
+// Done is closed once Close has finished.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns ErrClosed once the client is closed, nil before: a client
+// does not give up on its own while Close has not been called.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Member returns the name of the member the client talks to now, or ""
+// while it is between members.
+func (c *Client) Member() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return ""
+	}
+	return c.welcome.Member
+}
+
+// --- the Cell API: one line each over the shared code ---
+
+// Get is Node.Get through the client's member.
+func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
+	return getKey(ctx, c, key, opts)
+}
+
+// List is Node.List through the client's member.
+func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
+	return listPrefix(ctx, c, prefix, opts)
+}
+
+// Put is Node.Put through the client's member. A write whose connection
+// ends before its answer ends with ErrAmbiguous.
+func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
+	return putKey(ctx, c, key, value, opts)
+}
+
+// Delete is Node.Delete through the client's member.
+func (c *Client) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
+	return deleteKey(ctx, c, key, opts)
+}
+
+// Txn is Node.Txn through the client's member.
+func (c *Client) Txn(ctx context.Context) *Txn { return newTxn(ctx, c) }
+
+// Watch is Node.Watch through the client: watches of one prefix (or of
+// prefixes under it) share one upstream watch, and a watch carries on,
+// gap-free, when the client moves to another member.
+func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) *Watcher {
+	return startWatch(ctx, c, prefix, opts)
+}
+
+// ListWatch is Node.ListWatch through the client.
+func (c *Client) ListWatch(ctx context.Context, prefix string, onList func(kvs []KV, rev int64) error,
+	onEvent func(Event) error, opts ...WatchOption) error {
+	return listWatch(ctx, c, prefix, onList, onEvent, opts...)
+}
+
+// NewSession is Node.NewSession through the client: the session is kept
+// alive by the client's batched keep-alive, and survives the client's
+// move to another member within its TTL.
+func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: DefaultSessionTTL}
+	for _, f := range opts {
+		f(&o)
+	}
+	return newSession(ctx, c, o)
+}
+
+// Acquire is Node.Acquire through the client.
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
+	return acquireLease(ctx, c, name, ttl)
+}
+
+// CheckToken is Node.CheckToken through the client.
+func (c *Client) CheckToken(ctx context.Context, name string, t Token) error {
+	return checkToken(ctx, c, name, t)
+}
+
+// MinSessionTTL is the cell's minimum session TTL, as the member said.
+func (c *Client) MinSessionTTL() time.Duration { return minSessionTTL(c) }
+
+// --- *Client as a backend ---
+
+func (c *Client) cellBackend() backend { return c }
+
+func (c *Client) keeper() keeper { return c.ka }
+
+func (c *Client) queueProbes() *probeRegistry { return &c.probes }
+
+func (c *Client) electionTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.welcome.ElectionTimeout
+}
+
+// limits are bounds the client can check without knowing the member's
+// configuration: nothing longer than the member reads in one frame can
+// be sent. The member checks every request against its own limits (it
+// trusts no client to) and answers the same sentinels a *Node returns,
+// so a bad key or value fails the same way on both, one round trip later.
+func (c *Client) limits() limits {
+	c.mu.Lock()
+	frame := int(c.welcome.MaxFrame)
+	c.mu.Unlock()
+	return limits{maxKey: frame, maxValue: frame, maxTxnOps: 1 << 16}
+}
+
+func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
+	data, err := command.Encode(cmd)
+	if err != nil {
+		return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	conn, err := c.current(ctx)
+	if err != nil {
+		return command.Result{}, err // never sent
+	}
+	res, err := conn.Propose(ctx, data)
+	if err != nil {
+		return command.Result{}, proposeErr(conn, err)
+	}
+	return res.Result, resultErr(res.Result)
+}
+
+// proposeErr maps a failed Propose. A member's answer is certain (its
+// code says what happened). A connection that ended, or a context that
+// ended, may have left the command in flight: ErrAmbiguous, as on a
+// member whose leader changed.
+func proposeErr(conn *clientwire.ClientConn, err error) error {
+	var we *clientwire.Error
+	if errors.As(err, &we) {
+		return errFromCode(we.Code, we.Message)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrAmbiguous, err)
+	}
+	return fmt.Errorf("%w: connection to %s ended: %w", ErrAmbiguous, conn.Welcome().Member, err)
+}
+
+// resultErr maps the state machine's status, as Node.propose does.
+func resultErr(res command.Result) error {
+	switch res.Status {
+	case command.StatusOK:
+		return nil
+	case command.StatusQuotaExceeded:
+		return ErrQuotaExceeded
+	case command.StatusNoSession:
+		return ErrSessionExpired
+	}
+	return fmt.Errorf("%w: the cell refused the command (status %d)", ErrInternal, res.Status)
+}
+
+// read sends r, retrying once on another member when the connection
+// ended under it (a read changes nothing, so it can be repeated).
+func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.ReadResult, error) {
+	for attempt := 0; ; attempt++ {
+		conn, err := c.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := conn.Read(ctx, r)
+		if err == nil {
+			return res, nil
+		}
+		var we *clientwire.Error
+		switch {
+		case errors.As(err, &we):
+			return nil, errFromCode(we.Code, we.Message)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
+		case attempt > 0:
+			return nil, fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
+		}
+		<-conn.Done() // ended: the next current() waits for the next member
+	}
+}
+
+func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, error) {
+	res, err := c.read(ctx, &clientwire.Read{Key: key, Serializable: o.serializable})
+	if err != nil {
+		return KV{}, false, err
+	}
+	for _, kv := range res.KVs {
+		if kv.Key == key {
+			return fromCmdKV(kv), true, nil
+		}
+	}
+	return KV{}, false, nil
+}
+
+func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
+	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable})
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]KV, len(res.KVs))
+	for i, kv := range res.KVs {
+		out[i] = fromCmdKV(kv)
+	}
+	return out, res.Rev, nil
+}
+
+// settle makes the client's sessions current before a waiter decides
+// whether its key went with its session: one keep-alive round for all of
+// them, whose ack names every session the cell has ended (the member
+// answers it after the leader has heard it, so after any end the
+// waiter's watch saw). Bounded by an election timeout.
+func (c *Client) settle(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.electionTimeout())
+	defer cancel()
+	c.ka.sync(ctx)
+}

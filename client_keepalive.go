@@ -1,0 +1,329 @@
+package coord
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/sessions"
+)
+
+// clientKeeper keeps a client's sessions alive: one KeepAlive message
+// per interval carries every session, and the member folds it into its
+// own batch to the leader, so a client costs the cell one message per
+// interval however many sessions it holds. An ack confirms each session
+// with the client's own send time, so Until and jeopardy mean on a
+// client what they mean on a member (the leader heard the keep-alive
+// after the client sent it, and grants a TTL from then).
+type clientKeeper struct {
+	c    *Client
+	poke chan struct{} // a session was added, or the client moved: send now
+
+	// sends counts the KeepAlive messages sent, for tests and benchmarks.
+	sends atomic.Int64
+
+	mu       sync.Mutex
+	local    map[SessionID]*Session
+	fresh    bool
+	seq      uint64
+	sent     map[uint64]sentBatch
+	maxTTL   time.Duration
+	oldest   time.Time // send time of the oldest keep-alive unanswered on this connection; zero when none
+	waiters  map[uint64]chan struct{}
+	closed   bool
+	pendingW sync.WaitGroup // proposeAsync's goroutines
+}
+
+func newClientKeeper(c *Client) *clientKeeper {
+	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[SessionID]*Session),
+		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{})}
+}
+
+func (k *clientKeeper) nudge() {
+	select {
+	case k.poke <- struct{}{}:
+	default:
+	}
+}
+
+// margin is the member's margin (see sessionEngine.margin): the client's
+// send time precedes the leader's receipt, so the same bound holds one
+// hop further out.
+func (k *clientKeeper) margin(ttl time.Duration) time.Duration {
+	return k.c.electionTimeout()/4 + ttl/50
+}
+
+func (k *clientKeeper) add(s *Session) {
+	k.mu.Lock()
+	k.local[s.id] = s
+	k.fresh = true
+	k.maxTTL = max(k.maxTTL, s.ttl)
+	k.mu.Unlock()
+}
+
+func (k *clientKeeper) remove(id SessionID) {
+	k.mu.Lock()
+	delete(k.local, id)
+	k.mu.Unlock()
+}
+
+// reconnected is called once the client has a new member: every session
+// hears from it at once, and what the old member left unanswered is
+// forgotten (its acks will never come).
+func (k *clientKeeper) reconnected() {
+	k.mu.Lock()
+	k.oldest = time.Time{}
+	k.fresh = true
+	k.mu.Unlock()
+	k.nudge()
+}
+
+// stalled reports whether a keep-alive has gone unanswered on this
+// connection for two election timeouts: the member is alive but cannot
+// reach the leader (or is too slow), so the client should move on. Two
+// election timeouts cover a change of leader, which stalls every member.
+func (k *clientKeeper) stalled(now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.oldest.IsZero() && now.Sub(k.oldest) > 2*k.c.electionTimeout()
+}
+
+func (k *clientKeeper) run() {
+	et := k.c.electionTimeout()
+	tick := time.NewTicker(max(et/4, time.Millisecond))
+	defer tick.Stop()
+	var last time.Time
+	for {
+		force := false
+		select {
+		case <-k.c.life.Done():
+			return
+		case <-tick.C:
+		case <-k.poke:
+			force = true
+		}
+		now := time.Now()
+		if k.sendDue(now, last, force) {
+			last = now
+		}
+		k.checkLocal(now)
+	}
+}
+
+// sendDue sends one keep-alive for every automatic session when the most
+// demanding is due (TTL/4 since the last), every quarter election
+// timeout while the last is unconfirmed, or at once when forced.
+func (k *clientKeeper) sendDue(now, last time.Time, force bool) bool {
+	et := k.c.electionTimeout()
+	k.mu.Lock()
+	var ids []SessionID
+	interval := time.Duration(1<<63 - 1)
+	for id, s := range k.local {
+		if s.manual {
+			continue
+		}
+		ids = append(ids, id)
+		interval = min(interval, s.ttl/sessions.KeepAliveDivisor)
+		if s.unconfirmed() {
+			interval = min(interval, et/4)
+		}
+	}
+	fresh := k.fresh
+	k.fresh = false
+	k.mu.Unlock()
+	if len(ids) == 0 || (!fresh && !force && now.Sub(last) < interval) {
+		return false
+	}
+	_, ok := k.send(now, ids)
+	return ok
+}
+
+// send sends one KeepAlive for ids and returns its sequence number.
+func (k *clientKeeper) send(now time.Time, ids []SessionID) (uint64, bool) {
+	k.c.mu.Lock()
+	conn := k.c.conn
+	k.c.mu.Unlock()
+	if conn == nil {
+		return 0, false
+	}
+	k.mu.Lock()
+	k.seq++
+	seq := k.seq
+	k.sent[seq] = sentBatch{at: now, ids: ids}
+	for s, b := range k.sent {
+		// As on a member: a late ack still confirms its send time plus
+		// the TTL, so a batch is kept as long as the longest TTL.
+		if now.Sub(b.at) > max(4*k.c.electionTimeout()+time.Second, k.maxTTL) {
+			delete(k.sent, s)
+		}
+	}
+	for _, id := range ids {
+		if s, ok := k.local[id]; ok {
+			s.mu.Lock()
+			s.lastSent = now
+			s.mu.Unlock()
+		}
+	}
+	if k.oldest.IsZero() {
+		k.oldest = now
+	}
+	k.mu.Unlock()
+	ka := &clientwire.KeepAlive{Seq: seq, SessionIDs: make([]int64, len(ids))}
+	for i, id := range ids {
+		ka.SessionIDs[i] = int64(id)
+	}
+	if err := conn.KeepAlive(ka); err != nil {
+		return seq, false
+	}
+	k.sends.Add(1)
+	return seq, true
+}
+
+// onAck handles the member's ack (on the connection's reader: it must
+// not block).
+func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
+	k.mu.Lock()
+	b, ok := k.sent[a.Seq]
+	delete(k.sent, a.Seq)
+	if ok {
+		// Everything sent up to this one has had its answer or never
+		// will; the stall clock restarts with the next send.
+		k.oldest = time.Time{}
+	}
+	var alive, gone []*Session
+	if ok {
+		for _, id := range a.Confirmed {
+			if s, ok := k.local[SessionID(id)]; ok {
+				alive = append(alive, s)
+			}
+		}
+		for _, g := range a.Gone {
+			if s, ok := k.local[SessionID(g.ID)]; ok {
+				gone = append(gone, s)
+			}
+		}
+	}
+	var wake []chan struct{}
+	for seq, ch := range k.waiters {
+		if seq <= a.Seq {
+			wake = append(wake, ch)
+			delete(k.waiters, seq)
+		}
+	}
+	k.mu.Unlock()
+	for _, s := range alive {
+		s.confirmed(b.at)
+	}
+	for _, s := range gone {
+		if s.end(ErrSessionExpired) == ErrSessionExpired {
+			k.c.log.Info("session ended by the cell", "session", int64(s.id), "ttl", s.ttl)
+		}
+	}
+	for _, ch := range wake {
+		close(ch)
+	}
+}
+
+// checkLocal moves sessions into jeopardy or local expiry; a session
+// that expired here is ended in the cell too (as its holder's own end:
+// a client may not propose an expiry).
+func (k *clientKeeper) checkLocal(now time.Time) {
+	k.mu.Lock()
+	local := slices.Collect(mapValues(k.local))
+	k.mu.Unlock()
+	for _, s := range local {
+		if s.check(now) {
+			k.c.log.Info("session expired here: no keep-alive confirmed in time", "session", int64(s.id), "ttl", s.ttl)
+			k.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
+				Session: &command.Session{ID: int64(s.id)}})
+		}
+	}
+}
+
+// renew sends a keep-alive for s now and waits until one is confirmed,
+// resending every half election timeout (and after a move to another
+// member).
+func (k *clientKeeper) renew(ctx context.Context, s *Session) (time.Time, error) {
+	t := time.NewTicker(k.c.electionTimeout() / 2)
+	defer t.Stop()
+	for {
+		acked := s.ackChan()
+		k.send(time.Now(), []SessionID{s.id})
+		select {
+		case <-acked:
+			return s.Until(), nil
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-s.Done():
+			return time.Time{}, s.Err()
+		case <-k.c.life.Done():
+			return time.Time{}, ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// sync sends one keep-alive for every session (manual ones too) and
+// waits, for ctx, until it is answered: afterwards every session the
+// cell had ended when the leader heard it knows it has ended.
+func (k *clientKeeper) sync(ctx context.Context) {
+	k.mu.Lock()
+	ids := slices.Collect(func(yield func(SessionID) bool) {
+		for id := range k.local {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	k.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	seq, ok := k.send(time.Now(), ids)
+	if !ok {
+		return
+	}
+	ch := make(chan struct{})
+	k.mu.Lock()
+	k.waiters[seq] = ch
+	k.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		k.mu.Lock()
+		delete(k.waiters, seq)
+		k.mu.Unlock()
+	}
+}
+
+// proposeAsync proposes cmd without waiting, bounded by two election
+// timeouts; if it is lost the session expires in the cell anyway.
+func (k *clientKeeper) proposeAsync(cmd *command.Command) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return
+	}
+	k.pendingW.Go(func() {
+		ctx, cancel := context.WithTimeout(k.c.life, 2*k.c.electionTimeout())
+		defer cancel()
+		_, _ = k.c.propose(ctx, cmd)
+	})
+}
+
+// close ends every session locally with ErrClosed, once the client's
+// goroutines have stopped.
+func (k *clientKeeper) close() {
+	k.mu.Lock()
+	k.closed = true
+	local := slices.Collect(mapValues(k.local))
+	k.mu.Unlock()
+	k.pendingW.Wait()
+	for _, s := range local {
+		s.end(ErrClosed)
+	}
+}

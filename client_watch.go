@@ -1,0 +1,507 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/internal/clientwire"
+)
+
+// A client's watches are merged: a watch whose prefix lies under an open
+// upstream watch's prefix, and that starts at or after the upstream's
+// position, is served by that upstream (one watch on the member), and
+// the client fans its revisions out. Each watcher has its own queue and
+// goroutine, so a slow consumer holds back only itself (past its lag
+// bound it ends with a *SlowWatcherError), never the upstream or the
+// other watchers.
+//
+// Gap-free and exactly-once across members: an upstream delivers whole
+// revisions only, remembers the last one (its position), ignores any
+// revision at or below it, and resumes from the position + 1 on the next
+// member after its connection ends (a compacted resume ends its watchers
+// with a *CompactedError, as on a member).
+
+// clientMaxLag bounds a client watcher's queue when it set no WithMaxLag
+// (and any WithMaxLag above it): the revisions a consumer may fall
+// behind the upstream before its watch ends as slow.
+const clientMaxLag = 10_000
+
+type watchMerger struct {
+	c  *Client
+	wg sync.WaitGroup
+
+	mu     sync.Mutex
+	ups    []*upstream
+	closed bool
+}
+
+func newWatchMerger(c *Client) *watchMerger { return &watchMerger{c: c} }
+
+// upstream is one watch on the member, shared by its downstreams.
+type upstream struct {
+	m      *watchMerger
+	prefix string
+	prevKV bool
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	pos    int64 // every revision up to pos has been fanned out
+	downs  map[*downstream]struct{}
+	closed bool
+}
+
+// downstream is one Watcher served by an upstream.
+type downstream struct {
+	w      *Watcher
+	ctx    context.Context
+	prefix string
+	o      watchOptions
+	maxLag int64
+
+	mu    sync.Mutex
+	from  int64 // revisions above from are delivered
+	queue []dsItem
+	err   error         // set when the upstream ended it; delivered after the queue
+	wake  chan struct{} // cap 1
+	kill  chan struct{} // closed when it must end now (slow)
+	dead  bool
+}
+
+type dsItem struct {
+	rev      int64
+	events   []clientwire.Event // one whole revision, shared read-only; nil for progress
+	progress bool
+}
+
+// watch starts a watcher, on a shared upstream if one covers it.
+func (c *Client) watch(ctx context.Context, prefix string, o watchOptions) *Watcher {
+	m := c.watches
+	if !o.fromSet {
+		if d := m.join(ctx, prefix, o); d != nil {
+			return d.w
+		}
+		// No upstream to share: start one at the member's current
+		// revision, read now, so nothing after this call is missed.
+		res, err := c.read(ctx, &clientwire.Read{Key: startKey(prefix), Serializable: true})
+		if err != nil {
+			return failedWatcher(err)
+		}
+		o.fromRev, o.fromSet = res.Rev, true
+	}
+	if d := m.join(ctx, prefix, o); d != nil {
+		return d.w
+	}
+	return m.start(ctx, prefix, o)
+}
+
+// startKey is a key read only for the revision it returns.
+func startKey(prefix string) string {
+	if prefix == "" {
+		return "\x00"
+	}
+	return prefix
+}
+
+// join attaches a watcher to an open upstream that covers it, or returns
+// a nil downstream.
+func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions) *downstream {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	for _, up := range m.ups {
+		if !strings.HasPrefix(prefix, up.prefix) || (o.prevKV && !up.prevKV) {
+			continue
+		}
+		up.mu.Lock()
+		ok := !up.closed && (!o.fromSet || o.fromRev >= up.pos)
+		if ok {
+			from := up.pos
+			if o.fromSet {
+				from = o.fromRev
+			}
+			d := m.newDownstream(ctx, prefix, o, from)
+			up.downs[d] = struct{}{}
+			up.mu.Unlock()
+			m.runDownstream(up, d)
+			return d
+		}
+		up.mu.Unlock()
+	}
+	return nil
+}
+
+// start opens a new upstream from o.fromRev for one watcher.
+func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions) *Watcher {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return failedWatcher(ErrClosed)
+	}
+	up := &upstream{m: m, prefix: prefix, prevKV: o.prevKV, pos: o.fromRev, downs: map[*downstream]struct{}{}}
+	up.ctx, up.cancel = context.WithCancel(m.c.life)
+	d := m.newDownstream(ctx, prefix, o, o.fromRev)
+	up.downs[d] = struct{}{}
+	m.ups = append(m.ups, up)
+	m.wg.Go(up.run)
+	m.runDownstream(up, d)
+	return d.w
+}
+
+func (m *watchMerger) newDownstream(ctx context.Context, prefix string, o watchOptions, from int64) *downstream {
+	maxLag := int64(clientMaxLag)
+	if o.maxLagSet && o.maxLag > 0 {
+		maxLag = min(o.maxLag, clientMaxLag)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	w := &Watcher{events: make(chan Event, o.channelSize), cancel: cancel, progress: make(chan struct{}, 1)}
+	w.lastRev.Store(from)
+	return &downstream{w: w, ctx: dctx, prefix: prefix, o: o, maxLag: maxLag, from: from,
+		wake: make(chan struct{}, 1), kill: make(chan struct{})}
+}
+
+func (m *watchMerger) runDownstream(up *upstream, d *downstream) {
+	m.wg.Go(func() {
+		err := d.run(m.c)
+		m.detach(up, d)
+		d.w.mu.Lock()
+		d.w.err = err
+		d.w.mu.Unlock()
+		close(d.w.events)
+	})
+}
+
+// detach removes d from up, and ends up when it served d alone.
+func (m *watchMerger) detach(up *upstream, d *downstream) {
+	m.mu.Lock()
+	up.mu.Lock()
+	delete(up.downs, d)
+	last := len(up.downs) == 0 && !up.closed
+	if last {
+		up.closed = true
+		m.removeLocked(up)
+	}
+	up.mu.Unlock()
+	m.mu.Unlock()
+	if last {
+		up.cancel()
+	}
+}
+
+func (m *watchMerger) removeLocked(up *upstream) {
+	for i, u := range m.ups {
+		if u == up {
+			m.ups = append(m.ups[:i], m.ups[i+1:]...)
+			return
+		}
+	}
+}
+
+// end ends up and all its watchers with err (after what they have queued).
+func (up *upstream) end(err error) {
+	m := up.m
+	m.mu.Lock()
+	up.mu.Lock()
+	up.closed = true
+	m.removeLocked(up)
+	downs := make([]*downstream, 0, len(up.downs))
+	for d := range up.downs {
+		downs = append(downs, d)
+	}
+	up.mu.Unlock()
+	m.mu.Unlock()
+	up.cancel()
+	for _, d := range downs {
+		d.finish(err)
+	}
+}
+
+func (m *watchMerger) close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.wg.Wait()
+}
+
+// run keeps the upstream watch open from pos+1, on whichever member the
+// client is connected to, until it has no watcher left or ends for good.
+func (up *upstream) run() {
+	c := up.m.c
+	var last *clientwire.ClientConn
+	for {
+		conn, err := c.currentAfter(up.ctx, last)
+		if err != nil {
+			up.end(c.closedOr(up.ctx, err))
+			return
+		}
+		last = conn
+		up.mu.Lock()
+		from := up.pos + 1
+		up.mu.Unlock()
+		cw, err := conn.Watch(up.ctx, &clientwire.WatchStart{Prefix: up.prefix, FromRev: from, PrevKV: up.prevKV,
+			ProgressInterval: c.electionTimeout()})
+		if err != nil {
+			var we *clientwire.Error
+			switch {
+			case up.ctx.Err() != nil:
+				up.end(c.closedOr(up.ctx, up.ctx.Err()))
+				return
+			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
+				up.end(errFromCode(we.Code, we.Message))
+				return
+			}
+			continue // the connection ended (or its member is closing): the next one
+		}
+		stop := context.AfterFunc(up.ctx, cw.Cancel)
+		var pending []clientwire.Event
+		for msg := range cw.Events() {
+			switch msg := msg.(type) {
+			case *clientwire.WatchEvents:
+				for _, ev := range msg.Events {
+					pending = append(pending, ev)
+					if ev.EndOfRev {
+						up.fanOut(ev.KV.ModRev, pending)
+						pending = nil
+					}
+				}
+			case *clientwire.WatchProgress:
+				up.progress(msg.Rev)
+			}
+		}
+		stop()
+		end := cw.End()
+		if conn.Err() == nil {
+			last = nil // the connection lives on: resume on it
+		}
+		switch end.Code {
+		case clientwire.CodeConnLost, clientwire.CodeSlowWatcher, clientwire.CodeClosed:
+			continue // resume from pos+1: on the next member, or here
+		case clientwire.CodeNone:
+			if up.ctx.Err() != nil {
+				up.end(c.closedOr(up.ctx, up.ctx.Err()))
+				return
+			}
+			continue
+		case clientwire.CodeCompacted:
+			up.end(&CompactedError{Oldest: end.CompactRev})
+			return
+		default:
+			up.end(errFromCode(end.Code, end.Message))
+			return
+		}
+	}
+}
+
+// fanOut hands one whole revision to every watcher that wants it.
+func (up *upstream) fanOut(rev int64, events []clientwire.Event) {
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if rev <= up.pos {
+		return // delivered before a resume
+	}
+	up.pos = rev
+	for d := range up.downs {
+		d.push(dsItem{rev: rev, events: events}, up.pos)
+	}
+}
+
+func (up *upstream) progress(rev int64) {
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if rev <= up.pos {
+		return
+	}
+	up.pos = rev
+	for d := range up.downs {
+		d.push(dsItem{rev: rev, progress: true}, up.pos)
+	}
+}
+
+// push queues it for the watcher, or ends the watcher as slow when it
+// is maxLag revisions behind.
+func (d *downstream) push(it dsItem, head int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead || it.rev <= d.from {
+		return
+	}
+	if n := len(d.queue); n > 0 && d.queue[n-1].progress && it.progress {
+		d.queue[n-1] = it // progress reports supersede each other
+	} else {
+		d.queue = append(d.queue, it)
+	}
+	if int64(len(d.queue)) > d.maxLag {
+		d.dead = true
+		d.err = &SlowWatcherError{LastRev: d.w.lastRev.Load(), Lag: head - d.w.lastRev.Load()}
+		d.queue = nil
+		close(d.kill)
+		return
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finish ends the watcher with err once it has delivered its queue.
+func (d *downstream) finish(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return
+	}
+	d.dead = true
+	d.err = err
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *downstream) pop() (dsItem, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queue) > 0 {
+		it := d.queue[0]
+		d.queue[0] = dsItem{}
+		d.queue = d.queue[1:]
+		return it, true, nil
+	}
+	if d.dead {
+		return dsItem{}, false, d.err
+	}
+	return dsItem{}, false, nil
+}
+
+// run delivers the watcher's queue until it ends, and returns why.
+func (d *downstream) run(c *Client) error {
+	var quiet <-chan time.Time
+	var timer *time.Timer
+	if d.o.progress > 0 {
+		timer = time.NewTimer(d.o.progress)
+		defer timer.Stop()
+		quiet = timer.C
+	}
+	wantProgress := false
+	for {
+		it, ok, err := d.pop()
+		if err != nil {
+			return err
+		}
+		if ok {
+			if it.progress {
+				d.w.lastRev.Store(it.rev)
+				continue
+			}
+			if err := d.deliver(c, it); err != nil {
+				return err
+			}
+			if timer != nil {
+				timer.Reset(d.o.progress)
+			}
+			continue
+		}
+		if wantProgress {
+			wantProgress = false
+			if err := d.send(c, Event{Type: EventProgress, Rev: d.w.lastRev.Load(), EndOfRev: true}); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-d.wake:
+		case <-d.w.progress:
+			wantProgress = true
+		case <-quiet:
+			wantProgress = true
+			timer.Reset(d.o.progress)
+		case <-d.ctx.Done():
+			return c.closedOr(d.ctx, d.ctx.Err())
+		case <-c.life.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// deliver sends one revision's events that the watcher wants.
+func (d *downstream) deliver(c *Client, it dsItem) error {
+	var out []Event
+	for i := range it.events {
+		e := &it.events[i]
+		if !strings.HasPrefix(e.KV.Key, d.prefix) {
+			continue
+		}
+		t := EventPut
+		if e.Type == clientwire.EventDelete {
+			t = EventDelete
+		}
+		if (t == EventPut && !d.o.puts) || (t == EventDelete && !d.o.dels) {
+			continue
+		}
+		ev := Event{Type: t, KV: fromCmdKV(e.KV), Rev: it.rev}
+		if d.o.prevKV && e.PrevKV != nil {
+			p := fromCmdKV(*e.PrevKV)
+			ev.PrevKV = &p
+		}
+		out = append(out, ev)
+	}
+	for i := range out {
+		out[i].EndOfRev = i == len(out)-1
+		if err := d.send(c, out[i]); err != nil {
+			return err
+		}
+	}
+	d.w.lastRev.Store(it.rev)
+	return nil
+}
+
+func (d *downstream) send(c *Client, ev Event) error {
+	select {
+	case d.w.events <- ev:
+		return nil
+	case <-d.kill:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.err
+	case <-d.ctx.Done():
+		return c.closedOr(d.ctx, d.ctx.Err())
+	case <-c.life.Done():
+		return ErrClosed
+	}
+}
+
+// closedOr is ErrClosed once the client is closed, else err.
+func (c *Client) closedOr(ctx context.Context, err error) error {
+	if c.life.Err() != nil {
+		return ErrClosed
+	}
+	return err
+}
+
+// currentAfter is current, but never returns old: a watch whose
+// connection ended waits for the next one.
+func (c *Client) currentAfter(ctx context.Context, old *clientwire.ClientConn) (*clientwire.ClientConn, error) {
+	for {
+		conn, err := c.current(ctx)
+		if err != nil || conn != old {
+			return conn, err
+		}
+		select {
+		case <-old.Done():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// The supervisor replaces an ended connection as soon as it sees
+		// it end; until then current still returns it.
+		select {
+		case <-time.After(c.electionTimeout() / 20):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
