@@ -48,9 +48,7 @@ type Leader struct {
 // elections/{group}/; an empty group is refused by Campaign.
 func NewElection(s *Session, group string) *Election {
 	q := newQueue(s, electionPrefix(group), false)
-	if group == "" {
-		q.err = fmt.Errorf("%w: empty election group", ErrInvalidKey)
-	}
+	q.err = checkGroup(group)
 	return &Election{q: q, group: group}
 }
 
@@ -116,6 +114,18 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // return until Resign; 0 when it does not lead.
 func (e *Election) Token() Token { return e.q.token() }
 
+// Key returns this Election's candidacy key while it leads (under
+// elections/{group}/, owned by the session), from Campaign's return until
+// Resign; "" when it does not lead. Leader.Key of the group's leader is
+// this key exactly while this Election leads.
+func (e *Election) Key() string { return e.q.key() }
+
+// Rev returns the create revision of this Election's candidacy key while
+// it leads, 0 when it does not: the same number as Token, as a revision,
+// for code that reads or watches the cell from where the leadership
+// began (FromRev(e.Rev())).
+func (e *Election) Rev() int64 { return int64(e.q.token()) }
+
 // Done returns a channel that is closed when this Election's leadership
 // ends for any reason (Resign, the session's end, the key deleted); a
 // closed channel when it does not lead. It is only ever closed.
@@ -123,20 +133,41 @@ func (e *Election) Done() <-chan struct{} { return e.q.done() }
 
 // Leader returns the group's current leader, read linearizably. When the
 // group has no leader it returns a Leader with Vacant set and an error
-// wrapping ErrNoLeader.
+// wrapping ErrNoLeader. It is ElectionLeader on the session's cell.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	if e.q.err != nil {
-		return Leader{}, e.q.err
+	return groupLeader(ctx, e.q.s.b, e.group)
+}
+
+// ElectionLeader returns the current leader of group, read linearizably,
+// as Election.Leader does, without a session: a process that only needs
+// to know the leader costs the cell no session and no log entry. When
+// the group has no leader it returns a Leader with Vacant set and an
+// error wrapping ErrNoLeader; an empty group gives ErrInvalidKey.
+func ElectionLeader(ctx context.Context, c Cell, group string) (Leader, error) {
+	return groupLeader(ctx, c.cellBackend(), group)
+}
+
+func groupLeader(ctx context.Context, b backend, group string) (Leader, error) {
+	if err := checkGroup(group); err != nil {
+		return Leader{}, err
 	}
-	kvs, _, err := listPrefix(ctx, e.q.s.b, e.q.prefix, nil)
+	prefix := electionPrefix(group)
+	kvs, _, err := listPrefix(ctx, b, prefix, nil)
 	if err != nil {
 		return Leader{}, err
 	}
-	l := leaderOf(parseQueue(e.q.prefix, false, kvs))
+	l := leaderOf(parseQueue(prefix, false, kvs))
 	if l.Vacant {
-		return l, fmt.Errorf("%w: %q", ErrNoLeader, e.group)
+		return l, fmt.Errorf("%w: %q", ErrNoLeader, group)
 	}
 	return l, nil
+}
+
+func checkGroup(group string) error {
+	if group == "" {
+		return fmt.Errorf("%w: empty election group", ErrInvalidKey)
+	}
+	return nil
 }
 
 func leaderOf(q []entry) Leader {
@@ -161,20 +192,36 @@ func leaderOf(q []entry) Leader {
 // and goes on from the state it finds, which it reports unless it equals
 // the last one sent. Observe closes the channel when ctx ends or the
 // member closes; end ctx when done receiving, so its goroutine ends.
+//
+// Observing needs no session: this is ObserveElection on the session's
+// cell, and the session's end does not end it.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	return observeGroup(ctx, e.q.s.b, e.group)
+}
+
+// ObserveElection streams the leadership of group exactly as
+// Election.Observe does (see there for what is sent and when the
+// channel closes), without a session: a watch costs the cell no log
+// entry, so a process that only follows the leader needs no Session. An
+// empty group gives a channel closed at once.
+func ObserveElection(ctx context.Context, c Cell, group string) <-chan Leader {
+	return observeGroup(ctx, c.cellBackend(), group)
+}
+
+func observeGroup(ctx context.Context, b backend, group string) <-chan Leader {
 	ch := make(chan Leader)
-	go e.observe(ctx, ch)
+	go observe(ctx, b, group, ch)
 	return ch
 }
 
 // observe is ListWatch of the group, with the state at the end of each
 // revision sent on ch.
-func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
+func observe(ctx context.Context, b backend, group string, ch chan<- Leader) {
 	defer close(ch)
-	if e.q.err != nil {
+	if checkGroup(group) != nil {
 		return
 	}
-	b, prefix := e.q.s.b, e.q.prefix
+	prefix := electionPrefix(group)
 	var (
 		last  Leader
 		sent  bool

@@ -77,7 +77,7 @@ func (m *Mutex) lockRenewing(ctx context.Context, s *Session) (Token, error) {
 			}
 		}
 	}()
-	token, err := m.Lock(ctx)
+	token, err := m.lock(ctx)
 	cancel()
 	<-renewed
 	return token, err

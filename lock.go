@@ -34,24 +34,38 @@ func newLockQueue(s *Session, name string) *queue {
 // still call Unlock (which then returns ErrNotHeld) before this Mutex
 // can be locked again, as with sync.Mutex.
 type Mutex struct {
-	q *queue
+	q    *queue
+	name string
 }
 
 // NewMutex returns the lock name for session s, not yet held. The lock
 // lives under the keys locks/{name}/; an empty name is refused by Lock.
 func NewMutex(s *Session, name string) *Mutex {
-	return &Mutex{q: newLockQueue(s, name)}
+	return &Mutex{q: newLockQueue(s, name), name: name}
 }
 
 // Lock waits until this Mutex holds the lock, and returns the hold's
 // fencing token. It returns only with a hold the cell confirmed while
 // the session was alive.
 //
-// If ctx ends while waiting, Lock leaves the queue and returns ctx.Err().
-// If the session ends while waiting, Lock returns at once with the
-// session's error (ErrSessionExpired, ErrSessionClosed or ErrClosed).
-// While the cell is unreachable Lock keeps trying until one of those.
+// If ctx ends while waiting, Lock leaves the queue and returns an error
+// wrapping ctx.Err(); when ctx's deadline ran out, the error also wraps
+// ErrTimeout, as Acquire's does, so a caller can tell "waited too long"
+// from "was cancelled". If the session ends while waiting, Lock returns
+// at once with the session's error (ErrSessionExpired, ErrSessionClosed
+// or ErrClosed). While the cell is unreachable Lock keeps trying until
+// one of those.
 func (m *Mutex) Lock(ctx context.Context) (Token, error) {
+	t, err := m.lock(ctx)
+	if err != nil {
+		return 0, timeoutErr(ctx, m.name, err)
+	}
+	return t, nil
+}
+
+// lock is Lock without the ErrTimeout wrapping, for callers that wrap
+// the error themselves (Acquire).
+func (m *Mutex) lock(ctx context.Context) (Token, error) {
 	return m.q.acquire(ctx, kindMutex, nil, false)
 }
 
@@ -88,3 +102,23 @@ func (m *Mutex) Token() Token { return m.q.token() }
 // by anyone. It is never sent on, only closed, by this package. When this
 // Mutex does not hold the lock it returns a closed channel.
 func (m *Mutex) Done() <-chan struct{} { return m.q.done() }
+
+// Key returns the key of the current hold (under locks/{name}/, owned by
+// the session), from Lock's return until Unlock; "" when this Mutex does
+// not hold the lock. Its create revision is the hold's Token.
+func (m *Mutex) Key() string { return m.q.key() }
+
+// IsOwner returns a comparison, for Txn's If, that holds while this
+// Mutex's current hold is still the lock's: its key exists with create
+// revision equal to the hold's token. Guarding a write with it makes the
+// write and the ownership check one atomic step in the cell, so a holder
+// whose session expired (or whose key was deleted) cannot write:
+//
+//	res, err := c.Txn(ctx).If(m.IsOwner()).Then(coord.OpPut(k, v)).Commit()
+//	// !res.Succeeded: the lock is no longer ours; nothing was written.
+//
+// The comparison is built when IsOwner is called: call it after Lock.
+// When this Mutex holds nothing it returns a comparison that is never
+// true. Like the fencing token, it is a check by the cell; a resource
+// outside the cell checks the token instead (Fence, CheckToken).
+func (m *Mutex) IsOwner() Cmp { return m.q.isOwner() }

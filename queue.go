@@ -75,6 +75,23 @@ func (q *queue) token() Token {
 	return 0
 }
 
+func (q *queue) key() string {
+	if h := q.current(); h != nil {
+		return h.key
+	}
+	return ""
+}
+
+// isOwner is the comparison that holds while the current hold's key is
+// still there with its create revision; without a hold, one that never
+// holds (no create revision is negative).
+func (q *queue) isOwner() Cmp {
+	if h := q.current(); h != nil {
+		return CreateRev(h.key).Eq(int64(h.token))
+	}
+	return CreateRev(q.prefix).Lt(0)
+}
+
 func (q *queue) done() <-chan struct{} {
 	if h := q.current(); h != nil {
 		return h.done
