@@ -290,12 +290,13 @@ func (a *applier) sessionCreate(idx uint64, s *command.Session) (command.Result,
 	// The entry index is unique forever and the same on every member.
 	id := int64(idx)
 	a.ibuf = appendSessionKey(a.ibuf[:0], id)
-	a.vbuf = appendSessionRecord(a.vbuf[:0], s.TTL, 0)
+	it := sessionItem{id: id, ttl: s.TTL, owner: s.Owner}
+	a.vbuf = appendSessionRecord(a.vbuf[:0], it)
 	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 		return command.Result{}, err
 	}
-	a.mem.sessions.ReplaceOrInsert(sessionItem{id: id, ttl: s.TTL})
-	a.out.SessionsCreated = append(a.out.SessionsCreated, SessionInfo{ID: id, TTL: s.TTL})
+	a.mem.sessions.ReplaceOrInsert(it)
+	a.out.SessionsCreated = append(a.out.SessionsCreated, SessionInfo{ID: id, TTL: s.TTL, Owner: s.Owner})
 	res := a.status(command.StatusOK)
 	res.SessionID = id
 	return res, nil
@@ -318,7 +319,7 @@ func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result,
 			it.unheard += add
 		}
 		a.ibuf = appendSessionKey(a.ibuf[:0], id)
-		a.vbuf = appendSessionRecord(a.vbuf[:0], it.ttl, it.unheard)
+		a.vbuf = appendSessionRecord(a.vbuf[:0], it)
 		if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 			return err
 		}

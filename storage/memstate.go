@@ -29,6 +29,9 @@ type kvItem struct {
 // sessionItem is one live session, as its record has it.
 type sessionItem struct {
 	id, ttl, unheard int64
+	// owner is the client that created the session ("" for a member's
+	// own): see command.Session.Owner.
+	owner string
 }
 
 // ownedItem is one entry of the session→key index.
@@ -141,11 +144,11 @@ func (s memState) add(k, val []byte) error {
 		if len(k) != 9 {
 			return fmt.Errorf("%w: session key %x", ErrCorrupt, k)
 		}
-		ttl, unheard, err := decodeSessionRecord(val)
-		if err != nil {
+		it := sessionItem{id: int64(readUint64(k[1:]))}
+		if err := decodeSessionRecord(val, &it); err != nil {
 			return err
 		}
-		s.sessions.ReplaceOrInsert(sessionItem{id: int64(readUint64(k[1:])), ttl: ttl, unheard: unheard})
+		s.sessions.ReplaceOrInsert(it)
 	case prefixSessionKey:
 		if len(k) < 9 {
 			return fmt.Errorf("%w: session index key %x", ErrCorrupt, k)

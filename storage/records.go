@@ -23,7 +23,8 @@ const (
 	metaFormat1     byte = 1
 	confFormat1     byte = 1
 	kvFormat1       byte = 1
-	sessionFormat1  byte = 1
+	sessionFormat1  byte = 1 // TTL and unheard time
+	sessionFormat2  byte = 2 // and the owner: a client's session
 	historyFormat1  byte = 1 // events without their previous state
 	historyFormat2  byte = 2 // events with their previous state
 	chunkFormat1    byte = 1
@@ -145,20 +146,45 @@ func appendOwnedKey(dst []byte, id int64, key string) []byte {
 }
 
 // appendSessionRecord encodes a session: its TTL and its unheard time
-// (both nanoseconds).
-func appendSessionRecord(dst []byte, ttl, unheard int64) []byte {
-	dst = binary.AppendUvarint(append(dst, sessionFormat1), uint64(ttl))
-	return binary.AppendUvarint(dst, uint64(unheard))
+// (both nanoseconds), and for a client's session its owner. A member's
+// own session (no owner) is written in format 1, byte for byte as before
+// owners existed, so only clients' sessions need a build that knows
+// format 2.
+func appendSessionRecord(dst []byte, it sessionItem) []byte {
+	format := sessionFormat1
+	if it.owner != "" {
+		format = sessionFormat2
+	}
+	dst = binary.AppendUvarint(append(dst, format), uint64(it.ttl))
+	dst = binary.AppendUvarint(dst, uint64(it.unheard))
+	if it.owner != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(it.owner)))
+		dst = append(dst, it.owner...)
+	}
+	return dst
 }
 
-func decodeSessionRecord(b []byte) (ttl, unheard int64, err error) {
-	d, err := newDec(b, sessionFormat1, "session")
-	if err != nil {
-		return 0, 0, err
+// decodeSessionRecord reads a session record of format 1 or 2 into it
+// (all but its ID, which is the record's key).
+func decodeSessionRecord(b []byte, it *sessionItem) error {
+	format := sessionFormat1
+	if len(b) > 0 && b[0] == sessionFormat2 {
+		format = sessionFormat2
 	}
-	ttl = int64(d.uvarint())
-	unheard = int64(d.uvarint())
-	return ttl, unheard, d.done("session")
+	d, err := newDec(b, format, "session")
+	if err != nil {
+		return err
+	}
+	it.ttl = int64(d.uvarint())
+	it.unheard = int64(d.uvarint())
+	it.owner = ""
+	if format == sessionFormat2 {
+		it.owner = string(d.bytes())
+		if it.owner == "" {
+			d.bad = true // format 2 is only for an owner: one encoding per session
+		}
+	}
+	return d.done("session")
 }
 
 func appendHistoryKey(dst []byte, rev int64) []byte {

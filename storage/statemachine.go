@@ -339,6 +339,9 @@ type SessionInfo struct {
 	// Unheard is how long (nanoseconds) leaders have held office without
 	// hearing from the session, since one last did.
 	Unheard int64
+	// Owner is the client that created the session, "" for a member's
+	// own (command.Session.Owner).
+	Owner string
 }
 
 // Sessions returns every live session, in creation order.
@@ -349,10 +352,24 @@ func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
 	defer sm.life.RUnlock()
 	var out []SessionInfo
 	sm.view.Load().sessions.Ascend(func(it sessionItem) bool {
-		out = append(out, SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard})
+		out = append(out, SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard, Owner: it.owner})
 		return true
 	})
 	return out, nil
+}
+
+// Session returns the live session id from the applied state; ok is
+// false when there is none (never created, or ended).
+func (sm *StateMachine) Session(id int64) (info SessionInfo, ok bool, err error) {
+	if err := sm.enter(); err != nil {
+		return SessionInfo{}, false, err
+	}
+	defer sm.life.RUnlock()
+	it, ok := sm.view.Load().sessions.Get(sessionItem{id: id})
+	if !ok {
+		return SessionInfo{}, false, nil
+	}
+	return SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard, Owner: it.owner}, true, nil
 }
 
 // bootstrap records cs as the membership at index 0, synced, so that a
