@@ -126,8 +126,16 @@ type Watcher struct {
 	cancel   context.CancelFunc
 	progress chan struct{}
 	lastRev  atomic.Int64
-	mu       sync.Mutex
-	err      error
+	// asked is set by RequestProgress, so the progress report a member
+	// asks for itself to learn the watch is established (see watch) is
+	// not withheld from a caller who asked for one too.
+	asked atomic.Bool
+	mu    sync.Mutex
+	err   error
+	// ready is made on first use (so any backend's Watcher has one) and
+	// closed by markReady.
+	ready     chan struct{}
+	readyDone bool
 }
 
 // Watch streams every change to keys under prefix, from this member's
@@ -161,6 +169,7 @@ func startWatch(ctx context.Context, b backend, prefix string, opts []WatchOptio
 func failedWatcher(err error) *Watcher {
 	w := &Watcher{events: make(chan Event), cancel: func() {}, progress: make(chan struct{}, 1), err: err}
 	close(w.events)
+	w.markReady()
 	return w
 }
 
@@ -178,8 +187,14 @@ func (n *Node) watch(ctx context.Context, prefix string, o watchOptions) *Watche
 	w := &Watcher{events: make(chan Event, o.channelSize), cancel: cancel, progress: make(chan struct{}, 1)}
 	w.lastRev.Store(o.fromRev)
 	em := &emitter{w: w, o: &o, hub: n.hub}
+	// The watch is established once the hub has read from the start
+	// revision without finding it compacted: its first event, or, on a
+	// quiet prefix, the progress report asked for here (which the
+	// emitter keeps to itself unless the caller asked for one too).
+	w.progress <- struct{}{}
 	go func() {
 		defer stop()
+		defer w.markReady()
 		err := n.hub.Watch(ctx, prefix, o.fromRev, o.progress, em, w.progress)
 		if n.closing.Err() != nil && !errors.As(err, new(*SlowWatcherError)) {
 			err = ErrClosed
@@ -211,9 +226,44 @@ func (w *Watcher) Err() error {
 // without a gap or a repeat.
 func (w *Watcher) LastRev() int64 { return w.lastRev.Load() }
 
+// Ready returns a channel that is closed once the watch is established:
+// the member serving it has taken it on and found its start revision
+// (LastRev until the first delivery) still in its history, so every
+// change after that revision will be delivered, or the watch will end
+// with a *SlowWatcherError or by ctx or Close, never with a
+// *CompactedError. It is also closed if the watch ends before it was
+// established; Err then says why. Wait on Ready before making a change
+// the watch must see when the watch was started without FromRev.
+func (w *Watcher) Ready() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ready == nil {
+		w.ready = make(chan struct{})
+	}
+	return w.ready
+}
+
+// markReady closes Ready's channel, once; the backend serving the watch
+// calls it when the watch is established, and when it ends.
+func (w *Watcher) markReady() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ready == nil {
+		w.ready = make(chan struct{})
+	}
+	if !w.readyDone {
+		w.readyDone = true
+		close(w.ready)
+	}
+}
+
 // RequestProgress asks for an EventProgress as soon as the watch has
-// delivered everything up to this member's current revision.
+// delivered everything up to this member's current revision. It works
+// on any watch, with or without WithProgressNotify: a consumer that
+// wants to know it is current asks when it wants to, rather than being
+// told on a timer.
 func (w *Watcher) RequestProgress() {
+	w.asked.Store(true)
 	select {
 	case w.progress <- struct{}{}:
 	default: // one is already asked for
@@ -231,9 +281,12 @@ type emitter struct {
 	hub     *watch.Hub
 	pending []Event
 	lag     *time.Ticker
+	ready   bool // Ready's channel is closed
+	ownDone bool // the first progress report, watch's own request, is past
 }
 
 func (e *emitter) Event(ctx context.Context, rev int64, ev *storage.Event, end bool) error {
+	e.established()
 	want := (ev.Type == storage.EventPut && e.o.puts) || (ev.Type == storage.EventDelete && e.o.dels)
 	if want {
 		e.pending = append(e.pending, toEvent(rev, ev, e.o.prevKV))
@@ -256,7 +309,29 @@ func (e *emitter) Event(ctx context.Context, rev int64, ev *storage.Event, end b
 
 func (e *emitter) Progress(ctx context.Context, rev int64) error {
 	e.w.lastRev.Store(rev)
+	e.established()
+	asked := e.w.asked.Swap(false)
+	if !e.ownDone {
+		// The first report answers the request watch made itself (or
+		// one that came at the same time): withhold it unless the
+		// caller asked too. With WithProgressNotify a timer's report
+		// that came first is withheld instead, and the request's
+		// follows at once.
+		e.ownDone = true
+		if !asked {
+			return nil
+		}
+	}
 	return e.send(ctx, Event{Type: EventProgress, Rev: rev, EndOfRev: true}, false)
+}
+
+// established notes that the hub has served the watch from its start
+// revision: the first event, or the first progress report.
+func (e *emitter) established() {
+	if !e.ready {
+		e.ready = true
+		e.w.markReady()
+	}
 }
 
 func (e *emitter) send(ctx context.Context, ev Event, mayEnd bool) error {

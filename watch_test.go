@@ -259,3 +259,58 @@ func TestListWatchResumesAcrossCompaction(t *testing.T) {
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
+
+// TestWatchReady: Ready closes once the watch is established, on a quiet
+// prefix too; the watch's own request for that is never delivered (the
+// first event is the first change); a watch refused at the start has
+// Ready closed and says why.
+func TestWatchReady(t *testing.T) {
+	t.Parallel()
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	n := c.Node(1)
+	w := n.Watch(ctx, "ready/")
+	recv(t, ctx, w.Ready())
+	require.NoError(t, w.Err())
+	kv, err := c.Node(0).Put(ctx, "ready/a", []byte("1"))
+	require.NoError(t, err)
+	ev := nextEvent(t, w)
+	require.Equal(t, coord.EventPut, ev.Type, "the first event is the change, not a progress report")
+	require.Equal(t, kv.ModRev, ev.Rev)
+
+	// From a past revision, with changes to deliver: Ready closes too.
+	past := n.Watch(ctx, "ready/", coord.FromRev(kv.ModRev-1))
+	recv(t, ctx, past.Ready())
+	require.Equal(t, kv.ModRev, nextEvent(t, past).Rev)
+
+	bad := n.Watch(ctx, "ready/", coord.FromRev(-1))
+	recv(t, ctx, bad.Ready())
+	require.ErrorIs(t, bad.Err(), coord.ErrInvalidArgument)
+}
+
+// TestWatchRequestProgressWithoutNotify: RequestProgress on a watch
+// without WithProgressNotify reports progress current past a change made
+// elsewhere, also when asked before the watch was established.
+func TestWatchRequestProgressWithoutNotify(t *testing.T) {
+	t.Parallel()
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	n := c.Node(2)
+	early := n.Watch(ctx, "progress/")
+	early.RequestProgress()
+	ev := nextEvent(t, early)
+	require.Equal(t, coord.EventProgress, ev.Type)
+
+	w := n.Watch(ctx, "progress/")
+	recv(t, ctx, w.Ready())
+	kv, err := c.Node(0).Put(ctx, "elsewhere", []byte("x"))
+	require.NoError(t, err)
+	for {
+		w.RequestProgress()
+		ev := nextEvent(t, w)
+		require.Equal(t, coord.EventProgress, ev.Type, "nothing changed under the prefix")
+		if ev.Rev >= kv.ModRev {
+			break // this member has applied the change elsewhere
+		}
+	}
+}
