@@ -126,6 +126,30 @@ type Config struct {
 	// one. Tests keep it to restart a member on what it had synced.
 	Disk *storage.MemDisk
 
+	// ClientAddr, when set, is where Open listens for processes that are
+	// not members (Connect), e.g. "127.0.0.1:7101" (port 0 picks one; see
+	// Node.ClientAddr). It is a listener of its own, never the members'
+	// transport. With TLS or Secret it is mutual TLS like the members'
+	// (a client's identity is its certificate's name); without, plaintext
+	// (a client's identity is the name it gives; Open logs a warning).
+	// "" = no client listener; the host may still call ServeClients.
+	ClientAddr string
+	// ClientPolicy, when set, decides which clients may connect and where
+	// they may write: it is called once per connection with the client's
+	// identity, and an error refuses the client with that reason. nil =
+	// every client that authenticates may connect and write any key.
+	ClientPolicy func(identity string) (ClientGrant, error)
+	// MaxClients bounds the clients this member serves at once; one more
+	// is refused (ErrOverloaded on its side). Default DefaultMaxClients.
+	MaxClients int
+	// ClientMaxInFlight bounds the requests of one client running at
+	// once on this member; beyond, ErrOverloaded. Default
+	// DefaultClientMaxInFlight.
+	ClientMaxInFlight int
+	// ClientMaxWatchers bounds the watches one client keeps open on this
+	// member; beyond, ErrOverloaded. Default DefaultClientMaxWatchers.
+	ClientMaxWatchers int
+
 	// Gossip, when set, lets members find each other by gossip
 	// (hashicorp/memberlist) instead of static Peers, found the cell
 	// themselves (BootstrapExpect) and keep it in shape (autopilot). See
@@ -158,6 +182,11 @@ func (c *Config) validate() error {
 	if err := c.validatePeers(); err != nil {
 		return err
 	}
+	if c.ClientAddr != "" {
+		if err := checkAddr(c.ClientAddr); err != nil {
+			return bad("ClientAddr: %v", err)
+		}
+	}
 	setDefault(&c.TickInterval, 100*time.Millisecond)
 	setDefault(&c.ElectionTicks, 10)
 	setDefault(&c.HeartbeatTicks, 1)
@@ -169,6 +198,9 @@ func (c *Config) validate() error {
 	setDefault(&c.CompactEvery, 10_000)
 	setDefault(&c.CatchUpEntries, 5_000)
 	setDefault(&c.HistoryRevisions, 100_000)
+	setDefault(&c.MaxClients, DefaultMaxClients)
+	setDefault(&c.ClientMaxInFlight, DefaultClientMaxInFlight)
+	setDefault(&c.ClientMaxWatchers, DefaultClientMaxWatchers)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -179,7 +211,8 @@ func (c *Config) validate() error {
 		return bad("TickInterval %v is below the floor of %v", c.TickInterval, minTickInterval)
 	case c.ElectionTicks <= c.HeartbeatTicks:
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d)", c.ElectionTicks, c.HeartbeatTicks)
-	case c.MaxKeySize < 0 || c.MaxValueSize < 0 || c.MaxTxnOps < 0 || c.QuotaBytes < 0 || c.HistoryRevisions < 0:
+	case c.MaxKeySize < 0 || c.MaxValueSize < 0 || c.MaxTxnOps < 0 || c.QuotaBytes < 0 || c.HistoryRevisions < 0 ||
+		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0:
 		return bad("limits must be positive")
 	case c.CatchUpEntries >= c.CompactEvery:
 		return bad("CatchUpEntries (%d) must be less than CompactEvery (%d)", c.CatchUpEntries, c.CompactEvery)

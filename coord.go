@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,10 @@ type Node struct {
 	gossip *gossiper
 	// probes counts queue waits; only the package's tests register in it.
 	probes probeRegistry
+	// clients serves processes that are not members (ServeClients);
+	// clientLn is Config.ClientAddr's listener, nil without one.
+	clients  *clientServer
+	clientLn net.Listener
 	// metricsOn is set once Config.Metrics holds this member's metrics
 	// (before Open returns, so Close reads it without a lock).
 	metricsOn bool
@@ -110,6 +115,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.hub = watch.NewHub(n.sm, 4096)
 	n.sessions = newSessionEngine(n)
+	n.clients = newClientServer(n)
 	n.admin = newAdminRPC(n)
 	n.raft, err = raftnode.Start(raftnode.Config{
 		Name:           cfg.Name,
@@ -154,6 +160,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.metricsOn = true
+	if cfg.ClientAddr != "" {
+		if err := n.listenClients(); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	go func() {
 		// A member that fails (storage error, internal panic) ends its
 		// watches just as Close does.
@@ -178,6 +190,8 @@ func (n *Node) Close() error {
 			n.closeMetrics()
 		}
 		n.gossip.leave() // the leader's autopilot removes this member at once
+		// Clients first: their requests use the sessions and Raft.
+		n.clients.close()
 		n.sessions.close()
 		n.admin.close()
 		n.raft.Stop(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
@@ -34,6 +35,12 @@ type sessionEngine struct {
 	maxTTL  time.Duration        // the longest TTL of a local session so far
 	closed  bool                 // close has begun: add no goroutine
 	lead    *sessions.Leader     // non-nil while this member leads
+	// clients holds the keep-alives of clients' sessions waiting for
+	// this member's next batch (client_serve_keepalive.go).
+	clients clientFold
+	// batches counts the keep-alive messages this member sent to the
+	// leader (its own included), for tests and metrics.
+	batches atomic.Uint64
 }
 
 type inbound struct {
@@ -44,6 +51,9 @@ type inbound struct {
 type sentBatch struct {
 	at  time.Time
 	ids []SessionID
+	// waiters are the clients' keep-alives folded into this batch: its
+	// ack answers them.
+	waiters []*clientWaiter
 }
 
 func newSessionEngine(n *Node) *sessionEngine {
@@ -55,6 +65,7 @@ func newSessionEngine(n *Node) *sessionEngine {
 		local: make(map[SessionID]*Session),
 		sent:  make(map[uint64]sentBatch),
 	}
+	e.clients.init()
 	e.life, e.endLife = context.WithCancel(context.Background())
 	return e
 }
@@ -246,25 +257,49 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 			interval = min(interval, e.et/4)
 		}
 	}
-	fresh := e.fresh
+	cids, cinterval, cfresh := e.clients.due(now)
+	interval = min(interval, cinterval)
+	fresh := e.fresh || cfresh
 	e.fresh = false
 	e.mu.Unlock()
-	if len(ids) == 0 || (!fresh && now.Sub(last) < interval) {
+	if len(ids)+len(cids) == 0 || (!fresh && now.Sub(last) < interval) {
 		return false
 	}
-	return e.send(now, ids)
+	return e.sendWithClients(now, ids)
 }
 
 // send sends a keep-alive for ids to the leader.
 func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
+	return e.sendBatch(now, ids, false)
+}
+
+// sendWithClients sends a keep-alive for ids and for every client
+// session folded since the last batch.
+func (e *sessionEngine) sendWithClients(now time.Time, ids []SessionID) bool {
+	return e.sendBatch(now, ids, true)
+}
+
+func (e *sessionEngine) sendBatch(now time.Time, ids []SessionID, withClients bool) bool {
 	st := e.n.raft.Status()
 	if st.Leader == 0 {
 		return false
 	}
 	e.mu.Lock()
+	var waiters []*clientWaiter
+	if withClients {
+		// Taken only now, after the client keep-alives arrived: a batch
+		// composed before one arrived never carries (so never confirms) it.
+		var cids []SessionID
+		cids, waiters = e.clients.take(now)
+		ids = append(slices.Clip(ids), cids...)
+	}
+	if len(ids) == 0 {
+		e.mu.Unlock()
+		return false
+	}
 	e.seq++
 	seq := e.seq
-	e.sent[seq] = sentBatch{at: now, ids: ids}
+	e.sent[seq] = sentBatch{at: now, ids: ids, waiters: waiters}
 	for s := range e.sent {
 		// An ack confirms its send time plus the TTL, so one that arrives
 		// late (a loaded leader) is still worth having while that lies
@@ -286,6 +321,7 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 		ka.IDs[i] = int64(id)
 	}
 	if st.Leader == st.ID {
+		e.batches.Add(1)
 		e.handleKeepAlive(e.n.cfg.Name, ka)
 		return true
 	}
@@ -297,6 +333,7 @@ func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
 	if err != nil {
 		return false
 	}
+	e.batches.Add(1)
 	_ = e.n.sendApp(to, appSessions, data)
 	return true
 }
@@ -319,6 +356,9 @@ func (e *sessionEngine) handleAck(a *sessions.Ack) {
 		}
 	}
 	e.mu.Unlock()
+	if ok {
+		answerClients(b.waiters, a)
+	}
 	for _, s := range alive {
 		s.confirmed(b.at)
 	}

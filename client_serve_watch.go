@@ -1,0 +1,83 @@
+package coord
+
+import (
+	"context"
+	"errors"
+
+	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/watch"
+	"github.com/coordcell/coord/storage"
+)
+
+// Watch serves a client's watch from this member's hub, straight into
+// the connection's sink: a revision's events go as one frame, and a
+// client that falls behind is ended as slow by the sink (never buffered
+// here without bound; the client resumes from the revision its WatchEnd
+// names). w.FromRev is the first revision wanted (0 = after the current
+// one), so Watch(FromRev(r)) on a client sends r+1.
+func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.WatchStart, sink *clientwire.WatchSink) error {
+	n := h.n
+	if err := n.limits().checkPrefix(w.Prefix); err != nil {
+		return err
+	}
+	if n.closing.Err() != nil {
+		return n.closedErr()
+	}
+	from := n.sm.Revision()
+	if w.FromRev > 0 {
+		from = w.FromRev - 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(n.closing, cancel)
+	defer stop()
+	em := &sinkEmitter{sink: sink, puts: !w.DeletesOnly, dels: !w.PutsOnly, prevKV: w.PrevKV}
+	err := n.hub.Watch(ctx, w.Prefix, from, w.ProgressInterval, em, nil)
+	var ce *watch.CompactedError
+	switch {
+	case errors.As(err, &ce):
+		return &clientwire.WatchEndError{Code: clientwire.CodeCompacted, Message: err.Error(), CompactRev: ce.Oldest}
+	case n.closing.Err() != nil:
+		return n.closedErr()
+	}
+	return err
+}
+
+// sinkEmitter turns the hub's events into the wire's, a revision's
+// events in one push.
+type sinkEmitter struct {
+	sink       *clientwire.WatchSink
+	puts, dels bool
+	prevKV     bool
+	pending    []clientwire.Event
+}
+
+func (e *sinkEmitter) Event(_ context.Context, rev int64, ev *storage.Event, end bool) error {
+	put := ev.Type == storage.EventPut
+	if (put && e.puts) || (!put && e.dels) {
+		out := clientwire.Event{Type: clientwire.EventDelete, KV: ev.KV}
+		if put {
+			out.Type = clientwire.EventPut
+		}
+		if e.prevKV && ev.Prev != nil {
+			p := *ev.Prev
+			out.PrevKV = &p
+		}
+		e.pending = append(e.pending, out)
+	}
+	if !end {
+		return nil
+	}
+	if len(e.pending) == 0 {
+		return nil
+	}
+	e.pending[len(e.pending)-1].EndOfRev = true
+	// The sink copies nothing: each push gets its own slice.
+	evs := e.pending
+	e.pending = nil
+	return e.sink.Events(rev, evs)
+}
+
+func (e *sinkEmitter) Progress(_ context.Context, rev int64) error {
+	return e.sink.Progress(rev)
+}
