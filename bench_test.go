@@ -336,3 +336,65 @@ func BenchmarkLockCycles(b *testing.B) {
 		})
 	}
 }
+
+// clientBenchCell is a 3-member in-memory cell serving clients, and the
+// two ways into it the client benchmarks compare: the member n1 in
+// process, and a client whose member is n1.
+func clientBenchCell(b *testing.B) (coord.Cell, coord.Cell) {
+	b.Helper()
+	c := coordtest.NewCluster(b, 3, coordtest.WithClients())
+	c.Leader()
+	cl, err := c.Connect(context.Background(), func(cfg *coord.ClientConfig) { cfg.Members = []string{"n1"} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c.Node(1), cl
+}
+
+// BenchmarkClientPut: sequential Puts through a client and in process on
+// its member, side by side (same cell, same member).
+func BenchmarkClientPut(b *testing.B) {
+	member, client := clientBenchCell(b)
+	for _, way := range []struct {
+		name string
+		cell coord.Cell
+	}{{"member", member}, {"client", client}} {
+		b.Run(way.name, func(b *testing.B) {
+			ctx := context.Background()
+			val := make([]byte, 128)
+			for i := 0; b.Loop(); i++ {
+				if _, err := way.cell.Put(ctx, fmt.Sprintf("bench/%d", i%1024), val); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkClientMutexCycle: one holder's Lock+Unlock of an uncontended
+// Mutex through a client and in process, side by side.
+func BenchmarkClientMutexCycle(b *testing.B) {
+	member, client := clientBenchCell(b)
+	for _, way := range []struct {
+		name string
+		cell coord.Cell
+	}{{"member", member}, {"client", client}} {
+		b.Run(way.name, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := way.cell.NewSession(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(ctx)
+			m := coord.NewMutex(s, "bench-"+way.name)
+			for b.Loop() {
+				if _, err := m.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

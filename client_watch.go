@@ -52,6 +52,9 @@ type upstream struct {
 	pos    int64 // every revision up to pos has been fanned out
 	downs  map[*downstream]struct{}
 	closed bool
+	// established: a member has taken the watch on from pos+1, so its
+	// watchers are Ready.
+	established bool
 }
 
 // downstream is one Watcher served by an upstream.
@@ -127,6 +130,9 @@ func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions) *
 			}
 			d := m.newDownstream(ctx, prefix, o, from)
 			up.downs[d] = struct{}{}
+			if up.established {
+				d.w.markReady()
+			}
 			up.mu.Unlock()
 			m.runDownstream(up, d)
 			return d
@@ -172,6 +178,7 @@ func (m *watchMerger) runDownstream(up *upstream, d *downstream) {
 		d.w.mu.Lock()
 		d.w.err = err
 		d.w.mu.Unlock()
+		d.w.markReady()
 		close(d.w.events)
 	})
 }
@@ -257,6 +264,12 @@ func (up *upstream) run() {
 			}
 			continue // the connection ended (or its member is closing): the next one
 		}
+		up.mu.Lock()
+		up.established = true
+		for d := range up.downs {
+			d.w.markReady()
+		}
+		up.mu.Unlock()
 		stop := context.AfterFunc(up.ctx, cw.Cancel)
 		var pending []clientwire.Event
 		for msg := range cw.Events() {

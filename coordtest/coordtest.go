@@ -29,6 +29,7 @@ import (
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/internal/gossip"
+	"github.com/coordcell/coord/internal/memlisten"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
 	"github.com/hashicorp/memberlist"
@@ -45,6 +46,14 @@ type options struct {
 	timeout   time.Duration
 	gossip    bool
 	stagger   time.Duration
+	clients   bool
+}
+
+// WithClients makes every member serve clients (Node.ServeClients) on an
+// in-memory listener named after it, so tests can Connect clients that
+// are not members. No ports are used.
+func WithClients() Option {
+	return func(o *options) { o.clients = true }
 }
 
 // WithGossip makes the members find each other by gossip over an
@@ -93,6 +102,7 @@ type Cluster struct {
 	opts options
 	net  *transport.Network
 	gnet *gossip.MemNetwork
+	mnet *memlisten.Network // clients' network (WithClients)
 	rng  *rand.Rand
 
 	mu      sync.Mutex
@@ -103,6 +113,9 @@ type Cluster struct {
 	configs []coord.Config
 	gtrs    []memberlist.Transport
 	gaddrs  []string
+	clients map[*coord.Client]string // names of the clients Connect made
+	// clientSeq numbers clients, failed Connects too.
+	clientSeq int
 }
 
 // NewCluster starts an n-member cell and registers its cleanup with t.
@@ -123,6 +136,7 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		opts: o,
 		net:  transport.NewNetwork(o.seed),
 		gnet: gossip.NewMemNetwork(),
+		mnet: memlisten.New(),
 		rng:  rand.New(rand.NewPCG(uint64(o.seed), 0x636f6f7264)),
 	}
 	peers := make([]coord.Peer, n)
@@ -243,7 +257,58 @@ func (c *Cluster) open(i int) error {
 	c.mu.Lock()
 	c.nodes[i], c.trs[i] = node, tr
 	c.mu.Unlock()
+	if c.opts.clients {
+		l := c.mnet.Listen(cfg.Name)
+		// Returns when the member closes (or crashes), which closes l.
+		go func() { _ = node.ServeClients(l) }()
+	}
 	return nil
+}
+
+// Connect connects a new client to the cluster (made WithClients): it
+// may reach any running member, and moves to another when its member
+// fails. Clients are named "client-0", "client-1", ...; adjust the
+// config with opts (keep Name: CutClient finds connections by it). The client is closed at the test's cleanup.
+func (c *Cluster) Connect(ctx context.Context, opts ...func(*coord.ClientConfig)) (*coord.Client, error) {
+	c.t.Helper()
+	if !c.opts.clients {
+		c.t.Fatalf("coordtest: Connect needs a cluster made WithClients")
+	}
+	c.mu.Lock()
+	if c.clients == nil {
+		c.clients = map[*coord.Client]string{}
+	}
+	name := fmt.Sprintf("client-%d", c.clientSeq)
+	c.clientSeq++
+	members := slices.Clone(c.names)
+	c.mu.Unlock()
+	cfg := coord.ClientConfig{Name: name, Members: members, Logger: c.opts.logger, Dial: c.mnet.Dialer(name)}
+	for _, f := range opts {
+		f(&cfg) // may wrap cfg.Dial, to fail dials on demand
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cl, err := coord.Connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.clients[cl] = cfg.Name
+	c.mu.Unlock()
+	c.t.Cleanup(func() { _ = cl.Close() })
+	return cl, nil
+}
+
+// CutClient cuts the client off from its member, as a partition between
+// the two would: nothing arrives either way and neither end sees an
+// error. The client notices by its own pings and moves to a member it
+// can reach (its next connection is not cut).
+func (c *Cluster) CutClient(cl *coord.Client) {
+	c.mu.Lock()
+	name := c.clients[cl]
+	c.mu.Unlock()
+	c.mnet.Cut(name)
 }
 
 // StartGossiping starts a new member named name that finds the cell by
