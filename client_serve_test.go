@@ -158,3 +158,99 @@ func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
 	a = rc.keepAlive(t, ctx, 2, sid)
 	require.Equal(t, []clientwire.Gone{{ID: sid, Code: clientwire.CodeSessionExpired}}, a.Gone)
 }
+
+// TestServeClientsTrust: a client can only propose transactions and its
+// own sessions' commands; another client's sessions are refused for
+// ephemeral writes, ends and keep-alives, and nothing changes.
+func TestServeClientsTrust(t *testing.T) {
+	c := serveCluster(t, 3, nil)
+	ctx := ctxT(t, 20*time.Second)
+	a, err := dialRaw(t, ctx, c.Node(0).ClientAddr(), "alice")
+	require.NoError(t, err)
+	// A plaintext client naming a member is still only a client.
+	b, err := dialRaw(t, ctx, c.Node(1).ClientAddr(), c.Name(0))
+	require.NoError(t, err)
+	sid := a.newSession(t, ctx, c.Node(0).MinSessionTTL())
+	_, err = a.propose(t, ctx, putCmd("own", "a", sid))
+	require.NoError(t, err)
+	rev := c.Node(1).Status().Revision
+
+	for name, cmd := range map[string]*command.Command{
+		"noop":         {Kind: command.KindNoop},
+		"seen":         {Kind: command.KindSessionSeen, Session: &command.Session{IDs: []int64{sid}}},
+		"credit":       {Kind: command.KindSessionCredit, Session: &command.Session{Credits: []command.Credit{{ID: sid, Nanos: 1e12}}}},
+		"expiry":       {Kind: command.KindSessionEnd, Session: &command.Session{ID: sid, Expired: true, Term: 1}},
+		"other's end":  {Kind: command.KindSessionEnd, Session: &command.Session{ID: sid}},
+		"other's put":  putCmd("stolen", "b", sid),
+		"other's else": {Kind: command.KindTxn, Txn: &command.Txn{Else: []command.Op{{Type: command.OpPut, Key: "x", Session: sid}}}},
+	} {
+		_, err := b.propose(t, ctx, cmd)
+		require.Equal(t, clientwire.CodeForbidden, wireCode(err), "%s: %v", name, err)
+	}
+	ka := b.keepAlive(t, ctx, 1, sid)
+	require.Empty(t, ka.Confirmed)
+	require.Equal(t, []clientwire.Gone{{ID: sid, Code: clientwire.CodeForbidden}}, ka.Gone)
+
+	_, err = c.Node(1).Get(ctx, "stolen")
+	require.ErrorIs(t, err, coord.ErrNotFound)
+	require.Equal(t, rev, c.Node(1).Status().Revision, "a refused command writes nothing")
+	// The owner's session lives on, and its owner may still use it,
+	// through any member (the owner is in the replicated state).
+	a2, err := dialRaw(t, ctx, c.Node(2).ClientAddr(), "alice")
+	require.NoError(t, err)
+	require.Equal(t, []int64{sid}, a2.keepAlive(t, ctx, 1, sid).Confirmed)
+	_, err = a2.propose(t, ctx, putCmd("own2", "a", sid))
+	require.NoError(t, err)
+}
+
+// TestServeClientsKeepAliveFolding: 1,000 sessions over 10 clients cost
+// their member its normal number of keep-alive messages to the leader:
+// one per interval, not one per client or per session.
+func TestServeClientsKeepAliveFolding(t *testing.T) {
+	c := serveCluster(t, 3, nil)
+	ctx := ctxT(t, 60*time.Second)
+	lead := c.LeaderIndex()
+	m := c.Node((lead + 1) % 3)
+	// A TTL long enough for the thousand creations on a busy machine.
+	ttl := 8 * m.MinSessionTTL()
+	interval := ttl / 4 // sessions.KeepAliveDivisor
+	clients := make([]*rawClient, 10)
+	ids := make([][]int64, 10)
+	var wg sync.WaitGroup
+	for i := range clients {
+		rc, err := dialRaw(t, ctx, m.ClientAddr(), "w"+string(rune('a'+i)))
+		require.NoError(t, err)
+		clients[i] = rc
+		wg.Go(func() {
+			for range 100 {
+				ids[i] = append(ids[i], rc.newSession(t, ctx, ttl))
+			}
+		})
+	}
+	wg.Wait()
+	// One round to make every session known to the member.
+	round := func(seq uint64) {
+		for i, rc := range clients {
+			wg.Go(func() {
+				a := rc.keepAlive(t, ctx, seq, ids[i]...)
+				if len(a.Confirmed) != 100 {
+					t.Errorf("client %d round %d: %d confirmed, %d gone", i, seq, len(a.Confirmed), len(a.Gone))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	round(1)
+	before := coord.KeepAliveBatches(m)
+	start := time.Now()
+	const rounds = 6
+	for r := range rounds {
+		round(uint64(r + 2))
+	}
+	sent := coord.KeepAliveBatches(m) - before
+	intervals := float64(time.Since(start)) / float64(interval)
+	t.Logf("%d batches over %.1f intervals for 10 clients × 100 sessions", sent, intervals)
+	// Each round waits for a batch; a round's ten keep-alives share it
+	// (or the next, for one that arrives just after it left).
+	require.LessOrEqual(t, sent, uint64(2*rounds+2), "one member message per interval, not per client")
+}
