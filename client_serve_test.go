@@ -2,7 +2,9 @@ package coord_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -253,4 +255,145 @@ func TestServeClientsKeepAliveFolding(t *testing.T) {
 	// Each round waits for a batch; a round's ten keep-alives share it
 	// (or the next, for one that arrives just after it left).
 	require.LessOrEqual(t, sent, uint64(2*rounds+2), "one member message per interval, not per client")
+}
+
+// rawFrames is a connection that has said Hello and read the Welcome,
+// and then writes whatever frames a test likes.
+func rawFrames(t *testing.T, addr, name string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	hello, err := clientwire.AppendFrame(nil, 0, 0, &clientwire.Hello{MinVersion: clientwire.MinVersion,
+		MaxVersion: clientwire.MaxVersion, Name: name, MaxFrame: clientwire.DefaultMaxFrame}, 4096)
+	require.NoError(t, err)
+	_, err = conn.Write(hello)
+	require.NoError(t, err)
+	kind, _, _ := readRawFrame(t, conn)
+	require.Equal(t, clientwire.KindWelcome, kind)
+	return conn
+}
+
+func readRawFrame(t *testing.T, conn net.Conn) (clientwire.Kind, uint64, clientwire.Message) {
+	t.Helper()
+	var hdr [14]byte
+	_, err := io.ReadFull(conn, hdr[:])
+	require.NoError(t, err)
+	n := binary.BigEndian.Uint32(hdr[:4])
+	require.LessOrEqual(t, n, uint32(1<<20))
+	body := make([]byte, n-10)
+	_, err = io.ReadFull(conn, body)
+	require.NoError(t, err)
+	kind := clientwire.Kind(hdr[5])
+	m, err := clientwire.DecodeMessage(kind, body)
+	require.NoError(t, err)
+	return kind, binary.BigEndian.Uint64(hdr[6:14]), m
+}
+
+// TestServeClientsLimits: a flood of requests is answered
+// TooManyRequests while another client is served; bad frames close only
+// their connection; one client more than MaxClients is refused cleanly.
+func TestServeClientsLimits(t *testing.T) {
+	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
+		cfg.MaxClients = 3
+		cfg.ClientMaxInFlight = 2
+	})
+	ctx := ctxT(t, 20*time.Second)
+	addr := c.Node(0).ClientAddr()
+	good, err := dialRaw(t, ctx, addr, "good")
+	require.NoError(t, err)
+
+	flood := rawFrames(t, addr, "flood")
+	put, err := command.Encode(putCmd("f", "x", 0))
+	require.NoError(t, err)
+	var frames []byte
+	const sent = 200
+	for id := range uint64(sent) {
+		frames, err = clientwire.AppendFrame(frames, clientwire.MaxVersion, id+1, &clientwire.Propose{Command: put}, 1<<20)
+		require.NoError(t, err)
+	}
+	go func() { _, _ = flood.Write(frames) }()
+	_, err = good.propose(t, ctx, putCmd("g", "y", 0))
+	require.NoError(t, err, "another client is served during the flood")
+	refused := 0
+	for range sent {
+		kind, _, m := readRawFrame(t, flood)
+		if kind == clientwire.KindError {
+			require.Equal(t, clientwire.CodeTooManyRequests, m.(*clientwire.ErrorMsg).Code)
+			refused++
+		}
+	}
+	t.Logf("%d of %d flooded requests refused", refused, sent)
+	require.Positive(t, refused)
+
+	// A bad frame ends its own connection, not the others.
+	bad := rawFrames(t, addr, "bad")
+	_, err = bad.Write([]byte{0, 0, 0, 10, clientwire.MaxVersion, 0xee, 0, 0, 0, 0, 0, 0, 0, 1})
+	require.NoError(t, err)
+	_, err = io.ReadAll(bad)
+	require.NoError(t, err, "the member closed the connection")
+	require.NoError(t, good.Ping(ctx))
+
+	// good and flood are two clients of three: one more fits (once the
+	// bad one's place is given back), then busy.
+	for {
+		if _, err = dialRaw(t, ctx, addr, "third"); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	_, err = dialRaw(t, ctx, addr, "fourth")
+	var re *clientwire.RefusedError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, clientwire.RefuseBusy, re.Reason)
+	require.NoError(t, good.Ping(ctx))
+}
+
+// TestServeClientsPolicy: ClientPolicy refuses identities with its
+// reason, and a client writes only under its granted prefixes.
+func TestServeClientsPolicy(t *testing.T) {
+	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
+		cfg.ClientPolicy = func(id string) (coord.ClientGrant, error) {
+			switch id {
+			case "worker":
+				return coord.ClientGrant{WritePrefixes: []string{"jobs/", "locks/"}}, nil
+			case "reader":
+				return coord.ClientGrant{}, nil
+			}
+			return coord.ClientGrant{}, errors.New("unknown client")
+		}
+	})
+	ctx := ctxT(t, 20*time.Second)
+	addr := c.Node(0).ClientAddr()
+	_, err := dialRaw(t, ctx, addr, "mallory")
+	var re *clientwire.RefusedError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, clientwire.RefuseForbidden, re.Reason)
+	require.Contains(t, re.Message, "unknown client")
+
+	w, err := dialRaw(t, ctx, addr, "worker")
+	require.NoError(t, err)
+	_, err = w.propose(t, ctx, putCmd("jobs/1", "x", 0))
+	require.NoError(t, err)
+	sid := w.newSession(t, ctx, c.Node(0).MinSessionTTL())
+	_, err = w.propose(t, ctx, putCmd("locks/a/1", "", sid))
+	require.NoError(t, err, "a recipe's prefix is granted like any key")
+	for name, cmd := range map[string]*command.Command{
+		"put elsewhere": putCmd("config/x", "x", 0),
+		"delete":        {Kind: command.KindTxn, Txn: &command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: "config/x"}}}},
+		"prefix delete": {Kind: command.KindTxn, Txn: &command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: "jo", Prefix: true}}}},
+		"in else":       {Kind: command.KindTxn, Txn: &command.Txn{Else: []command.Op{{Type: command.OpPut, Key: "x"}}}},
+	} {
+		_, err := w.propose(t, ctx, cmd)
+		require.Equal(t, clientwire.CodeForbidden, wireCode(err), "%s: %v", name, err)
+	}
+	rd, err := dialRaw(t, ctx, addr, "reader")
+	require.NoError(t, err)
+	_, err = rd.propose(t, ctx, putCmd("jobs/2", "x", 0))
+	require.Equal(t, clientwire.CodeForbidden, wireCode(err))
+	rr, err := rd.Read(ctx, &clientwire.Read{Key: "jobs/", Prefix: true})
+	require.NoError(t, err, "reads are not restricted")
+	require.Len(t, rr.KVs, 1)
+	_, err = c.Node(0).Get(ctx, "config/x")
+	require.ErrorIs(t, err, coord.ErrNotFound)
 }
