@@ -178,13 +178,13 @@ func (n *Node) listenClients() error {
 
 // close ends every listener and client connection, and waits for them.
 func (cs *clientServer) close() {
+	cs.cancel() // first, so a listener's Accept failing below means ErrClosed
 	cs.mu.Lock()
 	cs.closed = true
 	for l := range cs.lns {
 		l.Close()
 	}
 	cs.mu.Unlock()
-	cs.cancel()
 	cs.wg.Wait()
 }
 

@@ -397,3 +397,28 @@ func TestServeClientsPolicy(t *testing.T) {
 	_, err = c.Node(0).Get(ctx, "config/x")
 	require.ErrorIs(t, err, coord.ErrNotFound)
 }
+
+// TestServeClientsEndsAtClose: a listener the host passes is served until
+// the member closes; Close ends every client connection and
+// ServeClients returns ErrClosed.
+func TestServeClientsEndsAtClose(t *testing.T) {
+	c := coordtest.NewCluster(t, 1)
+	ctx := ctxT(t, 20*time.Second)
+	n := c.Node(0)
+	require.Empty(t, n.ClientAddr())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- n.ServeClients(l) }()
+	rc, err := dialRaw(t, ctx, l.Addr().String(), "w")
+	require.NoError(t, err)
+	require.NoError(t, rc.Ping(ctx))
+	require.NoError(t, n.Close())
+	require.ErrorIs(t, <-served, coord.ErrClosed)
+	select {
+	case <-rc.Done():
+	case <-ctx.Done():
+		t.Fatal("the client connection outlived the member")
+	}
+	require.ErrorIs(t, n.ServeClients(l), coord.ErrClosed, "a closed member serves nothing")
+}
