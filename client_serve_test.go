@@ -175,6 +175,10 @@ func TestServeClientsTrust(t *testing.T) {
 	sid := a.newSession(t, ctx, c.Node(0).MinSessionTTL())
 	_, err = a.propose(t, ctx, putCmd("own", "a", sid))
 	require.NoError(t, err)
+	// A linearizable read first: member 1 has then applied the put, so
+	// its revision below is the cell's.
+	_, err = c.Node(1).Get(ctx, "own")
+	require.NoError(t, err)
 	rev := c.Node(1).Status().Revision
 
 	for name, cmd := range map[string]*command.Command{
