@@ -3,6 +3,7 @@ package raftnode
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/coordcell/coord/internal/errs"
 	"go.etcd.io/raft/v3"
@@ -26,8 +27,18 @@ import (
 
 // asyncPersist turns persisting off the stepping path on; off, the raft
 // loop writes each Ready's log itself (handleReadySync), which is kept
-// for comparison and as a fallback.
-const asyncPersist = true
+// for comparison and as a fallback. It is fixed for the life of the
+// program (set once at package init, read only after).
+var asyncPersist = persistMode != "sync"
+
+// persistMode is empty in every normal build. Linking with
+//
+//	-ldflags=-X=github.com/coordcell/coord/raftnode.persistMode=sync
+//
+// builds a program whose raft loops persist synchronously, so that a
+// benchmark can compare both ways from two binaries of one commit. It is
+// a string because -X sets only strings.
+var persistMode string
 
 // maxPersistBatch bounds the appends written under one sync.
 const maxPersistBatch = 1024
@@ -134,6 +145,7 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 		}
 	}
 	var entries uint64
+	start := time.Now()
 	for i, it := range batch {
 		m := it.m
 		if m == nil || !writes(m) {
@@ -152,6 +164,7 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 		}
 	}
 	if needSync && lastWrite >= 0 {
+		n.counters.logSync.observe(time.Since(start))
 		n.syncs.Add(1)
 		n.synced.Add(entries)
 	}
@@ -190,10 +203,12 @@ func (n *Node) persistNow(m *pb.Message) bool {
 		n.persist.last.Store(snap.GetMetadata().GetIndex())
 	}
 	if writes(m) {
+		start := time.Now()
 		if err := n.store.Append(hardStateOf(m), m.GetEntries(), true); err != nil {
 			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
 			return false
 		}
+		n.counters.logSync.observe(time.Since(start))
 		n.syncs.Add(1)
 		n.synced.Add(uint64(len(m.GetEntries())))
 		if k := len(m.GetEntries()); k > 0 {
