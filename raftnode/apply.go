@@ -137,7 +137,9 @@ func (n *Node) apply(job applyJob) bool {
 			n.cfg.OnSnapshot()
 		}
 	default:
+		start := time.Now()
 		out, err := n.sm.Apply(job.ents, job.cs)
+		n.counters.apply.observe(time.Since(start))
 		if err != nil {
 			n.fail(err)
 			return false

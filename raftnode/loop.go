@@ -246,6 +246,9 @@ func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
 		ls.handed = nil
 		ls.suspectSince = ls.tick
 	}
+	if lead != 0 {
+		n.counters.leaderChanges.Add(1)
+	}
 	ls.lead, ls.term = lead, term
 	if n.cfg.OnLeader != nil {
 		n.cfg.OnLeader(lead, term)
@@ -340,11 +343,13 @@ func (n *Node) handleReadySync(ls *loopState) bool {
 	}
 	if len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) {
 		// Group commit: every entry of this Ready, one batch, one fsync.
+		start := time.Now()
 		if err := n.store.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
 			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
 			return false
 		}
 		if rd.MustSync {
+			n.counters.logSync.observe(time.Since(start))
 			n.syncs.Add(1)
 			n.synced.Add(uint64(len(rd.Entries)))
 		}
@@ -421,6 +426,7 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
 		n.fail(fmt.Errorf("%w: install snapshot: %w", errs.Internal, err))
 		return false
 	}
+	n.counters.snapshotsInstalled.Add(1)
 	n.log.Info("installed snapshot", "index", snap.GetMetadata().GetIndex())
 	n.endCoveredBySnapshot(snap.GetMetadata().GetIndex())
 	return n.handOver(applyJob{snap: snap})

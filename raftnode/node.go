@@ -170,6 +170,7 @@ type Node struct {
 	syncs    atomic.Uint64 // fsyncs of the raft log
 	synced   atomic.Uint64 // entries made durable by them
 	drops    atomic.Uint64 // messages refused by the checks in validate.go
+	counters counters      // events for metrics (metrics.go)
 	dropLog  rateLimit
 	loss     lossReports
 	electTTL time.Duration // one election timeout, wall time

@@ -122,6 +122,12 @@ func (n *Node) endCoveredBySnapshot(index uint64) {
 // apply before ctx ended or leadership changed; ErrClosed when the node
 // stopped.
 func (n *Node) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
+	res, err := n.propose(ctx, cmd)
+	n.counters.countProposal(err)
+	return res, err
+}
+
+func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return command.Result{}, err
 	}

@@ -75,8 +75,11 @@ func (n *Node) startSnapshotSender(m *pb.Message, to string) {
 		n.senders.mu.Unlock()
 		status := raft.SnapshotFinish
 		if err != nil {
+			n.counters.snapshotsSendFailed.Add(1)
 			n.log.Warn("snapshot transfer failed", "to", to, "err", err)
 			status = raft.SnapshotFailure
+		} else {
+			n.counters.snapshotsSent.Add(1)
 		}
 		n.runOnLoop(func() { n.rn.ReportSnapshot(peer, status) })
 	}()
