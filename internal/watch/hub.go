@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/errs"
@@ -91,6 +92,39 @@ type Hub struct {
 	// watching the key it has just created, at its create revision) is
 	// then served from memory instead of a Pebble read of the history.
 	recent recentRing
+
+	stats hubStats
+}
+
+// hubStats counts for metrics; atomics, so counting takes no lock.
+type hubStats struct {
+	watchers      atomic.Int64
+	events        atomic.Uint64
+	slowEnds      atomic.Uint64
+	compactedEnds atomic.Uint64
+}
+
+// Stats is a point-in-time copy of a hub's counters.
+type Stats struct {
+	// Watchers is the number of watches running now.
+	Watchers int64
+	// Events counts the events handed to watches' emitters.
+	Events uint64
+	// SlowEnds counts the watches ended because their consumer fell too
+	// far behind (an emitter's SlowError), CompactedEnds those ended
+	// because they needed revisions the history no longer holds.
+	SlowEnds      uint64
+	CompactedEnds uint64
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	return Stats{
+		Watchers:      h.stats.watchers.Load(),
+		Events:        h.stats.events.Load(),
+		SlowEnds:      h.stats.slowEnds.Load(),
+		CompactedEnds: h.stats.compactedEnds.Load(),
+	}
 }
 
 // NewHub returns a hub over hist that keeps up to capacity recent events
@@ -260,7 +294,17 @@ type Emitter interface {
 //
 // every, when positive, reports progress (the revision the watch is
 // current to) whenever nothing was delivered for that long.
-func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
+func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) (err error) {
+	h.stats.watchers.Add(1)
+	defer func() {
+		h.stats.watchers.Add(-1)
+		switch {
+		case errors.Is(err, errs.SlowWatcher):
+			h.stats.slowEnds.Add(1)
+		case errors.Is(err, errs.Compacted):
+			h.stats.compactedEnds.Add(1)
+		}
+	}()
 	g := h.join(prefix)
 	defer h.leave(g)
 	var progress <-chan time.Time
@@ -277,8 +321,9 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 		if err != nil {
 			return err
 		}
-		for _, it := range items {
+		for i, it := range items {
 			if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
+				h.stats.events.Add(uint64(i))
 				return err
 			}
 			from = it.rev
@@ -286,6 +331,8 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 				timer.Reset(every)
 			}
 		}
+		// Once per batch rather than per event: one atomic add.
+		h.stats.events.Add(uint64(len(items)))
 		// Pin no event while waiting.
 		clear(items)
 		buf = items
