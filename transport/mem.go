@@ -307,13 +307,14 @@ func (n *Network) reachableLocked(from, to string) bool {
 	return true
 }
 
-// send applies the faults to one envelope and queues what survives. Data
+// send applies the faults to one envelope and queues what survives,
+// reporting whether it (or a duplicate) was queued. Data
 // is copied here because the sender may reuse its buffer once Send
 // returns; each duplicate gets its own copy because receivers own Data.
 // From is overwritten with the sender's real name whatever the caller
 // put there: receivers may trust it, as they may trust the TCP
 // transport's authenticated sender (invariant 11 of DESIGN.md).
-func (n *Network) send(from string, env Envelope) {
+func (n *Network) send(from string, env Envelope) bool {
 	env.From = from
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -321,7 +322,7 @@ func (n *Network) send(from string, env Envelope) {
 	to := n.members[env.To]
 	if n.closed || to == nil || !n.reachableLocked(from, env.To) {
 		n.stats.Dropped++
-		return
+		return false
 	}
 	copies := 1
 	// Draw every decision for this envelope, in a fixed order, whatever
@@ -333,24 +334,27 @@ func (n *Network) send(from string, env Envelope) {
 	}
 	if drop {
 		n.stats.Dropped++
-		return
+		return false
 	}
 	if copies == 2 {
 		n.stats.Duplicated++
 	}
 	l := n.linkLocked(linkKey{from, env.To})
+	queued := false
 	for range copies {
 		e := env
 		e.Data = slices.Clone(env.Data)
-		n.enqueueLocked(l, pending{env: e, to: to})
+		queued = n.enqueueLocked(l, pending{env: e, to: to}) || queued
 	}
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
+	return queued
 }
 
-func (n *Network) enqueueLocked(l *memLink, p pending) {
+// enqueueLocked queues p on l, reporting false when the queue is full.
+func (n *Network) enqueueLocked(l *memLink, p pending) bool {
 	// Draw first, a fixed number of times: queue lengths depend on
 	// scheduling, and must not change which draws happen.
 	now := time.Now()
@@ -365,7 +369,7 @@ func (n *Network) enqueueLocked(l *memLink, p pending) {
 	}
 	if len(l.queue) >= memLinkQueue {
 		n.stats.Dropped++
-		return
+		return false
 	}
 	if overtake && len(l.queue) > 0 {
 		// Jump ahead of some earlier envelopes and keep our own deliver
@@ -376,7 +380,7 @@ func (n *Network) enqueueLocked(l *memLink, p pending) {
 		if at.After(l.last) {
 			l.last = at
 		}
-		return
+		return true
 	}
 	if at.Before(l.last) {
 		at = l.last
@@ -384,6 +388,7 @@ func (n *Network) enqueueLocked(l *memLink, p pending) {
 	l.last = at
 	p.at = at
 	l.queue = append(l.queue, p)
+	return true
 }
 
 // linkLocked returns the link for k, starting its goroutine on first use.
@@ -480,63 +485,14 @@ type memTransport struct {
 	changed   chan struct{}
 	following bool          // a member follows Frozen, so freezing waits for it
 	settled   chan struct{} // closed by Settled for the current state
+
+	traffic memTraffic // for Stats (stats.go)
 }
 
-var _ Freezer = (*memTransport)(nil)
-
-// Frozen implements Freezer.
-func (t *memTransport) Frozen() (bool, <-chan struct{}) {
-	t.freezeMu.Lock()
-	defer t.freezeMu.Unlock()
-	if t.changed == nil {
-		t.changed = make(chan struct{})
-		t.settled = make(chan struct{})
-	}
-	t.following = true
-	return t.frozen, t.changed
-}
-
-// Settled implements Freezer.
-func (t *memTransport) Settled(frozen bool) {
-	t.freezeMu.Lock()
-	defer t.freezeMu.Unlock()
-	if t.frozen == frozen && t.settled != nil {
-		select {
-		case <-t.settled:
-		default:
-			close(t.settled)
-		}
-	}
-}
-
-// setFrozen changes the state and, if a member follows it, waits until
-// the member has settled (or the transport closed, or 10 s passed).
-func (t *memTransport) setFrozen(frozen bool) {
-	t.freezeMu.Lock()
-	if t.frozen == frozen {
-		t.freezeMu.Unlock()
-		return
-	}
-	t.frozen = frozen
-	if t.changed != nil {
-		close(t.changed)
-	}
-	t.changed = make(chan struct{})
-	t.settled = make(chan struct{})
-	settled, following := t.settled, t.following
-	t.freezeMu.Unlock()
-	if following {
-		// A member that stopped (failed without closing its transport)
-		// never settles: do not wait for it forever.
-		timer := time.NewTimer(10 * time.Second)
-		defer timer.Stop()
-		select {
-		case <-settled:
-		case <-t.done:
-		case <-timer.C:
-		}
-	}
-}
+var (
+	_ Freezer       = (*memTransport)(nil)
+	_ StatsReporter = (*memTransport)(nil)
+)
 
 // Send queues envs for delivery; see Transport. From is always this
 // member's name.
@@ -548,7 +504,11 @@ func (t *memTransport) Send(envs []Envelope) error {
 		return ErrClosed
 	}
 	for _, env := range envs {
-		t.net.send(t.name, env)
+		if t.net.send(t.name, env) {
+			t.traffic.peer(env.To).out(len(env.Data))
+		} else {
+			t.traffic.dropped.Add(1)
+		}
 	}
 	return nil
 }
@@ -583,6 +543,7 @@ func (t *memTransport) deliver(env Envelope, netDone <-chan struct{}) bool {
 	}
 	select {
 	case t.recv <- env:
+		t.traffic.peer(env.From).in(len(env.Data))
 		return true
 	case <-t.done:
 		return false

@@ -64,9 +64,10 @@ const (
 )
 
 var (
-	_ Transport   = (*TCP)(nil)
-	_ PeerAdder   = (*TCP)(nil)
-	_ PeerRemover = (*TCP)(nil)
+	_ Transport     = (*TCP)(nil)
+	_ PeerAdder     = (*TCP)(nil)
+	_ PeerRemover   = (*TCP)(nil)
+	_ StatsReporter = (*TCP)(nil)
 )
 
 // TCPConfig configures ListenTCP. Only Name is required; zero fields get
@@ -177,7 +178,9 @@ type TCP struct {
 	budget     *byteBudget
 	refusedLog *logLimiter
 	acceptLog  *logLimiter
-	refused    atomic.Int64 // connections refused or closed for cause; tests read it
+	refused    atomic.Int64  // connections refused or closed for cause; tests read it
+	connErrs   atomic.Uint64 // failed dials and lost outbound connections (Stats)
+	dropped    atomic.Uint64 // envelopes dropped (Stats)
 
 	mu      sync.RWMutex
 	closed  bool
@@ -198,6 +201,10 @@ type tcpPeer struct {
 	// ctx ends with the transport or when the peer is removed.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// traffic counts frames both ways: out by the writer, in by the
+	// readers of connections bound to this peer.
+	traffic peerCounters
 
 	mu   sync.Mutex
 	addr string
@@ -395,14 +402,17 @@ func (t *TCP) Send(envs []Envelope) error {
 		}
 		p := t.peers[env.To]
 		if p == nil {
+			t.dropped.Add(1)
 			t.log.Debug("transport: dropping envelope", "to", env.To, "err", ErrUnknownPeer)
 			continue
 		}
 		if len(p.queue) == cap(p.queue) {
+			t.dropped.Add(1)
 			continue // full: do not bother encoding
 		}
 		buf, err := encodeFrame(t.name, env.To, env.Data, t.cfg.MaxFrameSize)
 		if err != nil {
+			t.dropped.Add(1)
 			if firstErr == nil {
 				firstErr = fmt.Errorf("transport: send to %s: %w", env.To, err)
 			}
@@ -411,6 +421,7 @@ func (t *TCP) Send(envs []Envelope) error {
 		select {
 		case p.queue <- buf:
 		default:
+			t.dropped.Add(1)
 			putFrameBuf(buf)
 		}
 	}
@@ -425,6 +436,7 @@ func (t *TCP) deliverLocal(env Envelope) {
 	select {
 	case t.recv <- env:
 	default:
+		t.dropped.Add(1)
 	}
 }
 

@@ -79,6 +79,10 @@ type inConn struct {
 	from string
 	// cut is set by RemovePeer, so a frame read meanwhile is not delivered.
 	cut atomic.Bool
+	// traffic is the bound sender's counters, set with from.
+	traffic *peerCounters
+	// frameLen is the current frame's length, prefix excluded.
+	frameLen int
 
 	authBy   time.Time // the first frame must be complete by then
 	frameBy  time.Time // the current frame must be complete by then; zero between frames
@@ -126,6 +130,7 @@ func (ic *inConn) begin(n int) error {
 		return fmt.Errorf("%w: first frame of %d bytes, limit %d before the sender is known",
 			ErrFrameTooLarge, n, cfg.MaxFirstFrameSize)
 	}
+	ic.frameLen = n
 	allowed := cfg.FrameTimeout + time.Duration(float64(n)/float64(cfg.MinFrameRate)*float64(time.Second))
 	ic.frameBy = time.Now().Add(allowed)
 	return nil
@@ -201,6 +206,7 @@ func (t *TCP) readLoop(raw net.Conn) {
 		case <-t.ctx.Done():
 			return
 		}
+		ic.traffic.in(frameHeaderLen + ic.frameLen)
 		ic.endFrame()
 	}
 }
@@ -258,9 +264,11 @@ func (t *TCP) admit(ic *inConn, env Envelope) error {
 	if t.closed {
 		return ErrClosed
 	}
-	if t.peers[env.From] == nil {
+	p := t.peers[env.From]
+	if p == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownPeer, env.From)
 	}
+	ic.traffic = &p.traffic
 	set := t.inbound[env.From]
 	if set == nil {
 		set = make(map[*inConn]struct{})

@@ -39,9 +39,11 @@ func (t *TCP) writeLoop(p *tcpPeer) {
 			conn, err = t.dial(p)
 			if err != nil {
 				putFrameBuf(buf)
+				t.dropped.Add(1)
 				if p.ctx.Err() != nil || errors.Is(err, ErrClosed) {
 					return
 				}
+				t.connErrs.Add(1)
 				t.log.Warn("transport: dial", "peer", p.name, "err", err)
 				// What queued meanwhile is stale by the time we could
 				// connect; Raft resends what still matters.
@@ -64,6 +66,7 @@ func (t *TCP) writeLoop(p *tcpPeer) {
 		if p.ctx.Err() != nil {
 			return
 		}
+		t.connErrs.Add(1)
 		t.log.Warn("transport: connection lost", "peer", p.name, "err", err)
 		t.dropConn(p, conn)
 		conn = nil
@@ -87,11 +90,12 @@ func (t *TCP) writeBatch(p *tcpPeer, conn net.Conn, bw *bufio.Writer, buf *bytes
 		return err
 	}
 	for {
-		_, err := bw.Write(buf.Bytes())
+		n, err := bw.Write(buf.Bytes())
 		putFrameBuf(buf)
 		if err != nil {
 			return err
 		}
+		p.traffic.out(n)
 		select {
 		case buf = <-p.queue:
 			continue
@@ -168,6 +172,7 @@ func (t *TCP) discardQueue(p *tcpPeer) {
 		select {
 		case buf := <-p.queue:
 			putFrameBuf(buf)
+			t.dropped.Add(1)
 		default:
 			return
 		}
