@@ -3,7 +3,8 @@ package command
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
+
+	"github.com/coordcell/coord/internal/wirebytes"
 )
 
 // Formats 2 to 4, after the version byte:
@@ -51,42 +52,6 @@ const (
 	minCredit  = 2
 )
 
-func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
-
-func varintLen(x int64) int { return uvarintLen(uint64(x<<1) ^ uint64(x>>63)) }
-
-func strLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
-
-func bytesLen(b []byte) int { return uvarintLen(uint64(len(b))+1) + len(b) }
-
-// listLen is the length of a list header; a nil list is count 0.
-func listLen(n int, isNil bool) int {
-	if isNil {
-		return 1
-	}
-	return uvarintLen(uint64(n) + 1)
-}
-
-func appendList(b []byte, n int, isNil bool) []byte {
-	if isNil {
-		return append(b, 0)
-	}
-	return binary.AppendUvarint(b, uint64(n)+1)
-}
-
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func appendBytes(b, v []byte) []byte {
-	if v == nil {
-		return append(b, 0)
-	}
-	b = binary.AppendUvarint(b, uint64(len(v))+1)
-	return append(b, v...)
-}
-
 // termed reports whether c has a session term.
 func termed(c *Command) bool { return c.Session != nil && c.Session.Term != 0 }
 
@@ -107,27 +72,29 @@ func format(c *Command) byte {
 func encodedLen(c *Command) int {
 	n := 1 + 8 + 1 + 1
 	if t := c.Txn; t != nil {
-		n += listLen(len(t.If), t.If == nil) + listLen(len(t.Then), t.Then == nil) + listLen(len(t.Else), t.Else == nil)
+		n += wirebytes.ListLen(len(t.If), t.If == nil) +
+			wirebytes.ListLen(len(t.Then), t.Then == nil) +
+			wirebytes.ListLen(len(t.Else), t.Else == nil)
 		for i := range t.If {
 			cmp := &t.If[i]
-			n += strLen(cmp.Key) + 2 + varintLen(cmp.Int) + bytesLen(cmp.Value)
+			n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
 		}
 		n += opsLen(t.Then) + opsLen(t.Else)
 	}
 	if s := c.Session; s != nil {
-		n += varintLen(s.ID) + varintLen(s.TTL) + 1
+		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
 		if s.Term != 0 || s.Owner != "" {
-			n += uvarintLen(s.Term)
+			n += wirebytes.UvarintLen(s.Term)
 		}
 		if s.Owner != "" {
-			n += strLen(s.Owner)
+			n += wirebytes.StringLen(s.Owner)
 		}
-		n += listLen(len(s.IDs), s.IDs == nil) + listLen(len(s.Credits), s.Credits == nil)
+		n += wirebytes.ListLen(len(s.IDs), s.IDs == nil) + wirebytes.ListLen(len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
-			n += varintLen(id)
+			n += wirebytes.VarintLen(id)
 		}
 		for _, cr := range s.Credits {
-			n += varintLen(cr.ID) + varintLen(cr.Nanos)
+			n += wirebytes.VarintLen(cr.ID) + wirebytes.VarintLen(cr.Nanos)
 		}
 	}
 	return n
@@ -137,7 +104,7 @@ func opsLen(ops []Op) int {
 	n := 0
 	for i := range ops {
 		op := &ops[i]
-		n += 2 + strLen(op.Key) + bytesLen(op.Value) + varintLen(op.Session)
+		n += 2 + wirebytes.StringLen(op.Key) + wirebytes.BytesLen(op.Value) + wirebytes.VarintLen(op.Session)
 	}
 	return n
 }
@@ -156,15 +123,15 @@ func encodeBinary(c *Command) []byte {
 	}
 	b = append(b, byte(c.Kind), body)
 	if t := c.Txn; t != nil {
-		b = appendList(b, len(t.If), t.If == nil)
-		b = appendList(b, len(t.Then), t.Then == nil)
-		b = appendList(b, len(t.Else), t.Else == nil)
+		b = wirebytes.AppendList(b, len(t.If), t.If == nil)
+		b = wirebytes.AppendList(b, len(t.Then), t.Then == nil)
+		b = wirebytes.AppendList(b, len(t.Else), t.Else == nil)
 		for i := range t.If {
 			cmp := &t.If[i]
-			b = appendStr(b, cmp.Key)
+			b = wirebytes.AppendString(b, cmp.Key)
 			b = append(b, byte(cmp.Target), byte(cmp.Op))
 			b = binary.AppendVarint(b, cmp.Int)
-			b = appendBytes(b, cmp.Value)
+			b = wirebytes.AppendBytes(b, cmp.Value)
 		}
 		b = appendOps(b, t.Then)
 		b = appendOps(b, t.Else)
@@ -181,10 +148,10 @@ func encodeBinary(c *Command) []byte {
 			b = binary.AppendUvarint(b, s.Term)
 		}
 		if s.Owner != "" {
-			b = appendStr(b, s.Owner)
+			b = wirebytes.AppendString(b, s.Owner)
 		}
-		b = appendList(b, len(s.IDs), s.IDs == nil)
-		b = appendList(b, len(s.Credits), s.Credits == nil)
+		b = wirebytes.AppendList(b, len(s.IDs), s.IDs == nil)
+		b = wirebytes.AppendList(b, len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
 			b = binary.AppendVarint(b, id)
 		}
@@ -204,18 +171,17 @@ func appendOps(b []byte, ops []Op) []byte {
 			flags |= opPrefix
 		}
 		b = append(b, byte(op.Type), flags)
-		b = appendStr(b, op.Key)
-		b = appendBytes(b, op.Value)
+		b = wirebytes.AppendString(b, op.Key)
+		b = wirebytes.AppendBytes(b, op.Value)
 		b = binary.AppendVarint(b, op.Session)
 	}
 	return b
 }
 
-// decoder reads formats 2 to 4. The first error sticks: later reads return zero
-// values, so callers check err once per stretch rather than per field.
+// decoder reads formats 2 to 4 with a minimal reader: each command has one
+// encoding. The first error sticks, so callers check it once per stretch.
 type decoder struct {
-	b   []byte
-	err error
+	wirebytes.Reader
 	// keys holds the last distinct keys decoded (nkeys counts them all):
 	// a transaction names the same key in several places (a lock's
 	// compare, put and get), and those can share one string.
@@ -227,74 +193,9 @@ type decoder struct {
 	owned bool
 }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
-	}
-	d.b = nil
-}
-
-func (d *decoder) u8() byte {
-	if len(d.b) == 0 {
-		d.fail("truncated")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	// A last byte of zero means a longer form than needed: refused, so
-	// that each command has one encoding.
-	if n > 1 && d.b[n-1] == 0 {
-		d.fail("non-minimal varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	u := d.uvarint()
-	return int64(u>>1) ^ -int64(u&1)
-}
-
-// length reads a length that must fit in the bytes left.
-func (d *decoder) length() int {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.fail("length %d beyond the %d bytes left", n, len(d.b))
-		return 0
-	}
-	return int(n)
-}
-
-// list reads a list header: the count, or -1 for nil. The count must
-// leave at least size bytes per element, which bounds what the caller
-// allocates by the input's size.
-func (d *decoder) list(size int) int {
-	n := d.uvarint()
-	if n == 0 {
-		return -1
-	}
-	n--
-	if n > uint64(len(d.b)/size) {
-		d.fail("count %d beyond the %d bytes left", n, len(d.b))
-		return -1
-	}
-	return int(n)
-}
-
+// str reads a string, reusing a recent key's string when it repeats.
 func (d *decoder) str() string {
-	n := d.length()
-	b := d.b[:n]
-	d.b = d.b[n:]
+	b := d.Slice()
 	for i := range d.keys {
 		if d.keys[i] == string(b) {
 			return d.keys[i]
@@ -304,24 +205,6 @@ func (d *decoder) str() string {
 	d.keys[d.nkeys%len(d.keys)] = s
 	d.nkeys++
 	return s
-}
-
-// bytes copies: data belongs to the caller (for the state machine, to
-// Raft's log), and a decoded command must not change if it is reused.
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if n == 0 {
-		return nil
-	}
-	n--
-	if n > uint64(len(d.b)) {
-		d.fail("length %d beyond the %d bytes left", n, len(d.b))
-		return nil
-	}
-	v := make([]byte, n)
-	copy(v, d.b)
-	d.b = d.b[n:]
-	return v
 }
 
 // Allocation units: the command and its body live and die together, so
@@ -343,14 +226,17 @@ type (
 )
 
 func decodeBinary(version byte, data []byte) (*Command, error) {
-	d := decoder{b: data, termed: version >= versionTermed, owned: version == Version}
-	if len(d.b) < 10 {
+	if len(data) < 10 {
 		return nil, fmt.Errorf("%w: truncated header", ErrMalformed)
 	}
-	id := binary.LittleEndian.Uint64(d.b)
-	kind := Kind(d.b[8])
-	body := d.b[9]
-	d.b = d.b[10:]
+	id := binary.LittleEndian.Uint64(data)
+	kind := Kind(data[8])
+	body := data[9]
+	d := decoder{
+		Reader: wirebytes.NewMinimalReader(data[10:], ErrMalformed),
+		termed: version >= versionTermed,
+		owned:  version == Version,
+	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
 	}
@@ -380,25 +266,22 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 	if c.Session != nil {
 		d.session(c.Session)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
+	if d.Done() == nil && version != format(c) {
+		d.Fail("format %d for a command of format %d", version, format(c))
 	}
-	if d.err == nil && version != format(c) {
-		d.fail("format %d for a command of format %d", version, format(c))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
 func (d *decoder) txn(t *Txn) {
-	nIf, nThen, nElse := d.list(minCompare), d.list(minOp), d.list(minOp)
+	nIf, nThen, nElse := d.List(minCompare), d.List(minOp), d.List(minOp)
 	// Each count alone fits; together they must too.
-	if d.err == nil && max(nIf, 0)*minCompare+(max(nThen, 0)+max(nElse, 0))*minOp > len(d.b) {
-		d.fail("%d compares and %d ops beyond the %d bytes left", nIf, nThen+nElse, len(d.b))
+	if d.Err() == nil && max(nIf, 0)*minCompare+(max(nThen, 0)+max(nElse, 0))*minOp > d.Len() {
+		d.Fail("%d compares and %d ops beyond the %d bytes left", nIf, nThen+nElse, d.Len())
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return
 	}
 	if nIf >= 0 {
@@ -406,10 +289,10 @@ func (d *decoder) txn(t *Txn) {
 		for i := range t.If {
 			cmp := &t.If[i]
 			cmp.Key = d.str()
-			cmp.Target = CompareTarget(d.u8())
-			cmp.Op = CompareOp(d.u8())
-			cmp.Int = d.varint()
-			cmp.Value = d.bytes()
+			cmp.Target = CompareTarget(d.U8())
+			cmp.Op = CompareOp(d.U8())
+			cmp.Int = d.Varint()
+			cmp.Value = d.Bytes()
 		}
 	}
 	// Then and Else share one array; each gets its own capacity so an
@@ -429,53 +312,47 @@ func (d *decoder) txn(t *Txn) {
 func (d *decoder) ops(ops []Op) {
 	for i := range ops {
 		op := &ops[i]
-		op.Type = OpType(d.u8())
-		switch flags := d.u8(); flags {
+		op.Type = OpType(d.U8())
+		switch flags := d.U8(); flags {
 		case 0:
 		case opPrefix:
 			op.Prefix = true
 		default:
-			d.fail("op flags %#x", flags)
+			d.Fail("op flags %#x", flags)
 		}
 		op.Key = d.str()
-		op.Value = d.bytes()
-		op.Session = d.varint()
+		op.Value = d.Bytes()
+		op.Session = d.Varint()
 	}
 }
 
 func (d *decoder) session(s *Session) {
-	s.ID = d.varint()
-	s.TTL = d.varint()
-	switch exp := d.u8(); exp {
-	case 0:
-	case 1:
-		s.Expired = true
-	default:
-		d.fail("expired byte %#x", exp)
-	}
+	s.ID = d.Varint()
+	s.TTL = d.Varint()
+	s.Expired = d.Bool()
 	if d.termed {
-		s.Term = d.uvarint()
+		s.Term = d.Uvarint()
 	}
 	if d.owned {
 		s.Owner = d.str()
 	}
-	nIDs, nCredits := d.list(minID), d.list(minCredit)
-	if d.err == nil && max(nIDs, 0)*minID+max(nCredits, 0)*minCredit > len(d.b) {
-		d.fail("%d IDs and %d credits beyond the %d bytes left", nIDs, nCredits, len(d.b))
+	nIDs, nCredits := d.List(minID), d.List(minCredit)
+	if d.Err() == nil && max(nIDs, 0)*minID+max(nCredits, 0)*minCredit > d.Len() {
+		d.Fail("%d IDs and %d credits beyond the %d bytes left", nIDs, nCredits, d.Len())
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return
 	}
 	if nIDs >= 0 {
 		s.IDs = make([]int64, nIDs)
 		for i := range s.IDs {
-			s.IDs[i] = d.varint()
+			s.IDs[i] = d.Varint()
 		}
 	}
 	if nCredits >= 0 {
 		s.Credits = make([]Credit, nCredits)
 		for i := range s.Credits {
-			s.Credits[i] = Credit{ID: d.varint(), Nanos: d.varint()}
+			s.Credits[i] = Credit{ID: d.Varint(), Nanos: d.Varint()}
 		}
 	}
 }

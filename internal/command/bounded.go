@@ -1,5 +1,7 @@
 package command
 
+import "github.com/coordcell/coord/internal/wirebytes"
+
 // Bounded reports whether applying the encoded command costs at most in
 // proportion to its own size, so the Raft goroutine may apply it itself
 // without starving its heartbeats: it deletes no prefix and ends no
@@ -20,40 +22,23 @@ func Bounded(data []byte) bool {
 	case kind != KindTxn || body&bodyTxn == 0:
 		return true
 	}
-	d := decoder{b: data[11:]}
-	nIf, nThen, nElse := max(d.list(minCompare), 0), max(d.list(minOp), 0), max(d.list(minOp), 0)
+	d := wirebytes.NewMinimalReader(data[11:], ErrMalformed)
+	nIf, nThen, nElse := max(d.List(minCompare), 0), max(d.List(minOp), 0), max(d.List(minOp), 0)
 	for range nIf {
-		d.skipStr()
-		d.u8()
-		d.u8()
-		d.varint()
-		d.skipBytes()
+		d.Slice()
+		d.U8()
+		d.U8()
+		d.Varint()
+		d.View()
 	}
 	for range nThen + nElse {
-		typ, flags := OpType(d.u8()), d.u8()
+		typ, flags := OpType(d.U8()), d.U8()
 		if typ == OpDelete && flags&opPrefix != 0 {
 			return false
 		}
-		d.skipStr()
-		d.skipBytes()
-		d.varint()
+		d.Slice()
+		d.View()
+		d.Varint()
 	}
-	return d.err == nil
-}
-
-func (d *decoder) skipStr() {
-	n := d.length()
-	d.b = d.b[n:]
-}
-
-func (d *decoder) skipBytes() {
-	n := d.uvarint()
-	if n == 0 {
-		return
-	}
-	if n-1 > uint64(len(d.b)) {
-		d.fail("length %d beyond the %d bytes left", n-1, len(d.b))
-		return
-	}
-	d.b = d.b[n-1:]
+	return d.Err() == nil
 }
