@@ -3,6 +3,7 @@ package raftnode
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/coordcell/coord/internal/errs"
 	"go.etcd.io/raft/v3"
@@ -144,6 +145,7 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 		}
 	}
 	var entries uint64
+	start := time.Now()
 	for i, it := range batch {
 		m := it.m
 		if m == nil || !writes(m) {
@@ -162,6 +164,7 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 		}
 	}
 	if needSync && lastWrite >= 0 {
+		n.counters.logSync.observe(time.Since(start))
 		n.syncs.Add(1)
 		n.synced.Add(entries)
 	}
@@ -200,10 +203,12 @@ func (n *Node) persistNow(m *pb.Message) bool {
 		n.persist.last.Store(snap.GetMetadata().GetIndex())
 	}
 	if writes(m) {
+		start := time.Now()
 		if err := n.store.Append(hardStateOf(m), m.GetEntries(), true); err != nil {
 			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
 			return false
 		}
+		n.counters.logSync.observe(time.Since(start))
 		n.syncs.Add(1)
 		n.synced.Add(uint64(len(m.GetEntries())))
 		if k := len(m.GetEntries()); k > 0 {
