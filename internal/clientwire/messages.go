@@ -322,9 +322,9 @@ func DecodeMessage(k Kind, payload []byte) (Message, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: unknown kind %d", ErrProtocol, k)
 	}
-	d := dec{b: payload}
+	d := newDec(payload)
 	m.decode(&d)
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("kind %d: %w", k, err)
 	}
 	return m, nil
@@ -340,8 +340,8 @@ func (m *Hello) appendTo(b []byte) []byte {
 }
 
 func (m *Hello) decode(d *dec) {
-	m.MinVersion, m.MaxVersion = d.u8(), d.u8()
-	m.Name = d.string()
+	m.MinVersion, m.MaxVersion = d.U8(), d.U8()
+	m.Name = d.Str()
 	m.MaxFrame = d.u32()
 }
 
@@ -357,11 +357,11 @@ func (m *Welcome) appendTo(b []byte) []byte {
 }
 
 func (m *Welcome) decode(d *dec) {
-	m.Version = d.u8()
-	m.Member = d.string()
-	m.CellID = d.uvarint()
-	m.ElectionTimeout = time.Duration(d.varint())
-	m.MinSessionTTL = time.Duration(d.varint())
+	m.Version = d.U8()
+	m.Member = d.Str()
+	m.CellID = d.Uvarint()
+	m.ElectionTimeout = time.Duration(d.Varint())
+	m.MinSessionTTL = time.Duration(d.Varint())
 	m.MaxFrame, m.MaxInFlight, m.MaxWatchers = d.u32(), d.u32(), d.u32()
 }
 
@@ -370,8 +370,8 @@ func (m *Refuse) appendTo(b []byte) []byte {
 }
 
 func (m *Refuse) decode(d *dec) {
-	m.Reason = RefuseReason(d.u8())
-	m.Message = d.string()
+	m.Reason = RefuseReason(d.U8())
+	m.Message = d.Str()
 }
 
 func (*Ping) appendTo(b []byte) []byte   { return b }
@@ -385,7 +385,7 @@ func (*Cancel) decode(*dec)              {}
 
 func (m *Propose) appendTo(b []byte) []byte { return appendBytes(b, m.Command) }
 
-func (m *Propose) decode(d *dec) { m.Command = d.bytes() }
+func (m *Propose) decode(d *dec) { m.Command = d.Bytes() }
 
 // minKV is the fewest bytes a KV takes: a key length, a value marker and
 // four numbers.
@@ -401,9 +401,9 @@ func appendKV(b []byte, kv *command.KV) []byte {
 }
 
 func (d *dec) kv(kv *command.KV) {
-	kv.Key = d.string()
-	kv.Value = d.bytes()
-	kv.Version, kv.CreateRev, kv.ModRev, kv.Session = d.varint(), d.varint(), d.varint(), d.varint()
+	kv.Key = d.Str()
+	kv.Value = d.Bytes()
+	kv.Version, kv.CreateRev, kv.ModRev, kv.Session = d.Varint(), d.Varint(), d.Varint(), d.Varint()
 }
 
 func appendKVs(b []byte, kvs []command.KV) []byte {
@@ -415,7 +415,7 @@ func appendKVs(b []byte, kvs []command.KV) []byte {
 }
 
 func (d *dec) kvs() []command.KV {
-	n := d.count(minKV)
+	n := d.Count(minKV)
 	if n == 0 {
 		return nil
 	}
@@ -442,16 +442,16 @@ func (m *ProposeResult) appendTo(b []byte) []byte {
 
 func (m *ProposeResult) decode(d *dec) {
 	r := &m.Result
-	r.Status = command.Status(d.u8())
-	r.Rev = d.varint()
-	r.Succeeded = d.bool()
-	r.SessionID = d.varint()
+	r.Status = command.Status(d.U8())
+	r.Rev = d.Varint()
+	r.Succeeded = d.Bool()
+	r.SessionID = d.Varint()
 	// An op result is at least a KV count and a number.
-	if n := d.count(2); n > 0 {
+	if n := d.Count(2); n > 0 {
 		r.Ops = make([]command.OpResult, n)
 		for i := range r.Ops {
 			r.Ops[i].KVs = d.kvs()
-			r.Ops[i].Deleted = d.varint()
+			r.Ops[i].Deleted = d.Varint()
 		}
 	}
 }
@@ -462,8 +462,8 @@ func (m *Read) appendTo(b []byte) []byte {
 }
 
 func (m *Read) decode(d *dec) {
-	m.Key = d.string()
-	m.Prefix, m.Serializable = d.bool(), d.bool()
+	m.Key = d.Str()
+	m.Prefix, m.Serializable = d.Bool(), d.Bool()
 }
 
 func (m *ReadResult) appendTo(b []byte) []byte {
@@ -472,7 +472,7 @@ func (m *ReadResult) appendTo(b []byte) []byte {
 
 func (m *ReadResult) decode(d *dec) {
 	m.KVs = d.kvs()
-	m.Rev = d.varint()
+	m.Rev = d.Varint()
 }
 
 func (m *WatchStart) appendTo(b []byte) []byte {
@@ -487,12 +487,12 @@ func (m *WatchStart) appendTo(b []byte) []byte {
 }
 
 func (m *WatchStart) decode(d *dec) {
-	m.WatchID = d.uvarint()
-	m.Prefix = d.string()
-	m.FromRev = d.varint()
-	m.PrevKV, m.PutsOnly, m.DeletesOnly = d.bool(), d.bool(), d.bool()
-	m.ProgressInterval = time.Duration(d.varint())
-	m.MaxLag = d.varint()
+	m.WatchID = d.Uvarint()
+	m.Prefix = d.Str()
+	m.FromRev = d.Varint()
+	m.PrevKV, m.PutsOnly, m.DeletesOnly = d.Bool(), d.Bool(), d.Bool()
+	m.ProgressInterval = time.Duration(d.Varint())
+	m.MaxLag = d.Varint()
 }
 
 func (m *WatchEvents) appendTo(b []byte) []byte {
@@ -512,25 +512,25 @@ func (m *WatchEvents) appendTo(b []byte) []byte {
 }
 
 func (m *WatchEvents) decode(d *dec) {
-	m.WatchID = d.uvarint()
+	m.WatchID = d.Uvarint()
 	// An event is a type, a KV and two flags.
-	if n := d.count(minKV + 3); n > 0 {
+	if n := d.Count(minKV + 3); n > 0 {
 		m.Events = make([]Event, n)
 		for i := range m.Events {
 			e := &m.Events[i]
-			e.Type = EventType(d.u8())
+			e.Type = EventType(d.U8())
 			if e.Type != EventPut && e.Type != EventDelete {
-				d.fail("event type %d", e.Type)
+				d.Fail("event type %d", e.Type)
 			}
 			d.kv(&e.KV)
-			if d.bool() {
+			if d.Bool() {
 				e.PrevKV = new(command.KV)
 				d.kv(e.PrevKV)
 			}
-			e.EndOfRev = d.bool()
+			e.EndOfRev = d.Bool()
 		}
 	}
-	m.Rev = d.varint()
+	m.Rev = d.Varint()
 }
 
 func (m *WatchProgress) appendTo(b []byte) []byte {
@@ -538,8 +538,8 @@ func (m *WatchProgress) appendTo(b []byte) []byte {
 }
 
 func (m *WatchProgress) decode(d *dec) {
-	m.WatchID = d.uvarint()
-	m.Rev = d.varint()
+	m.WatchID = d.Uvarint()
+	m.Rev = d.Varint()
 }
 
 func (m *WatchEnd) appendTo(b []byte) []byte {
@@ -551,16 +551,16 @@ func (m *WatchEnd) appendTo(b []byte) []byte {
 }
 
 func (m *WatchEnd) decode(d *dec) {
-	m.WatchID = d.uvarint()
-	m.Code = Code(d.bounded(0xffff, "code"))
-	m.Message = d.string()
-	m.CompactRev = d.varint()
-	m.Rev = d.varint()
+	m.WatchID = d.Uvarint()
+	m.Code = Code(d.UvarintMax(0xffff, "code"))
+	m.Message = d.Str()
+	m.CompactRev = d.Varint()
+	m.Rev = d.Varint()
 }
 
 func (m *WatchCancel) appendTo(b []byte) []byte { return appendUvarint(b, m.WatchID) }
 
-func (m *WatchCancel) decode(d *dec) { m.WatchID = d.uvarint() }
+func (m *WatchCancel) decode(d *dec) { m.WatchID = d.Uvarint() }
 
 func appendIDs(b []byte, ids []int64) []byte {
 	b = appendUvarint(b, uint64(len(ids)))
@@ -571,13 +571,13 @@ func appendIDs(b []byte, ids []int64) []byte {
 }
 
 func (d *dec) ids() []int64 {
-	n := d.count(1)
+	n := d.Count(1)
 	if n == 0 {
 		return nil
 	}
 	ids := make([]int64, n)
 	for i := range ids {
-		ids[i] = d.varint()
+		ids[i] = d.Varint()
 	}
 	return ids
 }
@@ -587,7 +587,7 @@ func (m *KeepAlive) appendTo(b []byte) []byte {
 }
 
 func (m *KeepAlive) decode(d *dec) {
-	m.Seq = d.uvarint()
+	m.Seq = d.Uvarint()
 	m.SessionIDs = d.ids()
 }
 
@@ -601,13 +601,13 @@ func (m *KeepAliveAck) appendTo(b []byte) []byte {
 }
 
 func (m *KeepAliveAck) decode(d *dec) {
-	m.Seq = d.uvarint()
+	m.Seq = d.Uvarint()
 	m.Confirmed = d.ids()
-	if n := d.count(2); n > 0 {
+	if n := d.Count(2); n > 0 {
 		m.Gone = make([]Gone, n)
 		for i := range m.Gone {
-			m.Gone[i].ID = d.varint()
-			m.Gone[i].Code = Code(d.bounded(0xffff, "code"))
+			m.Gone[i].ID = d.Varint()
+			m.Gone[i].Code = Code(d.UvarintMax(0xffff, "code"))
 		}
 	}
 }
@@ -617,6 +617,6 @@ func (m *ErrorMsg) appendTo(b []byte) []byte {
 }
 
 func (m *ErrorMsg) decode(d *dec) {
-	m.Code = Code(d.bounded(0xffff, "code"))
-	m.Message = d.string()
+	m.Code = Code(d.UvarintMax(0xffff, "code"))
+	m.Message = d.Str()
 }
