@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,4 +324,280 @@ func TestGossipHealthSuspect(t *testing.T) {
 		return true
 	})
 	t.Logf("health of the cut member as the others saw it: %v", seen)
+}
+
+// apEvent is one autopilot decision, as the deciding member logged it.
+type apEvent struct {
+	at                         time.Time
+	by, action, member, reason string
+	err                        string
+}
+
+// apRecorder is a slog.Handler that keeps every member's autopilot
+// decisions (the "autopilot" lines) and passes every record on to next.
+type apRecorder struct {
+	mu     *sync.Mutex
+	events *[]apEvent
+	by     string // the logging member, from the logger's "member" attribute
+	next   slog.Handler
+}
+
+func newAPRecorder() apRecorder {
+	return apRecorder{mu: &sync.Mutex{}, events: &[]apEvent{}, next: testLogger().Handler()}
+}
+
+func (h apRecorder) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h apRecorder) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "autopilot" {
+		e := apEvent{at: r.Time, by: h.by}
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "action":
+				e.action = a.Value.String()
+			case "member":
+				e.member = a.Value.String()
+			case "reason":
+				e.reason = a.Value.String()
+			case "err":
+				e.err = a.Value.String()
+			}
+			return true
+		})
+		h.mu.Lock()
+		*h.events = append(*h.events, e)
+		h.mu.Unlock()
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h apRecorder) WithAttrs(as []slog.Attr) slog.Handler {
+	for _, a := range as {
+		if a.Key == "member" {
+			h.by = a.Value.String()
+		}
+	}
+	h.next = h.next.WithAttrs(as)
+	return h
+}
+
+func (h apRecorder) WithGroup(name string) slog.Handler {
+	h.next = h.next.WithGroup(name)
+	return h
+}
+
+// since returns the decisions logged at or after t.
+func (h apRecorder) since(t time.Time) []apEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(*h.events), func(e apEvent) bool { return e.at.Before(t) })
+}
+
+// first returns the first decision logged at or after t with action on
+// member, if any.
+func (h apRecorder) first(t time.Time, action, member string) (apEvent, bool) {
+	for _, e := range h.since(t) {
+		if e.action == action && e.member == member && e.err == "" {
+			return e, true
+		}
+	}
+	return apEvent{}, false
+}
+
+func (h apRecorder) log(t *testing.T, since time.Time) {
+	t.Helper()
+	for _, e := range h.since(since) {
+		t.Logf("autopilot on %s at +%v: %s %s (%s)%s", e.by, e.at.Sub(since).Round(time.Millisecond), e.action, e.member, e.reason,
+			map[bool]string{true: " failed: " + e.err}[e.err != ""])
+	}
+}
+
+// membersOf returns the members member i's applied configuration lists.
+func membersOf(c *coordtest.Cluster, i int) []coord.Member {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ms, err := c.Node(i).Members(ctx)
+	if err != nil {
+		return nil
+	}
+	return ms
+}
+
+func memberNamed(ms []coord.Member, name string) (coord.Member, bool) {
+	i := slices.IndexFunc(ms, func(m coord.Member) bool { return m.Name == name })
+	if i < 0 {
+		return coord.Member{}, false
+	}
+	return ms[i], true
+}
+
+// threeVotersAndStandby waits for a 4-member cell (target 3 voters) to
+// have 3 voters and a standby, and returns the leader, the standby and a
+// voter that does not lead.
+func threeVotersAndStandby(t *testing.T, c *coordtest.Cluster) (leader, standby, voter int) {
+	t.Helper()
+	waitUntil(t, 60*time.Second, "3 voters and a standby", func() bool {
+		ms := membersOf(c, c.LeaderIndex())
+		roles := map[string]int{}
+		for _, m := range ms {
+			roles[m.Role]++
+		}
+		return len(ms) == 4 && roles[coord.MemberVoter] == 3 && roles[coord.MemberStandby] == 1
+	})
+	leader, standby, voter = c.LeaderIndex(), -1, -1
+	ms := membersOf(c, leader)
+	for i := range c.Size() {
+		m, ok := memberNamed(ms, c.Name(i))
+		switch {
+		case !ok || i == leader:
+		case m.Role == coord.MemberStandby:
+			standby = i
+		case voter < 0:
+			voter = i
+		}
+	}
+	require.True(t, standby >= 0 && voter >= 0, "members: %+v", ms)
+	return leader, standby, voter
+}
+
+// TestGossipFlappingStandbyNotChurned kills a voter of 3 while the only
+// standby flaps (cut off and healed every second, faster than the 2s dead
+// threshold, with a 3s stabilization): while it flaps the autopilot
+// promotes nobody, removes nobody (the dead voter stays: there is no
+// healthy replacement, and 3 voters is the target) and decides nothing;
+// once the standby is stable again it replaces the dead voter.
+func TestGossipFlappingStandbyNotChurned(t *testing.T) {
+	const stabilization = 3 * time.Second
+	rec := newAPRecorder()
+	c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(slog.New(rec)),
+		coordtest.WithConfig(func(i int, cfg *coord.Config) {
+			cfg.Gossip.Autopilot.Voters = 3
+			cfg.Gossip.Autopilot.Stabilization = stabilization
+		}))
+	l, s, v := threeVotersAndStandby(t, c)
+	before := votersOf(c, l)
+	start := time.Now()
+	c.Isolate(s)
+	c.Crash(v)
+	// The fault schedule under test (4 cuts of 1s with 1s heals); the
+	// configuration is sampled throughout.
+	hold := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			require.Equal(t, before, votersOf(c, l), "the voters changed while %s flapped", c.Name(s))
+			require.Empty(t, rec.since(start), "the autopilot decided while %s flapped", c.Name(s))
+			time.Sleep(100 * time.Millisecond) // sampling the configuration over the flapping
+		}
+	}
+	var healed time.Time
+	for k := range 4 {
+		if k > 0 {
+			c.Isolate(s)
+		}
+		hold(time.Second)
+		c.Heal()
+		healed = time.Now()
+		hold(time.Second)
+	}
+	t.Logf("after %v of flapping (%s dead since the start): voters %v; leader's last decision %+v",
+		time.Since(start).Round(time.Millisecond), c.Name(v), votersOf(c, l), c.Node(l).Autopilot())
+	waitUntil(t, 60*time.Second, c.Name(s)+" stable, promoted in place of "+c.Name(v), func() bool {
+		vs := votersOf(c, l)
+		return len(vs) == 3 && slices.Contains(vs, c.Name(s)) && !slices.Contains(vs, c.Name(v))
+	})
+	p, ok := rec.first(start, "promote", c.Name(s))
+	require.True(t, ok, "no promotion of %s logged", c.Name(s))
+	rec.log(t, start)
+	t.Logf("last heal to promotion: %v (stabilization %v)", p.at.Sub(healed).Round(time.Millisecond), stabilization)
+	putVia(t, c, l, "after-flapping")
+}
+
+// TestGossipRemovedNameComesBackAsNew lets the autopilot replace and
+// remove a crashed voter, then starts a process under the same name on
+// an empty data directory: it joins again as a new member (another Raft
+// ID), a learner, and is promoted when the next voter dies.
+func TestGossipRemovedNameComesBackAsNew(t *testing.T) {
+	rec := newAPRecorder()
+	c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(slog.New(rec)),
+		coordtest.WithConfig(func(i int, cfg *coord.Config) { cfg.Gossip.Autopilot.Voters = 3 }))
+	l, s, v := threeVotersAndStandby(t, c)
+	old, ok := memberNamed(membersOf(c, l), c.Name(v))
+	require.True(t, ok)
+	start := time.Now()
+	c.Crash(v)
+	waitUntil(t, 60*time.Second, c.Name(v)+" replaced and removed", func() bool {
+		ms := membersOf(c, l)
+		_, there := memberNamed(ms, c.Name(v))
+		return len(ms) == 3 && !there && slices.Contains(votersOf(c, l), c.Name(s))
+	})
+	replaced := time.Now()
+	c.Wipe(v)
+	c.Restart(v)
+	var back coord.Member
+	waitUntil(t, 60*time.Second, c.Name(v)+" back as a standby", func() bool {
+		m, ok := memberNamed(membersOf(c, l), c.Name(v))
+		back = m
+		return ok && m.Role == coord.MemberStandby && m.Health == coord.GossipAlive
+	})
+	require.NotEqual(t, old.ID, back.ID, "the name came back as the removed member")
+	putVia(t, c, v, "via-the-new-member")
+	// The next voter to die is replaced by the member that came back.
+	w := -1
+	for i := range c.Size() {
+		if i != l && i != v && slices.Contains(votersOf(c, l), c.Name(i)) {
+			w = i
+		}
+	}
+	require.True(t, w >= 0)
+	crashed := time.Now()
+	c.Crash(w)
+	waitUntil(t, 60*time.Second, c.Name(v)+" promoted in place of "+c.Name(w), func() bool {
+		vs := votersOf(c, l)
+		return len(vs) == 3 && slices.Contains(vs, c.Name(v)) && !slices.Contains(vs, c.Name(w))
+	})
+	rec.log(t, start)
+	p1, _ := rec.first(start, "promote", c.Name(s))
+	p2, _ := rec.first(replaced, "promote", c.Name(v))
+	t.Logf("crash of %s to promotion of %s: %v; the new %s (ID %016x, was %016x) promoted %v after %s's crash",
+		c.Name(v), c.Name(s), p1.at.Sub(start).Round(time.Millisecond), c.Name(v), back.ID, old.ID,
+		p2.at.Sub(crashed).Round(time.Millisecond), c.Name(w))
+	putVia(t, c, v, "after")
+}
+
+// TestGossipLeftMemberRemovedAtOnce closes members gracefully with a dead
+// threshold of an hour: the standby, then a voter, are removed as having
+// left (a crash would keep them an hour). A fresh Open under the voter's
+// name joins as a new learner and is promoted back to 3 voters.
+func TestGossipLeftMemberRemovedAtOnce(t *testing.T) {
+	rec := newAPRecorder()
+	c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(slog.New(rec)),
+		coordtest.WithConfig(func(i int, cfg *coord.Config) {
+			cfg.Gossip.Autopilot.Voters = 3
+			cfg.Gossip.Autopilot.DeadThreshold = time.Hour
+		}))
+	l, s, v := threeVotersAndStandby(t, c)
+	start := time.Now()
+	for _, i := range []int{s, v} {
+		require.NoError(t, c.Node(i).Close())
+		waitUntil(t, 30*time.Second, c.Name(i)+" removed after leaving", func() bool {
+			_, there := memberNamed(membersOf(c, l), c.Name(i))
+			return !there
+		})
+		e, ok := rec.first(start, "remove", c.Name(i))
+		require.True(t, ok, "no removal of %s logged", c.Name(i))
+		require.Equal(t, "left the cell", e.reason)
+	}
+	require.Len(t, votersOf(c, l), 2)
+	putVia(t, c, l, "two-voters")
+	n := c.StartGossiping(c.Name(v))
+	waitUntil(t, 60*time.Second, "the new "+c.Name(v)+" promoted back to 3 voters", func() bool {
+		vs := votersOf(c, l)
+		return len(vs) == 3 && slices.Contains(vs, c.Name(n))
+	})
+	rec.log(t, start)
+	putVia(t, c, n, "after")
 }
