@@ -44,6 +44,8 @@ type Node struct {
 	// metricsOn is set once Config.Metrics holds this member's metrics
 	// (before Open returns, so Close reads it without a lock).
 	metricsOn bool
+	// sessionStats counts this member's sessions' events for metrics.
+	sessionStats sessionCounters
 
 	// closing is cancelled when the node closes, ending its watches.
 	closing     context.Context

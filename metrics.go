@@ -11,8 +11,10 @@ import (
 // RegisterMetrics registers the member's metrics, named coord_*, with
 // reg. They are read from the member's state when reg is scraped, so
 // they cost nothing between scrapes and add no work on the write path.
-// No label is per key, session or lock: the only labels are bounded sets
-// (member roles and health). A process that embeds several members
+// Event counters and histograms are atomics kept by the packages that
+// see the events, read here at scrape time too. No label is per key,
+// session or lock: the only labels are bounded sets (member roles and
+// health, and peer: the names of the cell's members). A process that embeds several members
 // registers each through prometheus.WrapRegistererWith with a member
 // label.
 //
@@ -54,6 +56,8 @@ type collector struct {
 	lockQueues, lockWaiters, elections   *prometheus.Desc
 	members, memberHealth, up            *prometheus.Desc
 	quota                                *prometheus.Desc
+	logHeld                              *prometheus.Desc
+	events                               eventDescs
 }
 
 func newCollector(n *Node) *collector {
@@ -83,6 +87,8 @@ func newCollector(n *Node) *collector {
 		members:     d("members", "Members of the cell by role.", "role"),
 		memberHealth: d("member_health", "Members by health as the leader sees them (only the leader reports it).",
 			"health"),
+		logHeld: d("raft_log_entries", "Entries in this member's Raft log (compaction keeps it bounded)."),
+		events:  newEventDescs(d),
 	}
 }
 
@@ -90,9 +96,10 @@ func newCollector(n *Node) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.term, c.isLeader, c.hasLeader, c.commit, c.applied,
 		c.lastIndex, c.applyLag, c.logSyncs, c.logEntries, c.dropped, c.revision, c.oldestRev,
-		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota} {
+		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota, c.logHeld} {
 		ch <- d
 	}
+	c.events.describe(ch)
 }
 
 // scrapeWait bounds the one scrape-time call that waits on the Raft loop
@@ -130,6 +137,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.revision, float64(st.Revision))
 	gauge(c.oldestRev, float64(n.sm.OldestRevision()))
 	gauge(c.quota, float64(n.cfg.QuotaBytes))
+	first, _ := n.store.RaftLog().FirstIndex()
+	gauge(c.logHeld, float64(st.LastIndex+1-min(first, st.LastIndex+1)))
+	c.events.collect(ch, n)
 
 	// Only the recipes' key space is read, from this member's memory
 	// and with no read barrier: a scrape must stay cheap with a large

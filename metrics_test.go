@@ -14,7 +14,8 @@ import (
 )
 
 // scrape gathers reg and returns each unlabelled metric's value, and
-// labelled ones as name{value-of-first-label}.
+// labelled ones as name{value-of-first-label}; a histogram's value is its
+// count of observations.
 func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -38,6 +39,8 @@ func value(m *dto.Metric) float64 {
 		return m.GetGauge().GetValue()
 	case m.Counter != nil:
 		return m.GetCounter().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
 	}
 	return 0
 }
@@ -58,6 +61,12 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 	require.Equal(t, 3.0, before["coord_members{voter}"])
 	require.Equal(t, 0.0, before["coord_members{learner}"])
 	require.Equal(t, float64(2<<30), before["coord_quota_bytes"], "the default quota")
+	require.GreaterOrEqual(t, before["coord_raft_leader_changes_total"], 1.0, "the leader saw itself elected")
+	require.Positive(t, before["coord_raft_log_entries"])
+	follower := c.Name((li + 1) % 3)
+	w := leader.Watch(t.Context(), "k")
+	<-w.Ready()
+	require.Equal(t, 1.0, scrape(t, regs[li])["coord_watchers"])
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -70,7 +79,28 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 	_, err = coord.NewMutex(s, "m").Lock(ctx)
 	require.NoError(t, err)
 
+	for range 20 {
+		<-w.Events()
+	}
+	cancelled, cancelNow := context.WithCancel(ctx)
+	cancelNow()
+	_, err = leader.Put(cancelled, "k", nil)
+	require.Error(t, err)
+
 	after := scrape(t, regs[li])
+	for _, m := range []string{
+		"coord_raft_log_sync_duration_seconds", "coord_raft_apply_duration_seconds",
+		"coord_transport_sent_frames_total{" + follower + "}", "coord_transport_sent_bytes_total{" + follower + "}",
+		"coord_transport_received_frames_total{" + follower + "}", "coord_transport_received_bytes_total{" + follower + "}",
+	} {
+		require.Greater(t, after[m], before[m], m)
+	}
+	require.GreaterOrEqual(t, after["coord_raft_proposals_committed_total"], before["coord_raft_proposals_committed_total"]+22,
+		"20 puts, a session, a lock")
+	require.Equal(t, before["coord_raft_proposals_failed_total"]+1, after["coord_raft_proposals_failed_total"])
+	require.Equal(t, 1.0, after["coord_sessions_created_total"])
+	require.GreaterOrEqual(t, after["coord_watch_events_sent_total"], 20.0)
+	require.NotContains(t, after, "coord_transport_sent_frames_total{"+leader.Status().Name+"}", "no label for itself")
 	require.GreaterOrEqual(t, after["coord_revision"], before["coord_revision"]+20)
 	require.Greater(t, after["coord_raft_applied_index"], before["coord_raft_applied_index"])
 	require.Greater(t, after["coord_raft_log_syncs_total"], before["coord_raft_log_syncs_total"])
@@ -94,6 +124,7 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 	require.Contains(t, body, "coord_raft_term ")
 	require.Contains(t, body, `coord_members{role="voter"} 3`)
 	require.NoError(t, s.Close(ctx))
+	require.Zero(t, scrape(t, regs[li])["coord_sessions_expired_total"], "a closed session did not expire")
 
 	// Registering twice is refused, as the registry does for any
 	// collector.
@@ -108,4 +139,62 @@ func TestMetricsAfterClose(t *testing.T) {
 	require.NoError(t, n.Close())
 	m := scrape(t, reg)
 	require.Equal(t, 0.0, m["coord_up"])
+}
+
+// A session on a member cut off from the cell enters jeopardy and
+// expires, and the member's transport counts what it could not send.
+func TestMetricsSessionJeopardyAndExpiry(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	li := c.LeaderIndex()
+	fi := (li + 1) % 3
+	f := c.Node(fi)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, f.RegisterMetrics(reg))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := f.NewSession(ctx, coord.WithTTL(f.MinSessionTTL()))
+	require.NoError(t, err)
+	before := scrape(t, reg)
+	c.Isolate(fi)
+	select {
+	case <-s.Done():
+	case <-ctx.Done():
+		t.Fatal("the cut-off session did not end")
+	}
+	require.ErrorIs(t, s.Err(), coord.ErrSessionExpired)
+	after := scrape(t, reg)
+	require.Equal(t, 1.0, after["coord_sessions_created_total"])
+	require.Equal(t, 1.0, after["coord_sessions_jeopardy_total"])
+	require.Equal(t, 1.0, after["coord_sessions_expired_total"])
+	require.Greater(t, after["coord_transport_dropped_frames_total"], before["coord_transport_dropped_frames_total"])
+}
+
+// A watch whose consumer stops reading ends as slow, and one from a
+// revision the history no longer holds as compacted; both are counted.
+func TestMetricsWatchEnds(t *testing.T) {
+	c := coordtest.NewCluster(t, 1, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
+		cfg.HistoryRevisions = 100
+	}))
+	n := c.Leader()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, n.RegisterMetrics(reg))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	slow := n.Watch(ctx, "w/", coord.WithMaxLag(2))
+	<-slow.Ready()
+	for i := range 300 {
+		_, err := n.Put(ctx, "w/k", []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return slow.Err() != nil }, 20*time.Second, 10*time.Millisecond)
+	require.ErrorIs(t, slow.Err(), coord.ErrSlowWatcher)
+
+	old := n.Watch(ctx, "w/", coord.FromRev(1))
+	for range old.Events() {
+	}
+	require.ErrorIs(t, old.Err(), coord.ErrCompacted)
+	m := scrape(t, reg)
+	require.Equal(t, 1.0, m["coord_watch_slow_ends_total"])
+	require.Equal(t, 1.0, m["coord_watch_compacted_ends_total"])
+	require.Zero(t, m["coord_watchers"])
 }

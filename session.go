@@ -57,6 +57,8 @@ type Session struct {
 	id     SessionID
 	ttl    time.Duration
 	manual bool // kept alive only by renew (leases)
+	// stats are the member's session counters; nil for a client's.
+	stats *sessionCounters
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -143,7 +145,9 @@ func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error)
 		return nil, err
 	}
 	s := &Session{c: c, b: b, k: k, id: SessionID(res.SessionID), ttl: o.ttl, manual: o.manual,
+		stats:    sessionCountersOf(b),
 		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{})}
+	s.stats.count(func(c *sessionCounters) *atomic.Uint64 { return &c.created })
 	close(s.healthy)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// The creation committed after sent, and every leader grants a new
@@ -298,6 +302,9 @@ func (s *Session) end(err error) error {
 		err = ErrSessionClosed
 	}
 	s.err = err
+	if err == ErrSessionExpired {
+		s.stats.count(func(c *sessionCounters) *atomic.Uint64 { return &c.expired })
+	}
 	if !s.inJeopard {
 		s.healthy = make(chan struct{}) // never closed: it will not be healthy again
 		if err == ErrSessionExpired {
@@ -362,6 +369,7 @@ func (s *Session) check(now time.Time) bool {
 	// went unanswered (they go out every quarter TTL, or faster).
 	if !s.inJeopard && (expired || now.Sub(s.lastAcked) > s.ttl/2) {
 		s.inJeopard = true
+		s.stats.count(func(c *sessionCounters) *atomic.Uint64 { return &c.jeopardy })
 		close(s.jeopardy)
 		s.healthy = make(chan struct{})
 	}

@@ -1,0 +1,141 @@
+package coord
+
+import (
+	"sync/atomic"
+
+	"github.com/coordcell/coord/raftnode"
+	"github.com/coordcell/coord/transport"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The metrics that count events. Raft, the transport and the watch hub
+// count in atomics of their own (raftnode.Node.Metrics,
+// transport.StatsReporter, watch.Hub.Stats) and sessions in
+// sessionCounters; the collector reads them at scrape time, so the paths
+// that count pay an atomic add and allocate nothing.
+
+// sessionCounters counts the events of this member's own sessions (those
+// made by its NewSession; a client's sessions are counted by nobody, as
+// a client has no metrics).
+type sessionCounters struct {
+	created  atomic.Uint64
+	expired  atomic.Uint64
+	jeopardy atomic.Uint64
+}
+
+// sessionCountersOf returns the counters of the member behind b, or nil
+// when b is not a member.
+func sessionCountersOf(b backend) *sessionCounters {
+	if n, ok := b.(*Node); ok {
+		return &n.sessionStats
+	}
+	return nil
+}
+
+// count adds one to the counter pick chooses, if there are counters.
+func (c *sessionCounters) count(pick func(*sessionCounters) *atomic.Uint64) {
+	if c != nil {
+		pick(c).Add(1)
+	}
+}
+
+// eventDescs describes the event metrics.
+type eventDescs struct {
+	leaderChanges, committed, failed, ambiguous      *prometheus.Desc
+	snapSent, snapFailed, snapInstalled              *prometheus.Desc
+	logSync, apply                                   *prometheus.Desc
+	bytesOut, bytesIn, framesOut, framesIn           *prometheus.Desc
+	connErrors, droppedFrames                        *prometheus.Desc
+	sessCreated, sessExpired, sessJeopardy           *prometheus.Desc
+	watchers, watchEvents, watchSlow, watchCompacted *prometheus.Desc
+}
+
+func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc) eventDescs {
+	return eventDescs{
+		leaderChanges: d("raft_leader_changes_total", "Times this member saw a new leader (or the same one in a new term)."),
+		committed:     d("raft_proposals_committed_total", "Commands proposed through this member that applied."),
+		failed:        d("raft_proposals_failed_total", "Commands proposed through this member that certainly did not apply (no quorum, closed, cancelled before reaching Raft)."),
+		ambiguous:     d("raft_proposals_ambiguous_total", "Commands proposed through this member whose outcome is unknown (ErrAmbiguous)."),
+		snapSent:      d("raft_snapshots_sent_total", "Snapshots this member streamed to followers to the end."),
+		snapFailed:    d("raft_snapshot_send_failures_total", "Snapshot transfers to followers that failed on the way (Raft retries them)."),
+		snapInstalled: d("raft_snapshots_installed_total", "Snapshots from the leader that replaced this member's state."),
+		logSync: d("raft_log_sync_duration_seconds",
+			"Time to write and fsync one group commit of the Raft log."),
+		apply:         d("raft_apply_duration_seconds", "Time to apply one batch of committed entries to the state machine."),
+		bytesOut:      d("transport_sent_bytes_total", "Bytes of frames sent to each peer.", "peer"),
+		bytesIn:       d("transport_received_bytes_total", "Bytes of frames received from each peer.", "peer"),
+		framesOut:     d("transport_sent_frames_total", "Frames sent to each peer.", "peer"),
+		framesIn:      d("transport_received_frames_total", "Frames received from each peer.", "peer"),
+		connErrors:    d("transport_connection_errors_total", "Failed dials, lost connections and inbound connections refused or closed for cause."),
+		droppedFrames: d("transport_dropped_frames_total", "Envelopes the transport dropped instead of sending (full queue, unknown or unreachable peer, too large)."),
+		sessCreated:   d("sessions_created_total", "Sessions created by this member's NewSession."),
+		sessExpired:   d("sessions_expired_total", "This member's sessions that expired (the cell ended them, or their deadline passed here) rather than being closed."),
+		sessJeopardy:  d("sessions_jeopardy_total", "Times one of this member's sessions entered jeopardy (keep-alives unconfirmed for half its TTL)."),
+		watchers:      d("watchers", "Watches this member serves now (its own and its clients')."),
+		watchEvents:   d("watch_events_sent_total", "Events handed to this member's watches."),
+		watchSlow:     d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
+		watchCompacted: d("watch_compacted_ends_total",
+			"Watches ended because they needed revisions older than the retained history (ErrCompacted)."),
+	}
+}
+
+func (e *eventDescs) describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{e.leaderChanges, e.committed, e.failed, e.ambiguous,
+		e.snapSent, e.snapFailed, e.snapInstalled, e.logSync, e.apply,
+		e.bytesOut, e.bytesIn, e.framesOut, e.framesIn, e.connErrors, e.droppedFrames,
+		e.sessCreated, e.sessExpired, e.sessJeopardy,
+		e.watchers, e.watchEvents, e.watchSlow, e.watchCompacted} {
+		ch <- d
+	}
+}
+
+func (e *eventDescs) collect(ch chan<- prometheus.Metric, n *Node) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	rm := n.raft.Metrics()
+	counter(e.leaderChanges, rm.LeaderChanges)
+	counter(e.committed, rm.ProposalsCommitted)
+	counter(e.failed, rm.ProposalsFailed)
+	counter(e.ambiguous, rm.ProposalsAmbiguous)
+	counter(e.snapSent, rm.SnapshotsSent)
+	counter(e.snapFailed, rm.SnapshotsSendFailed)
+	counter(e.snapInstalled, rm.SnapshotsInstalled)
+	ch <- constHistogram(e.logSync, rm.LogSync)
+	ch <- constHistogram(e.apply, rm.Apply)
+
+	// A transport the user brought may not count; then there is nothing
+	// to report rather than zeros that look like a dead link.
+	if sr, ok := n.tr.(transport.StatsReporter); ok {
+		ts := sr.Stats()
+		for _, p := range ts.Peers {
+			counter(e.bytesOut, p.BytesOut, p.Peer)
+			counter(e.bytesIn, p.BytesIn, p.Peer)
+			counter(e.framesOut, p.FramesOut, p.Peer)
+			counter(e.framesIn, p.FramesIn, p.Peer)
+		}
+		counter(e.connErrors, ts.ConnErrors)
+		counter(e.droppedFrames, ts.Dropped)
+	}
+
+	ss := &n.sessionStats
+	counter(e.sessCreated, ss.created.Load())
+	counter(e.sessExpired, ss.expired.Load())
+	counter(e.sessJeopardy, ss.jeopardy.Load())
+
+	hs := n.hub.Stats()
+	ch <- prometheus.MustNewConstMetric(e.watchers, prometheus.GaugeValue, float64(hs.Watchers))
+	counter(e.watchEvents, hs.Events)
+	counter(e.watchSlow, hs.SlowEnds)
+	counter(e.watchCompacted, hs.CompactedEnds)
+}
+
+// constHistogram turns raftnode's duration histogram into Prometheus's.
+func constHistogram(d *prometheus.Desc, h raftnode.Histogram) prometheus.Metric {
+	bounds := raftnode.HistogramBounds()
+	buckets := make(map[float64]uint64, len(bounds))
+	for i, b := range bounds {
+		buckets[b.Seconds()] = h.Counts[i]
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets)
+}
