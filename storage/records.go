@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/wirebytes"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -59,18 +60,18 @@ func appendMeta(dst []byte, m smMeta) []byte {
 }
 
 func decodeMeta(b []byte) (smMeta, error) {
-	d, err := newDec(b, metaFormat1, "meta")
+	r, err := newRecord(b, metaFormat1, "meta")
 	if err != nil {
 		return smMeta{}, err
 	}
 	m := smMeta{
-		index:  d.uvarint(),
-		term:   d.uvarint(),
-		rev:    int64(d.uvarint()),
-		size:   int64(d.uvarint()),
-		oldest: int64(d.uvarint()),
+		index:  r.Uvarint(),
+		term:   r.Uvarint(),
+		rev:    int64(r.Uvarint()),
+		size:   int64(r.Uvarint()),
+		oldest: int64(r.Uvarint()),
 	}
-	return m, d.done("meta")
+	return m, recordDone(&r, "meta")
 }
 
 func encodeConf(cs *pb.ConfState) ([]byte, error) {
@@ -119,19 +120,16 @@ func appendKVRecord(dst []byte, kv *command.KV) []byte {
 // decodeKVRecord fills every field of kv but Key from b. kv.Value aliases
 // b: callers copy it when b does not outlive them.
 func decodeKVRecord(b []byte, kv *command.KV) error {
-	d, err := newDec(b, kvFormat1, "kv")
+	r, err := newRecord(b, kvFormat1, "kv")
 	if err != nil {
 		return err
 	}
-	kv.Version = int64(d.uvarint())
-	kv.CreateRev = int64(d.uvarint())
-	kv.ModRev = int64(d.uvarint())
-	kv.Session = int64(d.uvarint())
-	if d.bad {
-		return fmt.Errorf("%w: kv record", ErrCorrupt)
-	}
-	kv.Value = d.b[:len(d.b):len(d.b)]
-	return nil
+	kv.Version = int64(r.Uvarint())
+	kv.CreateRev = int64(r.Uvarint())
+	kv.ModRev = int64(r.Uvarint())
+	kv.Session = int64(r.Uvarint())
+	kv.Value = r.Take(r.Len())
+	return recordDone(&r, "kv")
 }
 
 // appendSessionKey appends the key of a session record: big-endian IDs
@@ -158,8 +156,7 @@ func appendSessionRecord(dst []byte, it sessionItem) []byte {
 	dst = binary.AppendUvarint(append(dst, format), uint64(it.ttl))
 	dst = binary.AppendUvarint(dst, uint64(it.unheard))
 	if it.owner != "" {
-		dst = binary.AppendUvarint(dst, uint64(len(it.owner)))
-		dst = append(dst, it.owner...)
+		dst = wirebytes.AppendString(dst, it.owner)
 	}
 	return dst
 }
@@ -171,20 +168,20 @@ func decodeSessionRecord(b []byte, it *sessionItem) error {
 	if len(b) > 0 && b[0] == sessionFormat2 {
 		format = sessionFormat2
 	}
-	d, err := newDec(b, format, "session")
+	r, err := newRecord(b, format, "session")
 	if err != nil {
 		return err
 	}
-	it.ttl = int64(d.uvarint())
-	it.unheard = int64(d.uvarint())
+	it.ttl = int64(r.Uvarint())
+	it.unheard = int64(r.Uvarint())
 	it.owner = ""
 	if format == sessionFormat2 {
-		it.owner = string(d.bytes())
-		if it.owner == "" {
-			d.bad = true // format 2 is only for an owner: one encoding per session
+		// Format 2 is only for an owner: one encoding per session.
+		if it.owner = r.Str(); it.owner == "" {
+			r.Fail("format 2 without an owner")
 		}
 	}
-	return d.done("session")
+	return recordDone(&r, "session")
 }
 
 func appendHistoryKey(dst []byte, rev int64) []byte {
@@ -199,17 +196,14 @@ func appendHistoryRecord(dst []byte, events []Event) []byte {
 	for i := range events {
 		ev := &events[i]
 		dst = append(dst, byte(ev.Type))
-		dst = binary.AppendUvarint(dst, uint64(len(ev.KV.Key)))
-		dst = append(dst, ev.KV.Key...)
-		dst = binary.AppendUvarint(dst, uint64(len(ev.KV.Value)))
-		dst = append(dst, ev.KV.Value...)
+		dst = wirebytes.AppendString(dst, ev.KV.Key)
+		dst = wirebytes.AppendString(dst, ev.KV.Value)
 		dst = binary.AppendUvarint(dst, uint64(ev.KV.Version))
 		dst = binary.AppendUvarint(dst, uint64(ev.KV.CreateRev))
 		dst = binary.AppendUvarint(dst, uint64(ev.KV.Session))
 		if p := ev.Prev; p != nil {
 			dst = append(dst, 1)
-			dst = binary.AppendUvarint(dst, uint64(len(p.Value)))
-			dst = append(dst, p.Value...)
+			dst = wirebytes.AppendString(dst, p.Value)
 			dst = binary.AppendUvarint(dst, uint64(p.Version))
 			dst = binary.AppendUvarint(dst, uint64(p.CreateRev))
 			dst = binary.AppendUvarint(dst, uint64(p.ModRev))
@@ -233,47 +227,70 @@ func decodeHistoryRecord(rev int64, b []byte) ([]Event, error) {
 	if format != historyFormat1 && format != historyFormat2 {
 		return nil, fmt.Errorf("%w: history record format %d", ErrFormat, format)
 	}
-	d := dec{b: b[1:]}
-	n := d.uvarint()
-	// Each event takes at least 6 bytes; a count beyond that is corruption,
-	// and checking first keeps a bad count from sizing a huge allocation.
-	if d.bad || n > uint64(len(d.b))/6 {
-		return nil, fmt.Errorf("%w: history record of revision %d", ErrCorrupt, rev)
+	r := wirebytes.NewReader(b[1:], ErrCorrupt)
+	// Each event takes at least 6 bytes, so a bad count cannot size a
+	// huge allocation.
+	n := r.Count(6)
+	var events []Event
+	if r.Err() == nil {
+		events = make([]Event, n)
 	}
-	events := make([]Event, n)
 	for i := range events {
 		ev := &events[i]
-		ev.Type = EventType(d.byte())
-		ev.KV.Key = string(d.bytes())
-		if v := d.bytes(); len(v) > 0 {
+		ev.Type = EventType(r.U8())
+		if ev.Type != EventPut && ev.Type != EventDelete {
+			r.Fail("event type %d", ev.Type)
+		}
+		ev.KV.Key = r.Str()
+		if v := r.Slice(); len(v) > 0 {
 			ev.KV.Value = v
 		}
-		ev.KV.Version = int64(d.uvarint())
-		ev.KV.CreateRev = int64(d.uvarint())
-		ev.KV.Session = int64(d.uvarint())
+		ev.KV.Version = int64(r.Uvarint())
+		ev.KV.CreateRev = int64(r.Uvarint())
+		ev.KV.Session = int64(r.Uvarint())
 		ev.KV.ModRev = rev
-		if format == historyFormat2 && d.byte() == 1 {
+		if format == historyFormat2 && r.U8() == 1 {
 			p := &command.KV{Key: ev.KV.Key}
-			if v := d.bytes(); len(v) > 0 {
+			if v := r.Slice(); len(v) > 0 {
 				p.Value = v
 			}
-			p.Version = int64(d.uvarint())
-			p.CreateRev = int64(d.uvarint())
-			p.ModRev = int64(d.uvarint())
-			p.Session = int64(d.uvarint())
+			p.Version = int64(r.Uvarint())
+			p.CreateRev = int64(r.Uvarint())
+			p.ModRev = int64(r.Uvarint())
+			p.Session = int64(r.Uvarint())
 			ev.Prev = p
 		}
-		if ev.Type != EventPut && ev.Type != EventDelete {
-			d.bad = true
-		}
 	}
-	if err := d.done("history"); err != nil {
-		return nil, err
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("history record of revision %d: %w", rev, err)
 	}
 	return events, nil
 }
 
-// dec reads the varint encodings above. Errors are sticky: after the first
+// newRecord checks the leading format byte of a record named what and
+// returns a reader of the rest; its errors wrap ErrCorrupt. Record
+// varints need not be minimal: these formats never promised one encoding.
+func newRecord(b []byte, format byte, what string) (wirebytes.Reader, error) {
+	if len(b) == 0 {
+		return wirebytes.Reader{}, fmt.Errorf("%w: empty %s record", ErrCorrupt, what)
+	}
+	if b[0] != format {
+		return wirebytes.Reader{}, fmt.Errorf("%w: %s record format %d, want %d", ErrFormat, what, b[0], format)
+	}
+	return wirebytes.NewReader(b[1:], ErrCorrupt), nil
+}
+
+// recordDone reports whether the record decoded exactly, with nothing left over.
+func recordDone(r *wirebytes.Reader, what string) error {
+	if err := r.Done(); err != nil {
+		return fmt.Errorf("%s record: %w", what, err)
+	}
+	return nil
+}
+
+// dec is the reader member records (members.go) and snapshot headers and
+// chunks (snapshot.go) still use; the records above use wirebytes, and
+// dec goes once those two files do. Errors are sticky: after the first
 // short or bad read every read returns zero and bad stays set, so decoders
 // check once at the end.
 type dec struct {
@@ -303,16 +320,6 @@ func (d *dec) uvarint() uint64 {
 	}
 	d.b = d.b[n:]
 	return v
-}
-
-func (d *dec) byte() byte {
-	if d.bad || len(d.b) == 0 {
-		d.bad = true
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
 }
 
 // bytes reads a length-prefixed byte string, capped so that appending to
