@@ -595,8 +595,11 @@ func TestGossipLeftMemberRemovedAtOnce(t *testing.T) {
 	putVia(t, c, l, "two-voters")
 	n := c.StartGossiping(c.Name(v))
 	waitUntil(t, 60*time.Second, "the new "+c.Name(v)+" promoted back to 3 voters", func() bool {
+		// The decision is logged once the change is committed: wait for
+		// both, so the log below is whole.
+		_, logged := rec.first(start, "promote", c.Name(n))
 		vs := votersOf(c, l)
-		return len(vs) == 3 && slices.Contains(vs, c.Name(n))
+		return logged && len(vs) == 3 && slices.Contains(vs, c.Name(n))
 	})
 	rec.log(t, start)
 	putVia(t, c, n, "after")
