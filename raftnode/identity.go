@@ -12,7 +12,7 @@ import (
 	"github.com/coordcell/coord/transport"
 )
 
-// Identity on the wire (invariants 11 and 12 of DESIGN.md).
+// Identity on the wire (invariants 11 and 12 of ARCHITECTURE.md).
 //
 // Every envelope carries the sender's cell ID and incarnation (wire.go).
 // The cell ID keeps two cells that can reach each other apart: a member

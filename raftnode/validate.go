@@ -15,7 +15,7 @@ import (
 )
 
 // Everything a peer sends is checked here before Raft or the snapshot
-// receiver sees it (invariant 11 of DESIGN.md). Raft trusts its input:
+// receiver sees it (invariant 11 of ARCHITECTURE.md). Raft trusts its input:
 // an empty proposal, a heartbeat committing past our log, an undecodable
 // conf change or a snapshot with a malformed ConfState make it panic.
 // The checks use only fields already decoded and what the raft loop
@@ -449,7 +449,7 @@ func (n *Node) dropped(from, what string, err error) {
 // log. A leader commits on a follower only what that follower
 // acknowledged as durable, so this member lost entries it promised to
 // keep (a wiped data directory, a damaged log): it may also have lost its
-// vote, and must not take part again (invariant 12 of DESIGN.md). Once
+// vote, and must not take part again (invariant 12 of ARCHITECTURE.md). Once
 // the leader has said so for a whole election timeout (a real loss
 // repeats with every heartbeat; one forged frame does not), the member
 // stops, saying what to do.

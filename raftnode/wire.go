@@ -11,7 +11,7 @@ import (
 
 // Every envelope this package sends starts with a fixed header: the wire
 // format version and a kind byte, so a member refuses what a newer member
-// sends rather than misreading it (invariant 10 of DESIGN.md), then the
+// sends rather than misreading it (invariant 10 of ARCHITECTURE.md), then the
 // cell ID and the sender's incarnation (identity.go), so a member refuses
 // what another cell, or a member that lost its state, says (invariant 11).
 //

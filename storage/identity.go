@@ -15,7 +15,7 @@ import (
 // The incarnation is drawn at random when the directory is created, so a
 // member that comes back with a wiped or replaced directory speaks with a
 // new one, and the members that knew the old one can tell (invariant 12
-// of DESIGN.md: a member that may have lost its vote or acknowledged
+// of ARCHITECTURE.md: a member that may have lost its vote or acknowledged
 // entries must not count until it has been replaced).
 type Identity struct {
 	// CellID names the cell the directory belongs to; 0 until known (a

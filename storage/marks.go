@@ -18,7 +18,7 @@ import (
 // older than what this member is known to have made durable: its vote,
 // its term, or log entries it synced (and so may have acknowledged).
 // Such a member could vote twice in a term or count toward a commit with
-// entries it no longer has (invariant 12 of DESIGN.md), so it must not
+// entries it no longer has (invariant 12 of ARCHITECTURE.md), so it must not
 // start: remove it from the cell and add it back with an empty directory.
 // It is coord.ErrStateLost itself, the error raftnode reports when the
 // other members find the same loss, so one errors.Is check covers both.

@@ -18,7 +18,7 @@ var ErrCorrupt = errors.New("storage: corrupt record")
 // Record formats. Every value the state machine persists or sends starts
 // with one of these bytes, so that a later layout can be told apart from
 // this one and a node refuses, clearly, a record it does not understand
-// (invariant 10 of DESIGN.md). They are hand-rolled varint encodings rather
+// (invariant 10 of ARCHITECTURE.md). They are hand-rolled varint encodings rather
 // than msgpack because KV and history records are written for every put.
 const (
 	metaFormat1     byte = 1

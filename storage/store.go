@@ -53,7 +53,7 @@ import (
 const defaultEntryCacheBytes = 1 << 20
 
 // FormatVersion is the on-disk format of this package. A store written
-// with another version is refused by Open (invariant 10 of DESIGN.md).
+// with another version is refused by Open (invariant 10 of ARCHITECTURE.md).
 //
 // Format 2 moved the Raft log out of Pebble into its own write-ahead
 // log; Open upgrades a format-1 store (upgrade.go).

@@ -13,7 +13,7 @@ import (
 // Wire format. Each frame is a 4-byte big-endian length n, then n bytes
 // holding one msgpack array [V, From, To, Data]. V leads so that a node
 // can refuse a frame from a newer format before reading anything else
-// (invariant 10 of DESIGN.md).
+// (invariant 10 of ARCHITECTURE.md).
 const (
 	// FrameVersion is the format version written in every frame. Frames
 	// with any other version are refused.

@@ -10,7 +10,7 @@
 // synced, so never acknowledged. Damage anywhere else, to data that was
 // once durable, is refused with ErrCorrupt: a member must not run on a
 // log that silently lost entries it may have acknowledged (invariant 12
-// of DESIGN.md).
+// of ARCHITECTURE.md).
 package wal
 
 import (
