@@ -55,7 +55,7 @@ type collector struct {
 	revision, oldestRev, sessions        *prometheus.Desc
 	lockQueues, lockWaiters, elections   *prometheus.Desc
 	members, memberHealth, up            *prometheus.Desc
-	quota                                *prometheus.Desc
+	quota, keyspace                      *prometheus.Desc
 	logHeld                              *prometheus.Desc
 	events                               eventDescs
 }
@@ -84,6 +84,7 @@ func newCollector(n *Node) *collector {
 		lockWaiters: d("lock_waiters", "Entries queued after the first under each lock, summed over locks: waiters (and, for shared locks, co-holders)."),
 		elections:   d("elections", "Election groups with at least one candidate."),
 		quota:       d("quota_bytes", "The keyspace quota (Config.QuotaBytes): writes that would grow the keyspace past it fail."),
+		keyspace:    d("keyspace_bytes", "Bytes of live keys and values, as the quota counts them (alert well before quota_bytes)."),
 		members:     d("members", "Members of the cell by role.", "role"),
 		memberHealth: d("member_health", "Members by health as the leader sees them (only the leader reports it).",
 			"health"),
@@ -96,7 +97,7 @@ func newCollector(n *Node) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.term, c.isLeader, c.hasLeader, c.commit, c.applied,
 		c.lastIndex, c.applyLag, c.logSyncs, c.logEntries, c.dropped, c.revision, c.oldestRev,
-		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota, c.logHeld} {
+		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota, c.keyspace, c.logHeld} {
 		ch <- d
 	}
 	c.events.describe(ch)
@@ -137,6 +138,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.revision, float64(st.Revision))
 	gauge(c.oldestRev, float64(n.sm.OldestRevision()))
 	gauge(c.quota, float64(n.cfg.QuotaBytes))
+	gauge(c.keyspace, float64(n.sm.KeyspaceBytes()))
 	first, _ := n.store.RaftLog().FirstIndex()
 	gauge(c.logHeld, float64(st.LastIndex+1-min(first, st.LastIndex+1)))
 	c.events.collect(ch, n)

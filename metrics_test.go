@@ -89,7 +89,7 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 
 	after := scrape(t, regs[li])
 	for _, m := range []string{
-		"coord_raft_log_sync_duration_seconds", "coord_raft_apply_duration_seconds",
+		"coord_raft_log_sync_duration_seconds", "coord_raft_apply_duration_seconds", "coord_keyspace_bytes",
 		"coord_transport_sent_frames_total{" + follower + "}", "coord_transport_sent_bytes_total{" + follower + "}",
 		"coord_transport_received_frames_total{" + follower + "}", "coord_transport_received_bytes_total{" + follower + "}",
 	} {

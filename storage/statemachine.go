@@ -46,6 +46,7 @@ type StateMachine struct {
 	appliedIndex atomic.Uint64
 	revision     atomic.Int64
 	oldest       atomic.Int64
+	keyspace     atomic.Int64 // bytes of live keys and values, as the quota counts them
 	confState    atomic.Pointer[pb.ConfState]
 
 	snapMu    sync.Mutex
@@ -108,6 +109,7 @@ func (sm *StateMachine) publish(m smMeta, cs *pb.ConfState, mem memState) {
 	sm.appliedIndex.Store(m.index)
 	sm.revision.Store(m.rev)
 	sm.oldest.Store(m.oldest)
+	sm.keyspace.Store(m.size)
 }
 
 // readMeta reads the bookkeeping through r: the DB, a batch or a Pebble
@@ -193,6 +195,10 @@ func (sm *StateMachine) AppliedIndex() uint64 { return sm.appliedIndex.Load() }
 
 // Revision returns the current cell revision.
 func (sm *StateMachine) Revision() int64 { return sm.revision.Load() }
+
+// KeyspaceBytes is the size of the live keys and values as of the applied
+// state, the figure Options.QuotaBytes bounds. It reads memory only.
+func (sm *StateMachine) KeyspaceBytes() int64 { return sm.keyspace.Load() }
 
 // ConfState returns the membership as of the applied index. The caller
 // owns the result.
