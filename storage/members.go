@@ -1,12 +1,12 @@
 package storage
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/wirebytes"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -35,19 +35,17 @@ func removedKey(id uint64) []byte {
 
 func appendMemberRecord(dst []byte, m MemberInfo) []byte {
 	dst = append(dst, memberFormat1)
-	dst = binary.AppendUvarint(dst, uint64(len(m.Name)))
-	dst = append(dst, m.Name...)
-	dst = binary.AppendUvarint(dst, uint64(len(m.Addr)))
-	return append(dst, m.Addr...)
+	dst = wirebytes.AppendString(dst, m.Name)
+	return wirebytes.AppendString(dst, m.Addr)
 }
 
 func decodeMemberRecord(id uint64, b []byte) (MemberInfo, error) {
-	d, err := newDec(b, memberFormat1, "member")
+	r, err := newRecord(b, memberFormat1, "member")
 	if err != nil {
 		return MemberInfo{}, err
 	}
-	m := MemberInfo{ID: id, Name: string(d.bytes()), Addr: string(d.bytes())}
-	return m, d.done("member")
+	m := MemberInfo{ID: id, Name: r.Str(), Addr: r.Str()}
+	return m, recordDone(&r, "member")
 }
 
 // applyConfChange records in b the address-book side of a membership

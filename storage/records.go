@@ -288,61 +288,6 @@ func recordDone(r *wirebytes.Reader, what string) error {
 	return nil
 }
 
-// dec is the reader member records (members.go) and snapshot headers and
-// chunks (snapshot.go) still use; the records above use wirebytes, and
-// dec goes once those two files do. Errors are sticky: after the first
-// short or bad read every read returns zero and bad stays set, so decoders
-// check once at the end.
-type dec struct {
-	b   []byte
-	bad bool
-}
-
-// newDec checks the leading format byte of a record named what.
-func newDec(b []byte, format byte, what string) (dec, error) {
-	if len(b) == 0 {
-		return dec{}, fmt.Errorf("%w: empty %s record", ErrCorrupt, what)
-	}
-	if b[0] != format {
-		return dec{}, fmt.Errorf("%w: %s record format %d, want %d", ErrFormat, what, b[0], format)
-	}
-	return dec{b: b[1:]}, nil
-}
-
-func (d *dec) uvarint() uint64 {
-	if d.bad {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// bytes reads a length-prefixed byte string, capped so that appending to
-// it cannot overwrite what follows.
-func (d *dec) bytes() []byte {
-	n := d.uvarint()
-	if d.bad || n > uint64(len(d.b)) {
-		d.bad = true
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-// done reports whether the record decoded exactly, with nothing left over.
-func (d *dec) done(what string) error {
-	if d.bad || len(d.b) != 0 {
-		return fmt.Errorf("%w: %s record", ErrCorrupt, what)
-	}
-	return nil
-}
-
 // prefixEnd returns the smallest key greater than every key starting with
 // p, or nil if there is none (p is all 0xff). Every key of ours starts with
 // a prefix byte below 0xff, so for them it is never nil.

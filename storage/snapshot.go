@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/coordcell/coord/internal/wirebytes"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -93,12 +94,12 @@ func (sm *StateMachine) snapshot() (*pb.Snapshot, error) {
 }
 
 func decodeSnapData(data []byte) (rev int64, err error) {
-	d, err := newDec(data, snapDataFormat1, "snapshot header")
+	r, err := newRecord(data, snapDataFormat1, "snapshot header")
 	if err != nil {
 		return 0, err
 	}
-	rev = int64(d.uvarint())
-	return rev, d.done("snapshot header")
+	rev = int64(r.Uvarint())
+	return rev, recordDone(&r, "snapshot header")
 }
 
 // SnapshotReader yields a snapshot's state in chunks.
@@ -295,11 +296,11 @@ func stagePairs(b *pebble.Batch, data []byte) error {
 	if data[0] != chunkFormat1 {
 		return fmt.Errorf("%w: %w: chunk format %d", ErrSnapshotChunk, ErrFormat, data[0])
 	}
-	d := dec{b: data[1:]}
+	r := wirebytes.NewReader(data[1:], ErrCorrupt)
 	var key []byte
-	for len(d.b) > 0 {
-		k, v := d.bytes(), d.bytes()
-		if d.bad {
+	for r.Len() > 0 {
+		k, v := r.Slice(), r.Slice()
+		if r.Err() != nil {
 			return fmt.Errorf("%w: truncated pair", ErrSnapshotChunk)
 		}
 		// Installing copies staged pairs to their original keys; a key

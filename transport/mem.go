@@ -313,7 +313,7 @@ func (n *Network) reachableLocked(from, to string) bool {
 // returns; each duplicate gets its own copy because receivers own Data.
 // From is overwritten with the sender's real name whatever the caller
 // put there: receivers may trust it, as they may trust the TCP
-// transport's authenticated sender (invariant 11 of DESIGN.md).
+// transport's authenticated sender (invariant 11 in ARCHITECTURE.md).
 func (n *Network) send(from string, env Envelope) bool {
 	env.From = from
 	n.mu.Lock()

@@ -238,7 +238,7 @@ func cellTLS(cfg TCPConfig) (*tls.Config, error) {
 		return SecretTLS(cfg.Secret, cfg.Name)
 	case cfg.TLS != nil && cfg.TLS.ClientAuth != tls.RequireAndVerifyClientCert:
 		// Without a verified client certificate nothing proves who a
-		// sender is (invariant 11 of DESIGN.md).
+		// sender is (invariant 11 in ARCHITECTURE.md).
 		return nil, fmt.Errorf("%w: TLS.ClientAuth must be tls.RequireAndVerifyClientCert", ErrConfig)
 	}
 	return cfg.TLS, nil
