@@ -347,11 +347,13 @@ func (c *ClientConn) readLoop(fr *frameReader) error {
 			p, ok := c.pending[f.ID]
 			delete(c.pending, f.ID)
 			issued := f.ID <= c.nextID
+			// Read under mu: Call sets it under mu when its caller gives up.
+			abandoned := ok && p.abandoned
 			c.mu.Unlock()
 			switch {
 			case !issued || !ok:
 				return fmt.Errorf("%w: response to request %d, never sent or already answered", ErrProtocol, f.ID)
-			case p.abandoned:
+			case abandoned:
 				<-c.slots // the late answer of a cancelled call: dropped
 			default:
 				p.ch <- m
