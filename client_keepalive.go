@@ -15,7 +15,9 @@ import (
 // clientKeeper keeps a client's sessions alive: one KeepAlive message
 // per interval carries every session, and the member folds it into its
 // own batch to the leader, so a client costs the cell one message per
-// interval however many sessions it holds. An ack confirms each session
+// interval however many sessions it holds. The client keeps in the phase
+// of the member's batches (nextDueLocked), so its keep-alive waits on the
+// member for a fraction of an election timeout, not up to an interval. An ack confirms each session
 // with the client's own send time, so Until and jeopardy mean on a
 // client what they mean on a member (the leader heard the keep-alive
 // after the client sent it, and grants a TTL from then).
@@ -26,13 +28,20 @@ type clientKeeper struct {
 	// sends counts the KeepAlive messages sent, for tests and benchmarks.
 	sends atomic.Int64
 
-	mu       sync.Mutex
-	local    map[SessionID]*Session
-	fresh    bool
-	seq      uint64
-	sent     map[uint64]sentBatch
-	maxTTL   time.Duration
-	oldest   time.Time // send time of the oldest keep-alive unanswered on this connection; zero when none
+	mu     sync.Mutex
+	local  map[SessionID]*Session
+	fresh  bool
+	seq    uint64
+	sent   map[uint64]sentBatch
+	maxTTL time.Duration
+	oldest time.Time // send time of the oldest keep-alive unanswered on this connection; zero when none
+	// The phase of the regular keep-alives (nextDue): the last one's
+	// sequence number and send time, and when its ack arrived (zero
+	// until it does).
+	lastSeq  uint64
+	lastAt   time.Time
+	ackAt    time.Time
+	interval time.Duration // the regular interval at the last send
 	waiters  map[uint64]chan struct{}
 	closed   bool
 	pendingW sync.WaitGroup // proposeAsync's goroutines
@@ -78,47 +87,59 @@ func (k *clientKeeper) reconnected() {
 	k.mu.Lock()
 	k.oldest = time.Time{}
 	k.fresh = true
+	k.lastSeq, k.lastAt, k.ackAt = 0, time.Time{}, time.Time{}
 	k.mu.Unlock()
 	k.nudge()
 }
 
+// foldWait is the longest a keep-alive waits on the member for the
+// batch that carries it (clientFold): half an interval, an eighth of an
+// election timeout, and the member's tick.
+func (k *clientKeeper) foldWait(interval time.Duration) time.Duration {
+	et := k.c.electionTimeout()
+	return interval/2 + et/8 + et/4
+}
+
 // stalled reports whether a keep-alive has gone unanswered on this
-// connection for two election timeouts: the member is alive but cannot
-// reach the leader (or is too slow), so the client should move on. Two
-// election timeouts cover a change of leader, which stalls every member.
+// connection for two election timeouts beyond the member's folding
+// delay: the member is alive but cannot reach the leader (or is too
+// slow), so the client should move on. Two election timeouts cover a
+// change of leader, which stalls every member.
 func (k *clientKeeper) stalled(now time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return !k.oldest.IsZero() && now.Sub(k.oldest) > 2*k.c.electionTimeout()
+	return !k.oldest.IsZero() && now.Sub(k.oldest) > k.foldWait(k.interval)+2*k.c.electionTimeout()
 }
 
 func (k *clientKeeper) run() {
 	et := k.c.electionTimeout()
 	tick := time.NewTicker(max(et/4, time.Millisecond))
 	defer tick.Stop()
-	var last time.Time
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
 	for {
 		force := false
 		select {
 		case <-k.c.life.Done():
 			return
 		case <-tick.C:
+		case <-due.C:
 		case <-k.poke:
 			force = true
 		}
 		now := time.Now()
-		if k.sendDue(now, last, force) {
-			last = now
-		}
+		next := k.sendDue(now, force)
 		k.checkLocal(now)
+		// A timer rather than the tick, so the keep-alive leaves when its
+		// phase says (nextDue), not up to a tick later.
+		due.Reset(max(next.Sub(time.Now()), time.Millisecond))
 	}
 }
 
-// sendDue sends one keep-alive for every automatic session when the most
-// demanding is due (TTL/4 since the last), every quarter election
-// timeout while the last is unconfirmed, or at once when forced.
-func (k *clientKeeper) sendDue(now, last time.Time, force bool) bool {
-	et := k.c.electionTimeout()
+// sendDue sends one keep-alive for every automatic session when it is
+// due (nextDue), or at once when forced or a session was added, and
+// returns when the next is due.
+func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	k.mu.Lock()
 	var ids []SessionID
 	interval := time.Duration(1<<63 - 1)
@@ -128,18 +149,48 @@ func (k *clientKeeper) sendDue(now, last time.Time, force bool) bool {
 		}
 		ids = append(ids, id)
 		interval = min(interval, s.ttl/sessions.KeepAliveDivisor)
-		if s.unconfirmed() {
-			interval = min(interval, et/4)
-		}
 	}
 	fresh := k.fresh
 	k.fresh = false
+	k.interval = interval
+	next := k.nextDueLocked(interval)
 	k.mu.Unlock()
-	if len(ids) == 0 || (!fresh && !force && now.Sub(last) < interval) {
-		return false
+	if len(ids) == 0 {
+		return now.Add(time.Hour)
 	}
-	_, ok := k.send(now, ids)
-	return ok
+	if !fresh && !force && now.Before(next) {
+		return next
+	}
+	seq, ok := k.send(now, ids)
+	if !ok {
+		return now.Add(k.c.electionTimeout() / 4)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lastSeq, k.lastAt, k.ackAt = seq, now, time.Time{}
+	return k.nextDueLocked(interval)
+}
+
+// nextDueLocked is when the next regular keep-alive is due. The member
+// folds it into its next regular batch, one per interval (clientFold),
+// so the client times it from the ack of the last: that ack left just
+// after the member's batch, so the next keep-alive, sent an interval
+// minus a lead later, reaches the member shortly before its next batch.
+// The lead (three eighths of an election timeout) covers the member's
+// batch leaving up to half a tick early and the round trips, and is less
+// than the member's longest fold, so a client out of phase drifts into
+// it. Until that ack arrives, the next is due an interval after the
+// last: the ack may be late, but the cadence holds (the member retries
+// with the leader itself, and a stalled member is left, see stalled).
+// k.mu is held.
+func (k *clientKeeper) nextDueLocked(interval time.Duration) time.Time {
+	if k.lastAt.IsZero() {
+		return time.Time{}
+	}
+	if k.ackAt.IsZero() {
+		return k.lastAt.Add(interval)
+	}
+	return k.ackAt.Add(interval - 3*k.c.electionTimeout()/8)
 }
 
 // send sends one KeepAlive for ids and returns its sequence number.
@@ -193,6 +244,9 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 		// Everything sent up to this one has had its answer or never
 		// will; the stall clock restarts with the next send.
 		k.oldest = time.Time{}
+		if a.Seq == k.lastSeq {
+			k.ackAt = time.Now()
+		}
 	}
 	var alive, gone []*Session
 	if ok {

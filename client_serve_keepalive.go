@@ -10,8 +10,9 @@ import (
 
 // Clients' keep-alives are folded into this member's own batched
 // keep-alive to the leader: a client sends one KeepAlive per interval for
-// all its sessions, the member adds their IDs to the next batch it sends
-// (one message per interval, whatever the number of clients), and the
+// all its sessions, the member adds their IDs to its next batch (one
+// message per interval, whatever the number of clients; see clientFold
+// for the cadence), and the
 // leader's ack of that batch answers every client folded into it. No log
 // entry is written for any of it, as for a member's own sessions.
 //
@@ -29,12 +30,25 @@ import (
 //  4. so the cell's deadline is ≥ b + TTL ≥ c + TTL, and the client's
 //     margin covers the clock-rate difference, as on a member.
 
-// clientFold holds the client sessions folded since the last batch. It
-// is guarded by the engine's mu.
+// clientFold holds the clients' keep-alives folded since the batch that
+// last carried them. It is guarded by the engine's mu.
+//
+// Cadence: a folded keep-alive rides the member's next regular batch
+// (one per interval, whatever the number of clients), unless it would
+// wait longer than half its interval (plus an eighth of an election
+// timeout): then the member sends an early batch carrying only the
+// keep-alives that waited that long. Clients time their next keep-alive
+// from the ack of the last (clientKeeper.nextDue), so they arrive just
+// before the member's next regular batch and stay in its phase; one that
+// arrives out of phase is answered by an early batch and drifts into
+// phase within a few intervals (each early answer moves its arrival
+// later by more than the client's lead). The member's regular phase is
+// set only by regular batches, so early ones never pull the clients
+// already in phase. The longest wait is thus half an interval and a
+// tick, which keeps a client's confirmations less than two intervals
+// apart (jeopardy is half a TTL, two intervals, without one).
 type clientFold struct {
-	pend    map[SessionID]time.Duration // session → its TTL
 	waiters []*clientWaiter
-	urgent  bool                  // a waiter went unanswered: send at the next tick
 	known   map[SessionID]knownID // client sessions this member sent lately
 }
 
@@ -43,51 +57,85 @@ type knownID struct {
 	ttl time.Duration
 }
 
-// clientWaiter is one client keep-alive waiting for the ack of the batch
-// its IDs went out in.
+// clientWaiter is one client keep-alive waiting for the batch that
+// carries it, and then for that batch's ack.
 type clientWaiter struct {
-	done chan *sessions.Ack // buffered: the ack is never waited for
+	ids    map[SessionID]time.Duration // session → its TTL
+	at     time.Time                   // when it was folded
+	urgent bool                        // a retry: its last batch went unanswered
+	done   chan *sessions.Ack          // buffered: the ack is never waited for
 }
 
 func (f *clientFold) init() {
-	f.pend = make(map[SessionID]time.Duration)
 	f.known = make(map[SessionID]knownID)
 }
 
-// due reports what the folded sessions ask of the next batch: their IDs,
-// the interval they need (TTL/KeepAliveDivisor), and whether the batch
-// should go at once: a session this member has not sent lately (new, or
-// its client just moved here), or a client left waiting too long. In
-// steady state a client's sessions ride the member's regular interval.
-func (f *clientFold) due(now time.Time) (ids []SessionID, interval time.Duration, fresh bool) {
-	interval = time.Duration(1<<63 - 1)
-	fresh = f.urgent
-	for id, ttl := range f.pend {
-		ids = append(ids, id)
-		interval = min(interval, ttl/sessions.KeepAliveDivisor)
-		if k, ok := f.known[id]; !ok || now.Sub(k.at) > 2*ttl/sessions.KeepAliveDivisor {
-			fresh = true
-		}
+// interval is the keep-alive interval w's sessions need.
+func (w *clientWaiter) interval() time.Duration {
+	iv := time.Duration(1<<63 - 1)
+	for _, ttl := range w.ids {
+		iv = min(iv, ttl/sessions.KeepAliveDivisor)
 	}
-	return ids, interval, fresh
+	return iv
 }
 
-// take empties the fold into a batch composed now.
-func (f *clientFold) take(now time.Time) ([]SessionID, []*clientWaiter) {
-	ids := make([]SessionID, 0, len(f.pend))
-	for id, ttl := range f.pend {
-		ids = append(ids, id)
-		f.known[id] = knownID{at: now, ttl: ttl}
+// early reports whether w should go before the member's next regular
+// batch: it is a retry, it carries a session this member has not sent
+// lately (new, or its client just moved here), or it has waited half its
+// interval and an eighth of an election timeout.
+func (f *clientFold) early(w *clientWaiter, now time.Time, et time.Duration) bool {
+	if w.urgent || now.Sub(w.at) >= w.interval()/2+et/8 {
+		return true
+	}
+	for id, ttl := range w.ids {
+		if k, ok := f.known[id]; !ok || now.Sub(k.at) > 2*ttl/sessions.KeepAliveDivisor {
+			return true
+		}
+	}
+	return false
+}
+
+// due reports what the folded keep-alives ask of the batches: whether any
+// is waiting, the interval they need, and whether any should go early.
+func (f *clientFold) due(now time.Time, et time.Duration) (pending bool, interval time.Duration, early bool) {
+	interval = time.Duration(1<<63 - 1)
+	for _, w := range f.waiters {
+		interval = min(interval, w.interval())
+		early = early || f.early(w, now, et)
+	}
+	return len(f.waiters) > 0, interval, early
+}
+
+// take removes from the fold the keep-alives for a batch composed now
+// (all of them for a regular batch, only the early ones otherwise) and
+// returns their session IDs.
+func (f *clientFold) take(now time.Time, et time.Duration, all bool) ([]SessionID, []*clientWaiter) {
+	var taken, kept []*clientWaiter
+	for _, w := range f.waiters {
+		if all || f.early(w, now, et) {
+			taken = append(taken, w)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	f.waiters = kept
+	seen := make(map[SessionID]bool)
+	var ids []SessionID
+	for _, w := range taken {
+		for id, ttl := range w.ids {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+			f.known[id] = knownID{at: now, ttl: ttl}
+		}
 	}
 	for id, k := range f.known {
 		if now.Sub(k.at) > 2*k.ttl {
 			delete(f.known, id) // its client went quiet or away
 		}
 	}
-	w := f.waiters
-	clear(f.pend)
-	f.waiters, f.urgent = nil, false
-	return ids, w
+	return ids, taken
 }
 
 // answerClients hands a batch's ack to the client keep-alives folded
@@ -101,17 +149,13 @@ func answerClients(ws []*clientWaiter, a *sessions.Ack) {
 	}
 }
 
-// foldClient adds a client's sessions (each with its TTL) to the next
-// batch and returns where that batch's ack arrives. urgent makes the
-// batch go at the next tick rather than at the member's interval.
+// foldClient adds a client's sessions (each with its TTL) to the fold
+// and returns where the ack of the batch that carries them arrives.
+// urgent makes that batch go at the next tick.
 func (e *sessionEngine) foldClient(ids map[SessionID]time.Duration, urgent bool) *clientWaiter {
-	w := &clientWaiter{done: make(chan *sessions.Ack, 1)}
+	w := &clientWaiter{ids: ids, at: time.Now(), urgent: urgent, done: make(chan *sessions.Ack, 1)}
 	e.mu.Lock()
-	for id, ttl := range ids {
-		e.clients.pend[id] = ttl
-	}
 	e.clients.waiters = append(e.clients.waiters, w)
-	e.clients.urgent = e.clients.urgent || urgent
 	e.mu.Unlock()
 	return w
 }

@@ -228,8 +228,13 @@ func TestServeClientsKeepAliveFolding(t *testing.T) {
 		require.NoError(t, err)
 		clients[i] = rc
 		wg.Go(func() {
-			for range 100 {
+			for k := range 100 {
 				ids[i] = append(ids[i], rc.newSession(t, ctx, ttl))
+				if k%20 == 19 {
+					// Creating a thousand takes longer than a TTL under
+					// the race detector on a busy machine.
+					rc.keepAlive(t, ctx, uint64(1000+k), ids[i]...)
+				}
 			}
 		})
 	}

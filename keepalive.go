@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/sessions"
+	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
 )
 
@@ -239,11 +240,21 @@ func (e *sessionEngine) run() {
 
 // --- the holder's side ---
 
-// sendDue sends one keep-alive for every automatic local session when
-// the most demanding of them is due (TTL/KeepAliveDivisor since the
-// last), or sooner, every quarter election timeout, while the last one
-// is unconfirmed: a failover must not eat into the holders' deadlines.
+// sendDue sends one keep-alive for every automatic local session and
+// every folded client keep-alive when the most demanding of them is due
+// (TTL/KeepAliveDivisor since the last regular batch), or sooner, every
+// quarter election timeout, while the last one is unconfirmed: a
+// failover must not eat into the holders' deadlines. It reports whether
+// it sent such a regular batch, which sets the phase of the next.
+// Otherwise it sends an early batch for just the client keep-alives that
+// cannot wait (clientFold), leaving the phase alone.
+//
+// A batch is due half a tick early: last is the time of a tick, and a
+// later tick that runs a little ahead of the ticker's schedule must not
+// push the batch a whole tick late, so that clients timing themselves
+// from the member's batches can rely on one every interval.
 func (e *sessionEngine) sendDue(now, last time.Time) bool {
+	tick := max(e.et/4, time.Millisecond)
 	e.mu.Lock()
 	var ids []SessionID
 	interval := time.Duration(1<<63 - 1)
@@ -257,46 +268,53 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 			interval = min(interval, e.et/4)
 		}
 	}
-	cids, cinterval, cfresh := e.clients.due(now)
+	pending, cinterval, early := e.clients.due(now, e.et)
 	interval = min(interval, cinterval)
-	fresh := e.fresh || cfresh
+	fresh := e.fresh
 	e.fresh = false
 	e.mu.Unlock()
-	if len(ids)+len(cids) == 0 || (!fresh && now.Sub(last) < interval) {
+	if (len(ids) > 0 || pending) && (fresh || now.Sub(last) >= interval-tick/2) {
+		return e.sendBatch(now, ids, true)
+	}
+	if early {
+		e.sendBatch(now, nil, false)
+	}
+	return false
+}
+
+// send sends a keep-alive for ids to the leader, with no client's.
+func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
+	st := e.n.raft.Status()
+	if st.Leader == 0 || len(ids) == 0 {
 		return false
 	}
-	return e.sendWithClients(now, ids)
+	e.mu.Lock()
+	return e.sendLocked(st, now, ids, nil)
 }
 
-// send sends a keep-alive for ids to the leader.
-func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
-	return e.sendBatch(now, ids, false)
-}
-
-// sendWithClients sends a keep-alive for ids and for every client
-// session folded since the last batch.
-func (e *sessionEngine) sendWithClients(now time.Time, ids []SessionID) bool {
-	return e.sendBatch(now, ids, true)
-}
-
-func (e *sessionEngine) sendBatch(now time.Time, ids []SessionID, withClients bool) bool {
+// sendBatch sends a keep-alive for ids and for the client keep-alives
+// folded so far: all of them (a regular batch), or only those that
+// cannot wait for the next regular one.
+func (e *sessionEngine) sendBatch(now time.Time, ids []SessionID, allClients bool) bool {
 	st := e.n.raft.Status()
 	if st.Leader == 0 {
 		return false
 	}
 	e.mu.Lock()
-	var waiters []*clientWaiter
-	if withClients {
-		// Taken only now, after the client keep-alives arrived: a batch
-		// composed before one arrived never carries (so never confirms) it.
-		var cids []SessionID
-		cids, waiters = e.clients.take(now)
-		ids = append(slices.Clip(ids), cids...)
-	}
+	// Taken only now, after the client keep-alives arrived: a batch
+	// composed before one arrived never carries (so never confirms) it.
+	cids, waiters := e.clients.take(now, e.et, allClients)
+	ids = append(slices.Clip(ids), cids...)
 	if len(ids) == 0 {
 		e.mu.Unlock()
 		return false
 	}
+	return e.sendLocked(st, now, ids, waiters)
+}
+
+// sendLocked sends one keep-alive for ids whose ack answers waiters.
+// e.mu is held and is released.
+func (e *sessionEngine) sendLocked(st raftnode.Status, now time.Time, ids []SessionID, waiters []*clientWaiter) bool {
 	e.seq++
 	seq := e.seq
 	e.sent[seq] = sentBatch{at: now, ids: ids, waiters: waiters}
