@@ -24,6 +24,12 @@ const MinSecretLen = 32
 // it splits every cell that uses a Secret from its older members.
 const secretCAInfo = "coord cell CA"
 
+// clientSecretCAInfo is the HKDF info string for the clients' CA key
+// (ClientSecretTLS). Being another label, a certificate it signs is never
+// trusted by the member transport, even when the bytes are the same
+// secret.
+const clientSecretCAInfo = "coord client CA"
+
 // Validity of the certificates SecretTLS makes. The leaf's key lives in
 // memory for one process only, so a wide window costs nothing, and it
 // keeps clock skew between members (invariant 9 of DESIGN.md) from ever
@@ -77,16 +83,57 @@ func SecretTLS(secret []byte, name string) (*tls.Config, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty member name", ErrConfig)
 	}
-	seed, err := hkdf.Key(sha256.New, secret, nil, secretCAInfo, ed25519.SeedSize)
+	ca, caKey, err := secretCA(secret, secretCAInfo)
 	if err != nil {
-		return nil, fmt.Errorf("transport: derive CA key: %w", err)
+		return nil, err
+	}
+	return secretLeafTLS(ca, caKey, name)
+}
+
+// ClientSecretTLS is SecretTLS for a client that is not a member: its
+// certificate is signed by a CA derived from secret under another label
+// ("coord client CA"), so it authenticates the client to a member's
+// client port but is refused by the member transport, whatever the
+// secret. Members serving clients present a certificate from the same
+// CA, which is what the client verifies. Whoever knows the client secret
+// can mint a client certificate for any name (and pose as a member to
+// other clients): keep it like a private key, apart from the members'.
+func ClientSecretTLS(secret []byte, name string) (*tls.Config, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty client name", ErrConfig)
+	}
+	ca, caKey, err := secretCA(secret, clientSecretCAInfo)
+	if err != nil {
+		return nil, err
+	}
+	return secretLeafTLS(ca, caKey, name)
+}
+
+// ClientSecretCA returns the CA certificate ClientSecretTLS derives from
+// secret, for a member's client port to trust beside its own CA.
+func ClientSecretCA(secret []byte) (*x509.Certificate, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	ca, _, err := secretCA(secret, clientSecretCAInfo)
+	return ca, err
+}
+
+// secretCA derives the CA certificate and key for info from secret.
+func secretCA(secret []byte, info string) (*x509.Certificate, ed25519.PrivateKey, error) {
+	seed, err := hkdf.Key(sha256.New, secret, nil, info, ed25519.SeedSize)
+	if err != nil {
+		return nil, nil, fmt.Errorf("transport: derive CA key: %w", err)
 	}
 	caKey := ed25519.NewKeyFromSeed(seed)
 	// Every field is fixed, and Ed25519 signatures are deterministic, so
 	// all members hold the very same CA certificate.
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: secretCAInfo},
+		Subject:               pkix.Name{CommonName: info},
 		NotBefore:             secretNotBefore,
 		NotAfter:              secretNotAfter,
 		IsCA:                  true,
@@ -96,12 +143,18 @@ func SecretTLS(secret []byte, name string) (*tls.Config, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
 	if err != nil {
-		return nil, fmt.Errorf("transport: make CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("transport: make CA certificate: %w", err)
 	}
 	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return nil, fmt.Errorf("transport: parse CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("transport: parse CA certificate: %w", err)
 	}
+	return ca, caKey, nil
+}
+
+// secretLeafTLS makes a fresh leaf for name signed by ca, in a mutual
+// TLS configuration that trusts ca alone.
+func secretLeafTLS(ca *x509.Certificate, caKey ed25519.PrivateKey, name string) (*tls.Config, error) {
 	leafPub, leafKey, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("transport: make leaf key: %w", err)
