@@ -33,9 +33,14 @@ type ClientConfig struct {
 	// certificate of that CA for server use is accepted, since members
 	// are dialled by address, not by name.
 	TLS *tls.Config
-	// Secret derives the TLS identity from the cell's shared secret, as
-	// Config.Secret does for members. Exclusive with TLS. With neither,
-	// the connection is plaintext (for tests and trusted networks only).
+	// Secret is the cell's client secret (Config.ClientSecret), or its
+	// member secret (Config.Secret) if the cell sets no client secret.
+	// The client derives from it a certificate for Name from the client
+	// CA (transport.ClientSecretTLS), and trusts members presenting one
+	// of that CA. Such a certificate is refused by the members' own
+	// transport, so a client secret never makes a member. Exclusive with
+	// TLS. With neither, the connection is plaintext (for tests and
+	// trusted networks only).
 	Secret []byte
 	// Dial opens a connection to a member's address (nil: TCP). coordtest
 	// passes an in-memory dialler.
@@ -99,7 +104,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		done: make(chan struct{})}
 	switch {
 	case cfg.Secret != nil:
-		t, err := transport.SecretTLS(cfg.Secret, cfg.Name)
+		t, err := transport.ClientSecretTLS(cfg.Secret, cfg.Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
@@ -135,7 +140,7 @@ func memberVerifying(cfg *tls.Config) *tls.Config {
 	user := cfg.VerifyConnection
 	c.VerifyConnection = func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
-			return errors.New("coord: member presented no certificate")
+			return fmt.Errorf("%w: the member presented no certificate", ErrUnauthenticated)
 		}
 		opts := x509.VerifyOptions{Roots: cfg.RootCAs, Intermediates: x509.NewCertPool(),
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
@@ -143,7 +148,7 @@ func memberVerifying(cfg *tls.Config) *tls.Config {
 			opts.Intermediates.AddCert(ic)
 		}
 		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-			return fmt.Errorf("coord: member certificate: %w", err)
+			return fmt.Errorf("%w: member certificate: %w", ErrUnauthenticated, err)
 		}
 		if user != nil {
 			return user(cs)
@@ -199,6 +204,9 @@ func (c *Client) dial(ctx context.Context, addr string) (*clientwire.ClientConn,
 		tc := tls.Client(raw, c.tlsCfg)
 		if err := tc.HandshakeContext(dctx); err != nil {
 			_ = raw.Close()
+			if tlsRefused(err) {
+				return nil, fmt.Errorf("%w: the member refused the handshake: %w", ErrUnauthenticated, err)
+			}
 			return nil, err
 		}
 		raw = tc
@@ -213,9 +221,22 @@ func (c *Client) dial(ctx context.Context, addr string) (*clientwire.ClientConn,
 		},
 	})
 	if err != nil {
+		if tlsRefused(err) {
+			// Under TLS 1.3 the member checks the client's certificate
+			// after the client's side of the handshake is done: its
+			// refusal is an alert read here.
+			return nil, fmt.Errorf("%w: the member refused the client's certificate: %w", ErrUnauthenticated, err)
+		}
 		return nil, errFromRefusal(err)
 	}
 	return conn, nil
+}
+
+// tlsRefused reports whether err is a TLS alert the member sent, which
+// crypto/tls reports as a net.OpError whose Op is "remote error".
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 func (c *Client) setConn(conn *clientwire.ClientConn) {

@@ -148,23 +148,18 @@ func (n *Node) ClientAddr() string {
 	return n.clientLn.Addr().String()
 }
 
-// listenClients opens Config.ClientAddr with the member's TLS or Secret,
-// and serves it until Close.
+// listenClients opens Config.ClientAddr with clientPortTLS, and serves
+// it until Close.
 func (n *Node) listenClients() error {
+	tc, err := n.clientPortTLS()
+	if err != nil {
+		return fmt.Errorf("%w: clients: %w", ErrInvalidConfig, err)
+	}
 	ln, err := net.Listen("tcp", n.cfg.ClientAddr)
 	if err != nil {
 		return fmt.Errorf("%w: clients: %w", ErrListen, err)
 	}
-	tc := n.cfg.TLS
-	if n.cfg.Secret != nil {
-		if tc, err = transport.SecretTLS(n.cfg.Secret, n.cfg.Name); err != nil {
-			ln.Close()
-			return fmt.Errorf("%w: clients: %w", ErrInvalidConfig, err)
-		}
-	}
 	if tc != nil {
-		tc = tc.Clone()
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
 		ln = tls.NewListener(ln, tc)
 	}
 	n.clientLn = ln
@@ -174,6 +169,70 @@ func (n *Node) listenClients() error {
 		}
 	})
 	return nil
+}
+
+// clientPortTLS is the client port's TLS configuration, nil for
+// plaintext. The client secret (Config.ClientSecret, else the member
+// Secret) gives the certificate the port presents, from the client CA,
+// so a client holding only that secret can verify the member; the port
+// trusts client certificates from that CA and from the members' own
+// (Secret or TLS), so hosts with a PKI can keep issuing clients theirs.
+func (n *Node) clientPortTLS() (*tls.Config, error) {
+	secret := n.cfg.ClientSecret
+	if secret == nil {
+		secret = n.cfg.Secret
+	}
+	var member *tls.Config // the members' trust, for client certificates
+	switch {
+	case n.cfg.Secret != nil:
+		t, err := transport.SecretTLS(n.cfg.Secret, n.cfg.Name)
+		if err != nil {
+			return nil, err
+		}
+		member = t
+	case n.cfg.TLS != nil:
+		member = n.cfg.TLS
+	}
+	if secret == nil {
+		if member == nil {
+			return nil, nil
+		}
+		tc := member.Clone()
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		return tc, nil
+	}
+	tc, err := transport.ClientSecretTLS(secret, n.cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := transport.ClientSecretCA(secret)
+	if err != nil {
+		return nil, err
+	}
+	trust := func(m *tls.Config) *x509.CertPool {
+		if m == nil || m.ClientCAs == nil {
+			return tc.ClientCAs
+		}
+		pool := m.ClientCAs.Clone()
+		pool.AddCert(ca)
+		return pool
+	}
+	tc.ClientCAs = trust(member)
+	if member != nil && member.GetConfigForClient != nil {
+		// A reloading TLS (TLSFiles) serves its current CA this way: trust
+		// that one, not the CA as of Open.
+		base := tc.Clone()
+		tc.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			cur, err := member.GetConfigForClient(hello)
+			if err != nil || cur == nil {
+				return nil, err
+			}
+			c := base.Clone()
+			c.ClientCAs = trust(cur)
+			return c, nil
+		}
+	}
+	return tc, nil
 }
 
 // close ends every listener and client connection, and waits for them.

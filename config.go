@@ -129,11 +129,24 @@ type Config struct {
 	// ClientAddr, when set, is where Open listens for processes that are
 	// not members (Connect), e.g. "127.0.0.1:7101" (port 0 picks one; see
 	// Node.ClientAddr). It is a listener of its own, never the members'
-	// transport. With TLS or Secret it is mutual TLS like the members'
-	// (a client's identity is its certificate's name); without, plaintext
+	// transport. With TLS, Secret or ClientSecret it is mutual TLS (a
+	// client's identity is its certificate's name); without, plaintext
 	// (a client's identity is the name it gives; Open logs a warning).
 	// "" = no client listener; the host may still call ServeClients.
 	ClientAddr string
+	// ClientSecret, when set (32 bytes or more, the same on every
+	// member), authenticates clients apart from members: the client port
+	// presents a certificate from a CA derived from it (see
+	// transport.ClientSecretTLS) and trusts client certificates from that
+	// CA, and from the members' own CA under TLS or Secret. Clients pass
+	// it as ClientConfig.Secret. Their certificates are refused by the
+	// members' transport, so handing clients this secret never lets them
+	// speak for a member. Unset with Secret set, the client CA is derived
+	// from Secret instead (clients then pass Secret), and under TLS alone
+	// the port presents and trusts the TLS configuration's certificates.
+	// With ClientSecret and TLS, a client using ClientConfig.TLS needs
+	// transport.ClientSecretCA(ClientSecret) among its RootCAs.
+	ClientSecret []byte
 	// ClientPolicy, when set, decides which clients may connect and where
 	// they may write: it is called once per connection with the client's
 	// identity, and an error refuses the client with that reason. nil =
@@ -181,6 +194,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.validatePeers(); err != nil {
 		return err
+	}
+	if c.ClientSecret != nil && len(c.ClientSecret) < transport.MinSecretLen {
+		return bad("ClientSecret has %d bytes; it needs at least %d (draw them at random)", len(c.ClientSecret), transport.MinSecretLen)
 	}
 	if c.ClientAddr != "" {
 		if err := checkAddr(c.ClientAddr); err != nil {
