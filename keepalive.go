@@ -31,11 +31,14 @@ type sessionEngine struct {
 	mu      sync.Mutex     // guards what follows
 	local   map[SessionID]*Session
 	fresh   bool // a session was added since the last keep-alive
-	seq     uint64
-	sent    map[uint64]sentBatch // recent keep-alives awaiting an ack
-	maxTTL  time.Duration        // the longest TTL of a local session so far
-	closed  bool                 // close has begun: add no goroutine
-	lead    *sessions.Leader     // non-nil while this member leads
+	// urgent holds the sessions a renew is waiting on: the next tick's
+	// batch carries them even if manual (renewed only on demand).
+	urgent map[SessionID]struct{}
+	seq    uint64
+	sent   map[uint64]sentBatch // recent keep-alives awaiting an ack
+	maxTTL time.Duration        // the longest TTL of a local session so far
+	closed bool                 // close has begun: add no goroutine
+	lead   *sessions.Leader     // non-nil while this member leads
 	// clients holds the keep-alives of clients' sessions waiting for
 	// this member's next batch (client_serve_keepalive.go).
 	clients clientFold
@@ -59,12 +62,13 @@ type sentBatch struct {
 
 func newSessionEngine(n *Node) *sessionEngine {
 	e := &sessionEngine{
-		n:     n,
-		et:    n.electionTimeout(),
-		inbox: make(chan inbound, 256),
-		poke:  make(chan struct{}, 1),
-		local: make(map[SessionID]*Session),
-		sent:  make(map[uint64]sentBatch),
+		n:      n,
+		et:     n.electionTimeout(),
+		inbox:  make(chan inbound, 256),
+		poke:   make(chan struct{}, 1),
+		local:  make(map[SessionID]*Session),
+		sent:   make(map[uint64]sentBatch),
+		urgent: make(map[SessionID]struct{}),
 	}
 	e.clients.init()
 	e.life, e.endLife = context.WithCancel(context.Background())
@@ -259,7 +263,7 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	var ids []SessionID
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range e.local {
-		if s.manual {
+		if _, ok := e.urgent[id]; s.manual && !ok {
 			continue
 		}
 		ids = append(ids, id)
@@ -272,6 +276,7 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	interval = min(interval, cinterval)
 	fresh := e.fresh
 	e.fresh = false
+	clear(e.urgent)
 	e.mu.Unlock()
 	if (len(ids) > 0 || pending) && (fresh || now.Sub(last) >= interval-tick/2) {
 		return e.sendBatch(now, ids, true)
@@ -280,16 +285,6 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 		e.sendBatch(now, nil, false)
 	}
 	return false
-}
-
-// send sends a keep-alive for ids to the leader, with no client's.
-func (e *sessionEngine) send(now time.Time, ids []SessionID) bool {
-	st := e.n.raft.Status()
-	if st.Leader == 0 || len(ids) == 0 {
-		return false
-	}
-	e.mu.Lock()
-	return e.sendLocked(st, now, ids, nil)
 }
 
 // sendBatch sends a keep-alive for ids and for the client keep-alives
@@ -414,7 +409,14 @@ func (e *sessionEngine) renew(ctx context.Context, s *Session) (time.Time, error
 	defer t.Stop()
 	for {
 		acked := s.ackChan()
-		e.send(time.Now(), []SessionID{s.id})
+		// The next tick's batch carries s: renewals share one message, as
+		// keep-alives do. A message per renewal made a burst of slow
+		// creations (each confirmed by a renew) flood the leader's inbox,
+		// and dropped keep-alives left sessions unconfirmed for minutes.
+		e.mu.Lock()
+		e.urgent[s.id] = struct{}{}
+		e.fresh = true
+		e.mu.Unlock()
 		select {
 		case <-acked:
 			return s.Until(), nil
