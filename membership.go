@@ -18,7 +18,7 @@ import (
 type Member struct {
 	Name string
 	Addr string
-	ID   uint64 // its Raft ID (derived from Name)
+	ID   uint64 // its Raft ID: from Name, and with gossip from Name and its data directory's incarnation
 	// Learner members replicate the log and serve reads and watches but
 	// do not vote or count for commits.
 	Learner bool

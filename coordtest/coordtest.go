@@ -533,7 +533,10 @@ func (c *Cluster) Resume(i int) { c.net.Resume(c.Name(i)) }
 // operator who wiped its data directory (or restored an old copy) would.
 // Restarted, the member founds nothing: the others know it by its old
 // data directory and ignore it, and it stops with coord.ErrStateLost
-// (see Node.Err). The way back is RemoveMember, then a new name.
+// (see Node.Err). The way back is RemoveMember, then a new name. With
+// WithGossip it is different: the wiped member draws a new incarnation
+// and joins again as a new member under the same name (the autopilot
+// removes the old one once it is dead).
 func (c *Cluster) Wipe(i int) {
 	c.t.Helper()
 	c.mu.Lock()
