@@ -12,7 +12,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// metaVersion leads every encoded Meta (invariant 10 of DESIGN.md).
+// metaVersion leads every encoded Meta (invariant 10 of ARCHITECTURE.md).
 const metaVersion byte = 1
 
 // maxMetaSize is memberlist's MetaMaxSize: UpdateNode panics above it.
