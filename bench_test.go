@@ -403,18 +403,24 @@ func BenchmarkClientMutexCycle(b *testing.B) {
 // through a follower, and reports the latency p50 and p99: a stall on
 // either path (a put waiting for a tick) shows in the p99 long before it
 // shows in the mean. The 20ms-tick case tells a stall that waits for the
-// next tick (its p99 shrinks with the tick) from one that does not.
+// next tick (its p99 shrinks with the tick) from one that does not, and
+// the 3-tick heartbeat case one that waits for a heartbeat round from one
+// that waits for the node's own tick work.
 func BenchmarkPutOneCaller(b *testing.B) {
 	for _, c := range []struct {
-		via  string
-		tick time.Duration
-	}{{"leader", 0}, {"follower", 0}, {"leader", 20 * time.Millisecond}} {
+		via       string
+		tick      time.Duration
+		heartbeat int
+	}{{"leader", 0, 0}, {"follower", 0, 0}, {"leader", 20 * time.Millisecond, 0}, {"leader", 0, 3}} {
 		name := "via=" + c.via
 		if c.tick > 0 {
 			name += "/tick=" + c.tick.String()
 		}
+		if c.heartbeat > 0 {
+			name += fmt.Sprintf("/heartbeat=%dticks", c.heartbeat)
+		}
 		b.Run(name, func(b *testing.B) {
-			nodes := diskCellTick(b, c.tick)
+			nodes := diskCellTick(b, c.tick, c.heartbeat)
 			leader := leaderOf(nodes)
 			n := leader
 			if c.via == "follower" {
@@ -445,11 +451,11 @@ func BenchmarkPutOneCaller(b *testing.B) {
 	}
 }
 
-// diskCellTick is diskCell with the Raft tick set (0 keeps the default;
-// the election timeout stays 10 ticks).
-func diskCellTick(b *testing.B, tick time.Duration) []*coord.Node {
+// diskCellTick is diskCell with the Raft tick and the heartbeat interval
+// in ticks set (0 keeps a default; the election timeout stays 10 ticks).
+func diskCellTick(b *testing.B, tick time.Duration, heartbeat int) []*coord.Node {
 	b.Helper()
-	if tick == 0 {
+	if tick == 0 && heartbeat == 0 {
 		return diskCell(b)
 	}
 	dir := b.TempDir()
@@ -471,7 +477,7 @@ func diskCellTick(b *testing.B, tick time.Duration) []*coord.Node {
 	for _, p := range peers {
 		n, err := coord.Open(context.Background(), coord.Config{
 			Name: p.Name, Addr: p.Addr, Peers: peers, DataDir: fmt.Sprintf("%s/%s", dir, p.Name),
-			TickInterval: tick,
+			TickInterval: tick, HeartbeatTicks: heartbeat,
 		})
 		if err != nil {
 			b.Fatal(err)
