@@ -58,6 +58,26 @@ type replica struct {
 	token   coord.Token
 }
 
+// campaign runs for leadership until it wins, starting a new session
+// whenever the one it campaigns with has ended.
+func (r *replica) campaign(ctx context.Context, ttl time.Duration, won chan<- *replica) {
+	for ctx.Err() == nil {
+		if r.session.Err() != nil {
+			s, err := r.node.NewSession(ctx, coord.WithTTL(ttl))
+			if err != nil {
+				continue
+			}
+			r.session = s
+		}
+		token, err := coord.NewElection(r.session, "scheduler").Campaign(ctx, r.name)
+		if err == nil {
+			r.token = token
+			won <- r
+			return
+		}
+	}
+}
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "fenced-writes:", err)
@@ -99,18 +119,28 @@ func run() error {
 	}
 	store := &storageService{fence: coord.NewFence(nil)}
 
-	// Everyone campaigns; the first to win leads.
+	// Everyone campaigns; the first to win leads. A replica whose session
+	// ends before it wins (on a loaded machine even a follower's can)
+	// starts a new one and campaigns again, as a real service would.
 	won := make(chan *replica, len(replicas))
+	var campaigns sync.WaitGroup
+	defer campaigns.Wait()
+	defer cancel()
 	for _, r := range replicas {
-		go func() {
-			token, err := coord.NewElection(r.session, "scheduler").Campaign(ctx, r.name)
-			if err == nil {
-				r.token = token
-				won <- r
-			}
-		}()
+		campaigns.Go(func() { r.campaign(ctx, ttl, won) })
 	}
-	old := <-won
+	elected := func() (*replica, error) {
+		select {
+		case r := <-won:
+			return r, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no replica was elected: %w", ctx.Err())
+		}
+	}
+	old, err := elected()
+	if err != nil {
+		return err
+	}
 	fmt.Printf("%s is elected leader with fencing token %d\n", old.name, old.token)
 	if err := store.write(ctx, old.name, old.token, "job-1"); err != nil {
 		return err
@@ -119,7 +149,10 @@ func run() error {
 
 	fmt.Printf("%s pauses (a long GC pause) for longer than its %v session TTL...\n", old.name, ttl)
 	net.Isolate(old.name)
-	next := <-won
+	next, err := elected()
+	if err != nil {
+		return err
+	}
 	fmt.Printf("the cell expired %s's session; %s is elected leader with token %d\n", old.name, next.name, next.token)
 	if err := store.write(ctx, next.name, next.token, "job-2"); err != nil {
 		return err
@@ -128,7 +161,7 @@ func run() error {
 
 	net.Heal()
 	fmt.Printf("%s wakes up, still believing it leads, and writes job-3 with token %d\n", old.name, old.token)
-	err := store.write(ctx, old.name, old.token, "job-3")
+	err = store.write(ctx, old.name, old.token, "job-3")
 	switch {
 	case errors.Is(err, coord.ErrStaleToken):
 		fmt.Printf("the storage service refuses it: %v\n", err)
