@@ -1,7 +1,8 @@
 // Command clients shows processes that use a cell without being members
 // of it: three members serve clients on their ClientAddr, and three
 // workers connect as clients (coord.Connect), authenticated by the
-// cell's shared secret. The workers take turns holding one lock and
+// cell's client secret (the members keep their own secret to
+// themselves). The workers take turns holding one lock and
 // write to a storage service that checks their fencing tokens. Midway,
 // the member one worker talks to is closed: the worker moves to another
 // member and carries on, its session and its place in the queue intact.
@@ -31,9 +32,14 @@ func main() {
 	}
 }
 
-// secret is the cell's shared secret: members and clients derive their
-// TLS identities from it. A real cell reads it from a secret store.
-var secret = []byte("example secret, 32 bytes or more: keep it out of code")
+// secret is the members' shared secret, clientSecret the one clients
+// hold: each derives TLS identities from its own CA, so a client's
+// certificate never passes for a member's. A real cell reads both from
+// a secret store.
+var (
+	secret       = []byte("example secret, 32 bytes or more: keep it out of code")
+	clientSecret = []byte("example client secret, 32 bytes or more, apart")
+)
 
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -75,7 +81,7 @@ func run() error {
 	clients := make([]*coord.Client, 3)
 	for i := range clients {
 		cl, err := coord.Connect(ctx, coord.ClientConfig{
-			Name: fmt.Sprintf("worker-%d", i), Members: addrs, Secret: secret,
+			Name: fmt.Sprintf("worker-%d", i), Members: addrs, Secret: clientSecret,
 		})
 		if err != nil {
 			return err
@@ -164,8 +170,9 @@ func startMembers(ctx context.Context, dir string) ([]*coord.Node, error) {
 	for _, p := range peers {
 		n, err := coord.Open(ctx, coord.Config{
 			Name: p.Name, Addr: p.Addr, Peers: peers, Secret: secret,
-			DataDir:    filepath.Join(dir, p.Name),
-			ClientAddr: "127.0.0.1:0",
+			DataDir:      filepath.Join(dir, p.Name),
+			ClientAddr:   "127.0.0.1:0",
+			ClientSecret: clientSecret,
 		})
 		if err != nil {
 			for _, n := range nodes {
