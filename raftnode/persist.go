@@ -25,17 +25,22 @@ import (
 // the queue to drain and installs them itself (persistNow), as the
 // state machine must jump in step with the log.
 
-// asyncPersist turns persisting off the stepping path on; off, the raft
-// loop writes each Ready's log itself (handleReadySync), which is kept
-// for comparison and as a fallback. It is fixed for the life of the
-// program (set once at package init, read only after).
-var asyncPersist = persistMode != "sync"
+// asyncPersist turns persisting off the stepping path on; off (the
+// default), the raft loop writes and syncs each Ready's log itself
+// (handleReadySync). Off is faster today: on two cores the async path
+// sent about eight times the Raft messages per put (without the sync to
+// wait on, the loop ships a small append to each follower every few
+// proposals, losing network batching) and wrote the WAL once per queued
+// append; put throughput at 64 callers was 0.54x of sync's and a single
+// caller's p99 several times worse (bench/RESULTS.md). It is fixed for
+// the life of the program (set once at package init, read only after).
+var asyncPersist = persistMode == "async"
 
 // persistMode is empty in every normal build. Linking with
 //
-//	-ldflags=-X=github.com/coordcell/coord/raftnode.persistMode=sync
+//	-ldflags=-X=github.com/coordcell/coord/raftnode.persistMode=async
 //
-// builds a program whose raft loops persist synchronously, so that a
+// builds a program whose raft loops persist asynchronously, so that a
 // benchmark can compare both ways from two binaries of one commit. It is
 // a string because -X sets only strings.
 var persistMode string
