@@ -1,0 +1,213 @@
+package coord_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/coordtest"
+)
+
+// TestClientLinearizableUnderFaults is TestLinearizableUnderFaults with
+// clients: workers on clients (spread over the members) and on members
+// do puts, gets and compare-and-sets on a few keys while a nemesis
+// partitions, isolates, crashes and restarts members and cuts clients
+// off from theirs, so clients fail over mid-operation. The history,
+// clients' and members' together, must be linearizable.
+func TestClientLinearizableUnderFaults(t *testing.T) {
+	seed := rand.Int64()
+	t.Logf("seed %d", seed)
+	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed), coordtest.WithClients())
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	duration := soakDuration(4 * time.Second)
+	// More keys than the members' test: a client's failover leaves more
+	// writes ambiguous, and each stays open to the end of its key's
+	// history, which the checker pays for per key.
+	nkeys := 40
+	if duration > 4*time.Second {
+		nkeys += int(duration / (250 * time.Millisecond))
+	}
+	var keys []string
+	for i := range nkeys {
+		keys = append(keys, fmt.Sprintf("key%d", i))
+	}
+	c.Leader()
+	setup, cancelSetup := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelSetup()
+	const nclients, nmembers = 6, 2 // workers on clients, on members
+	clients := make([]*coord.Client, nclients)
+	for i := range clients {
+		cl, err := c.Connect(setup)
+		if err != nil {
+			t.Fatalf("connect client %d: %v (seed %d)", i, err, seed)
+		}
+		clients[i] = cl
+	}
+
+	start := time.Now()
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		// Why writes ended ambiguous, for the log: a cause that grows
+		// out of proportion is worth a look.
+		ambiguous = map[string]int{}
+	)
+	record := func(worker int, in regInput, out regOutput, call, ret time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		r := ret.Sub(start).Nanoseconds()
+		if out.ambiguous {
+			r = math.MaxInt64
+		}
+		history = append(history, porcupine.Operation{
+			ClientId: worker, Input: in, Output: out, Call: call.Sub(start).Nanoseconds(), Return: r,
+		})
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range nclients + nmembers {
+		wrng := rand.New(rand.NewPCG(uint64(seed), uint64(w)+100))
+		wg.Go(func() {
+			for seq := 0; ctx.Err() == nil; seq++ {
+				var cell coord.Cell
+				if w < nclients {
+					cell = clients[w]
+				} else if n := c.Node(wrng.IntN(c.Size())); n != nil {
+					cell = n
+				} else {
+					continue
+				}
+				in := regInput{kind: opKind(wrng.IntN(3)), key: keys[wrng.IntN(len(keys))],
+					value: fmt.Sprintf("w%d-%d", w, seq), version: int64(wrng.IntN(4))}
+				// Long enough for a client to move to another member.
+				opCtx, opCancel := context.WithTimeout(context.Background(), 2*time.Second)
+				call := time.Now()
+				out, keep, err := runCellOp(opCtx, cell, in)
+				ret := time.Now()
+				opCancel()
+				if keep {
+					record(w, in, out, call, ret)
+				}
+				if out.ambiguous {
+					mu.Lock()
+					ambiguous[ambiguousCause(err)]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+
+	crashed := map[int]bool{}
+	for ctx.Err() == nil {
+		switch rng.IntN(7) {
+		case 0:
+			perm := rng.Perm(c.Size())
+			cut := 1 + rng.IntN(c.Size()-1)
+			c.Partition(perm[:cut], perm[cut:])
+		case 1:
+			c.Isolate(rng.IntN(c.Size()))
+		case 2, 3:
+			if len(crashed) < 2 {
+				if i := rng.IntN(c.Size()); !crashed[i] {
+					c.Crash(i)
+					crashed[i] = true
+				}
+			}
+		case 4:
+			c.CutClient(clients[rng.IntN(nclients)])
+		default:
+			c.Heal()
+			for i := range crashed {
+				c.Restart(i)
+				delete(crashed, i)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(100+rng.IntN(300)) * time.Millisecond):
+		}
+	}
+	wg.Wait()
+	c.Heal()
+	for i := range crashed {
+		c.Restart(i)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	completed, byClients := 0, 0
+	for _, op := range history {
+		if op.Return != math.MaxInt64 {
+			completed++
+			if op.ClientId < nclients {
+				byClients++
+			}
+		}
+	}
+	t.Logf("%d operations recorded, %d completed, %d of them by clients; ambiguous writes: %v",
+		len(history), completed, byClients, ambiguous)
+	if byClients < 10 {
+		t.Fatalf("too few client operations completed (%d) to say anything (seed %d)", byClients, seed)
+	}
+	res, info := porcupine.CheckOperationsVerbose(registerModel, history, 2*time.Minute)
+	if res == porcupine.Illegal {
+		f, err := os.CreateTemp("", "coord-client-linearizability-*.html")
+		if err == nil {
+			porcupine.Visualize(registerModel, info, f)
+			f.Close()
+			t.Logf("visualization: %s", f.Name())
+		}
+		t.Fatalf("history is not linearizable (seed %d)", seed)
+	}
+	if res == porcupine.Unknown {
+		t.Fatalf("linearizability check timed out (seed %d): history too large to decide", seed)
+	}
+}
+
+// runCellOp is runOp on any Cell, a member or a client; it returns the
+// operation's error too.
+func runCellOp(ctx context.Context, cell coord.Cell, in regInput) (regOutput, bool, error) {
+	switch in.kind {
+	case opGet:
+		kv, err := cell.Get(ctx, in.key)
+		if errors.Is(err, coord.ErrNotFound) {
+			return regOutput{found: false}, true, nil
+		}
+		if err != nil {
+			return regOutput{}, false, err
+		}
+		return regOutput{found: true, value: string(kv.Value), version: kv.Version}, true, nil
+	case opPut:
+		_, err := cell.Put(ctx, in.key, []byte(in.value))
+		out, keep := writeOutcome(err, regOutput{})
+		return out, keep, err
+	default:
+		_, err := cell.Put(ctx, in.key, []byte(in.value), coord.IfVersion(in.version))
+		if errors.Is(err, coord.ErrConflict) {
+			return regOutput{ok: false}, true, nil
+		}
+		out, keep := writeOutcome(err, regOutput{ok: true})
+		return out, keep, err
+	}
+}
+
+// ambiguousCause names the sentinel behind an ambiguous write.
+func ambiguousCause(err error) string {
+	for _, s := range []error{coord.ErrAmbiguous, coord.ErrTimeout, context.DeadlineExceeded, coord.ErrOverloaded,
+		coord.ErrNotLeader, coord.ErrInternal} {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return fmt.Sprint(err)
+}
