@@ -541,9 +541,11 @@ func (t *memTransport) deliver(env Envelope, netDone <-chan struct{}) bool {
 	if t.closed {
 		return false
 	}
+	// Counted before delivery, so whoever receives it sees it counted (a
+	// frame lost to a closing transport counts as received here).
+	t.traffic.peer(env.From).in(len(env.Data))
 	select {
 	case t.recv <- env:
-		t.traffic.peer(env.From).in(len(env.Data))
 		return true
 	case <-t.done:
 		return false

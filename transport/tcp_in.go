@@ -201,12 +201,13 @@ func (t *TCP) readLoop(raw net.Conn) {
 		if ic.cut.Load() {
 			return
 		}
+		// Counted before delivery, so whoever receives it sees it counted.
+		ic.traffic.in(frameHeaderLen + ic.frameLen)
 		select {
 		case t.recv <- env:
 		case <-t.ctx.Done():
 			return
 		}
-		ic.traffic.in(frameHeaderLen + ic.frameLen)
 		ic.endFrame()
 	}
 }
