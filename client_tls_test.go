@@ -210,3 +210,35 @@ func TestClientTLS(t *testing.T) {
 	_, err = coord.Connect(ctx, coord.ClientConfig{Name: "worker-3", Members: addrs, TLS: newTestCA(t).config(t, "worker-3")})
 	require.ErrorIs(t, err, coord.ErrUnauthenticated)
 }
+
+// TestClientSecretWithTLS: members with a PKI and a client secret take
+// clients of either kind; a PKI client trusts the client CA to verify
+// the member.
+func TestClientSecretWithTLS(t *testing.T) {
+	ca := newTestCA(t)
+	clientSecret := bytes.Repeat([]byte{6}, 32)
+	var ids identities
+	nodes, _ := tcpCell(t, func(c *coord.Config) {
+		c.TLS, c.ClientSecret, c.ClientPolicy = ca.config(t, c.Name), clientSecret, ids.policy
+		c.ClientAddr = "127.0.0.1:0"
+	})
+	addrs := []string{nodes[0].ClientAddr()}
+	ctx := ctxT(t, 30*time.Second)
+	bySecret, err := coord.Connect(ctx, coord.ClientConfig{Name: "by-secret", Members: addrs, Secret: clientSecret})
+	require.NoError(t, err)
+	defer bySecret.Close()
+	_, err = bySecret.Put(ctx, "a", []byte("1"))
+	require.NoError(t, err)
+
+	clientCA, err := transport.ClientSecretCA(clientSecret)
+	require.NoError(t, err)
+	pki := ca.config(t, "by-pki")
+	pki.RootCAs = pki.RootCAs.Clone()
+	pki.RootCAs.AddCert(clientCA)
+	byPKI, err := coord.Connect(ctx, coord.ClientConfig{Name: "by-pki", Members: addrs, TLS: pki})
+	require.NoError(t, err)
+	defer byPKI.Close()
+	_, err = byPKI.Put(ctx, "b", []byte("2"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"by-secret", "by-pki"}, ids.all())
+}
