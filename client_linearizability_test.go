@@ -28,16 +28,15 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed), coordtest.WithClients())
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	duration := soakDuration(4 * time.Second)
-	// More keys than the members' test: a client's failover leaves more
-	// writes ambiguous, and each stays open to the end of its key's
-	// history, which the checker pays for per key.
-	nkeys := 40
-	if duration > 4*time.Second {
-		nkeys += int(duration / (250 * time.Millisecond))
-	}
-	var keys []string
-	for i := range nkeys {
-		keys = append(keys, fmt.Sprintf("key%d", i))
+	// Each ambiguous write stays open to the end of its key's history,
+	// and the checker's work grows steeply with the open writes of a key;
+	// clients that fail over leave many. So a key that has had
+	// maxAmbiguous of them is retired for a fresh one: every key's history
+	// stays cheap to check, however long the run.
+	const nkeys, maxAmbiguous = 8, 4
+	keys := &keyRing{}
+	for range nkeys {
+		keys.add()
 	}
 	c.Leader()
 	setup, cancelSetup := context.WithTimeout(context.Background(), 30*time.Second)
@@ -87,7 +86,7 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 				} else {
 					continue
 				}
-				in := regInput{kind: opKind(wrng.IntN(3)), key: keys[wrng.IntN(len(keys))],
+				in := regInput{kind: opKind(wrng.IntN(3)), key: keys.pick(wrng),
 					value: fmt.Sprintf("w%d-%d", w, seq), version: int64(wrng.IntN(4))}
 				// Long enough for a client to move to another member.
 				opCtx, opCancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -99,6 +98,7 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 					record(w, in, out, call, ret)
 				}
 				if out.ambiguous {
+					keys.ambiguous(in.key, maxAmbiguous)
 					mu.Lock()
 					ambiguous[ambiguousCause(err)]++
 					mu.Unlock()
@@ -154,8 +154,8 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d operations recorded, %d completed, %d of them by clients; ambiguous writes: %v",
-		len(history), completed, byClients, ambiguous)
+	t.Logf("%d operations recorded on %d keys, %d completed, %d of them by clients; ambiguous writes: %v",
+		len(history), keys.made(), completed, byClients, ambiguous)
 	if byClients < 10 {
 		t.Fatalf("too few client operations completed (%d) to say anything (seed %d)", byClients, seed)
 	}
@@ -172,6 +172,52 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 	if res == porcupine.Unknown {
 		t.Fatalf("linearizability check timed out (seed %d): history too large to decide", seed)
 	}
+}
+
+// keyRing is the set of keys in use, each retired after a number of
+// ambiguous writes for a fresh one.
+type keyRing struct {
+	mu    sync.Mutex
+	live  []string
+	amb   map[string]int
+	count int
+}
+
+func (r *keyRing) add() {
+	r.live = append(r.live, fmt.Sprintf("key%d", r.count))
+	r.count++
+}
+
+func (r *keyRing) pick(rng *rand.Rand) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live[rng.IntN(len(r.live))]
+}
+
+// ambiguous counts one on key, retiring it at limit.
+func (r *keyRing) ambiguous(key string, limit int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.amb == nil {
+		r.amb = map[string]int{}
+	}
+	r.amb[key]++
+	if r.amb[key] != limit {
+		return
+	}
+	for i, k := range r.live {
+		if k == key {
+			r.live = append(r.live[:i], r.live[i+1:]...)
+			r.add()
+			return
+		}
+	}
+}
+
+func (r *keyRing) made() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
 }
 
 // runCellOp is runOp on any Cell, a member or a client; it returns the
