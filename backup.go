@@ -30,16 +30,6 @@ const (
 	backupFormat1 = 1
 )
 
-// Backup errors. Both are refusals: Restore writes nothing then.
-var (
-	// ErrBadBackup: the backup is truncated, corrupt (its checksum does
-	// not match) or not a backup at all.
-	ErrBadBackup = errors.New("coord: bad backup")
-	// ErrBackupVersion: the backup was written in a format this version
-	// does not read.
-	ErrBackupVersion = errors.New("coord: unknown backup format")
-)
-
 type backupHeader struct {
 	Cell     uint64 `msgpack:"c"` // the cell it was taken from
 	Member   string `msgpack:"m"` // the member that took it

@@ -8,14 +8,6 @@ import (
 	"github.com/coordcell/coord/internal/clientwire"
 )
 
-// ErrUnauthenticated: the client and a member could not authenticate
-// each other over TLS: the member's certificate is not of the CA the
-// client trusts, or the member refused the client's certificate (a
-// wrong ClientConfig.Secret, or a certificate of another CA). It is a
-// client-side error, never sent on the wire; Connect returns it wrapped
-// in ErrNoQuorum when no member accepted the client.
-var ErrUnauthenticated = errors.New("coord: TLS authentication with the member failed")
-
 // codeTable maps every root sentinel to its clientwire code: index i holds
 // the sentinel of code i+1, in the order of errors.go, which is the order
 // clientwire numbers them. A test walks it both ways; a new sentinel gets

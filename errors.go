@@ -135,3 +135,25 @@ var (
 	// Nothing was done; retry later or on another member.
 	ErrOverloaded = errors.New("coord: member overloaded; request refused")
 )
+
+// ErrUnauthenticated: the client and a member could not authenticate
+// each other over TLS: the member's certificate is not of the CA the
+// client trusts, or the member refused the client's certificate (a
+// wrong ClientConfig.Secret, or a certificate of another CA). It is a
+// client-side error, never sent on the wire; Connect returns it wrapped
+// in ErrNoQuorum when no member accepted the client.
+var ErrUnauthenticated = errors.New("coord: TLS authentication with the member failed")
+
+// ErrNotReady is returned by Ready when its context ends first; it wraps
+// the context's error and says which condition was still unmet.
+var ErrNotReady = errors.New("coord: member not ready")
+
+// Backup errors. Both are refusals: Restore writes nothing then.
+var (
+	// ErrBadBackup: the backup is truncated, corrupt (its checksum does
+	// not match) or not a backup at all.
+	ErrBadBackup = errors.New("coord: bad backup")
+	// ErrBackupVersion: the backup was written in a format this version
+	// does not read.
+	ErrBackupVersion = errors.New("coord: unknown backup format")
+)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -95,10 +94,6 @@ func (n *Node) serveReady(w http.ResponseWriter, _ *http.Request) {
 	}
 	fmt.Fprintln(w, "ok")
 }
-
-// ErrNotReady is returned by Ready when its context ends first; it wraps
-// the context's error and says which condition was still unmet.
-var ErrNotReady = errors.New("coord: member not ready")
 
 // notReady returns why the member is not ready, or "" when it is.
 func (n *Node) notReady() string {
