@@ -107,41 +107,9 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 		})
 	}
 
-	crashed := map[int]bool{}
-	for ctx.Err() == nil {
-		switch rng.IntN(7) {
-		case 0:
-			perm := rng.Perm(c.Size())
-			cut := 1 + rng.IntN(c.Size()-1)
-			c.Partition(perm[:cut], perm[cut:])
-		case 1:
-			c.Isolate(rng.IntN(c.Size()))
-		case 2, 3:
-			if len(crashed) < 2 {
-				if i := rng.IntN(c.Size()); !crashed[i] {
-					c.Crash(i)
-					crashed[i] = true
-				}
-			}
-		case 4:
-			c.CutClient(clients[rng.IntN(nclients)])
-		default:
-			c.Heal()
-			for i := range crashed {
-				c.Restart(i)
-				delete(crashed, i)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(100+rng.IntN(300)) * time.Millisecond):
-		}
-	}
+	runNemesis(ctx, c, rng, func() { c.CutClient(clients[rng.IntN(nclients)]) })
 	wg.Wait()
 	c.Heal()
-	for i := range crashed {
-		c.Restart(i)
-	}
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -181,41 +181,9 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		}()
 	}
 
-	// The nemesis.
-	crashed := map[int]bool{}
-	for ctx.Err() == nil {
-		switch rng.IntN(6) {
-		case 0:
-			perm := rng.Perm(c.Size())
-			cut := 1 + rng.IntN(c.Size()-1)
-			c.Partition(perm[:cut], perm[cut:])
-		case 1:
-			c.Isolate(rng.IntN(c.Size()))
-		case 2, 3:
-			if len(crashed) < 2 {
-				i := rng.IntN(c.Size())
-				if !crashed[i] {
-					c.Crash(i)
-					crashed[i] = true
-				}
-			}
-		default:
-			c.Heal()
-			for i := range crashed {
-				c.Restart(i)
-				delete(crashed, i)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(100+rng.IntN(300)) * time.Millisecond):
-		}
-	}
+	runNemesis(ctx, c, rng, nil)
 	wg.Wait()
 	c.Heal()
-	for i := range crashed {
-		c.Restart(i)
-	}
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -279,5 +247,51 @@ func writeOutcome(err error, ok regOutput) (regOutput, bool) {
 		return regOutput{}, false // certainly not applied
 	default:
 		return regOutput{ambiguous: true}, true
+	}
+}
+
+// runNemesis impairs c until ctx ends: partitions, isolations, crashes
+// of up to two members at a time and heals with restarts, one every
+// 100–400ms, drawn from rng. extra, when not nil, is a further action the
+// nemesis takes one time in seven. It leaves every member running again
+// (the network may still be cut: the caller heals it once its workers
+// have stopped).
+func runNemesis(ctx context.Context, c *coordtest.Cluster, rng *rand.Rand, extra func()) {
+	actions := 6
+	if extra != nil {
+		actions = 7
+	}
+	crashed := map[int]bool{}
+	for ctx.Err() == nil {
+		switch rng.IntN(actions) {
+		case 0:
+			perm := rng.Perm(c.Size())
+			cut := 1 + rng.IntN(c.Size()-1)
+			c.Partition(perm[:cut], perm[cut:])
+		case 1:
+			c.Isolate(rng.IntN(c.Size()))
+		case 2, 3:
+			if len(crashed) < 2 {
+				if i := rng.IntN(c.Size()); !crashed[i] {
+					c.Crash(i)
+					crashed[i] = true
+				}
+			}
+		case 6:
+			extra()
+		default:
+			c.Heal()
+			for i := range crashed {
+				c.Restart(i)
+				delete(crashed, i)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(100+rng.IntN(300)) * time.Millisecond):
+		}
+	}
+	for i := range crashed {
+		c.Restart(i)
 	}
 }
