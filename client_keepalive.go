@@ -28,9 +28,12 @@ type clientKeeper struct {
 	// sends counts the KeepAlive messages sent, for tests and benchmarks.
 	sends atomic.Int64
 
-	mu     sync.Mutex
-	local  map[SessionID]*Session
-	fresh  bool
+	mu    sync.Mutex
+	local map[SessionID]*Session
+	fresh bool
+	// urgent holds the sessions a renew waits on: the next keep-alive
+	// carries them even if manual.
+	urgent map[SessionID]struct{}
 	seq    uint64
 	sent   map[uint64]sentBatch
 	maxTTL time.Duration
@@ -49,7 +52,8 @@ type clientKeeper struct {
 
 func newClientKeeper(c *Client) *clientKeeper {
 	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[SessionID]*Session),
-		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{})}
+		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{}),
+		urgent: make(map[SessionID]struct{})}
 }
 
 func (k *clientKeeper) nudge() {
@@ -144,7 +148,7 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	var ids []SessionID
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range k.local {
-		if s.manual {
+		if _, ok := k.urgent[id]; s.manual && !ok {
 			continue
 		}
 		ids = append(ids, id)
@@ -152,6 +156,7 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	}
 	fresh := k.fresh
 	k.fresh = false
+	clear(k.urgent)
 	k.interval = interval
 	next := k.nextDueLocked(interval)
 	k.mu.Unlock()
@@ -298,15 +303,20 @@ func (k *clientKeeper) checkLocal(now time.Time) {
 	}
 }
 
-// renew sends a keep-alive for s now and waits until one is confirmed,
-// resending every half election timeout (and after a move to another
-// member).
+// renew has the next tick's keep-alive carry s and waits until one is
+// confirmed, asking again every half election timeout (and after a move
+// to another member). Renewals share that one message, as on a member: a
+// message per renewal would flood the member when many sessions renew
+// at once (a burst of slow creations).
 func (k *clientKeeper) renew(ctx context.Context, s *Session) (time.Time, error) {
 	t := time.NewTicker(k.c.electionTimeout() / 2)
 	defer t.Stop()
 	for {
 		acked := s.ackChan()
-		k.send(time.Now(), []SessionID{s.id})
+		k.mu.Lock()
+		k.urgent[s.id] = struct{}{}
+		k.fresh = true
+		k.mu.Unlock()
 		select {
 		case <-acked:
 			return s.Until(), nil
