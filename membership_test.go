@@ -200,3 +200,34 @@ func TestFollowerPromoteAsksTheLeader(t *testing.T) {
 	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, follower, ctx))
 	require.NoError(t, follower.Promote(ctx, "learner"), "promoting a voter changes nothing")
 }
+
+// A wiped member that hears only from a leader elected after it lost its
+// disk (whose heartbeats commit nothing on it, as that leader never heard
+// it acknowledge anything) is refused by that leader alone; it asks every
+// voter to check its incarnation, and stops once a majority refuse it.
+// The victim is the first leader, so every member knows its incarnation.
+func TestWipedMemberStopsAfterLeaderChange(t *testing.T) {
+	c := coordtest.NewCluster(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	victim := c.LeaderIndex()
+	_, err := c.Node(victim).Put(ctx, "before", []byte("x"))
+	require.NoError(t, err)
+	c.Crash(victim)
+	c.Wipe(victim)
+	watcher := c.Node((victim + 1) % 5)
+	require.Eventually(t, func() bool {
+		l := watcher.Status().Leader
+		return l != "" && l != c.Name(victim)
+	}, 20*time.Second, time.Millisecond, "a new leader among the four others")
+	c.Restart(victim)
+	n := c.Node(victim)
+	select {
+	case <-n.Done():
+	case <-ctx.Done():
+		t.Fatal("a wiped member kept running")
+	}
+	require.ErrorIs(t, n.Err(), coord.ErrStateLost)
+	_, err = watcher.Put(ctx, "after", []byte("y"))
+	require.NoError(t, err)
+}

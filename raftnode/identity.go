@@ -39,6 +39,7 @@ type identity struct {
 	peers      map[uint64]uint64    // Raft ID -> first incarnation heard
 	rejectedBy map[uint64]time.Time // Raft ID -> when it last refused us
 	toldAt     map[uint64]time.Time // Raft ID -> when we last refused it
+	probedAt   time.Time            // when we last asked every voter to check our incarnation
 	log        rateLimit
 }
 
@@ -178,6 +179,32 @@ func (n *Node) rejected(from string, id uint64) {
 	if ok, quiet := n.ident.log.allow(now); ok {
 		n.log.Error("a member knows this one by another data directory", "member", from, "suppressed", quiet)
 	}
+	n.probeVoters(now)
+}
+
+// probeVoters asks every other voter, at most once an election timeout,
+// to check this member's incarnation. A member wiped before it
+// acknowledged anything hears only from the leader (it never campaigns
+// while it hears one), so only the leader would ever refuse it; the
+// probe lets the other voters refuse it too, and a majority stops it. A
+// voter that knows this incarnation ignores the probe.
+func (n *Node) probeVoters(now time.Time) {
+	n.ident.mu.Lock()
+	due := now.Sub(n.ident.probedAt) >= n.electTTL
+	if due {
+		n.ident.probedAt = now
+	}
+	n.ident.mu.Unlock()
+	if !due {
+		return
+	}
+	var envs []transport.Envelope
+	for _, v := range n.sm.ConfState().GetVoters() {
+		if name, ok := n.MemberName(v); ok && v != n.id {
+			envs = append(envs, transport.Envelope{From: n.cfg.Name, To: name, Data: n.hdr().encodeProbe()})
+		}
+	}
+	_ = n.tr.Send(envs)
 }
 
 // Why an envelope's header is refused.

@@ -41,6 +41,7 @@ const (
 	kindChunkAck wireKind = 3 // the receiver has staged a chunk
 	kindApp      wireKind = 4 // an application message (session keep-alives)
 	kindReject   wireKind = 5 // "I know you by another incarnation": you lost your state
+	kindProbe    wireKind = 6 // "check my incarnation": nothing else (see rejected)
 )
 
 var errWire = errors.New("raftnode: malformed envelope")
@@ -105,6 +106,10 @@ func (h header) encodeReject() []byte {
 	return h.put(make([]byte, 0, headerLen), kindReject)
 }
 
+func (h header) encodeProbe() []byte {
+	return h.put(make([]byte, 0, headerLen), kindProbe)
+}
+
 // decoded is one received envelope: its header, and exactly one of the
 // message fields set (none for a reject).
 type decoded struct {
@@ -155,7 +160,10 @@ func decodeBody(kind wireKind, body []byte) (decoded, error) {
 		return decoded{ack: &chunkAck{From: v[0], Index: v[1], Term: v[2], Seq: v[3], OK: v[4] == 1}}, nil
 	case kindApp:
 		return decoded{app: body}, nil
-	case kindReject:
+	case kindReject, kindProbe:
+		if len(body) != 0 {
+			return decoded{}, fmt.Errorf("%w: %d bytes after a bodiless kind %d", errWire, len(body), kind)
+		}
 		return decoded{}, nil
 	default:
 		return decoded{}, fmt.Errorf("%w: unknown kind %d", errWire, kind)

@@ -37,6 +37,11 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, kindReject, d.kind)
 	require.Equal(t, testHeader, d.header)
+
+	d, err = decodeEnvelope(testHeader.encodeProbe())
+	require.NoError(t, err)
+	require.Equal(t, kindProbe, d.kind)
+	require.Equal(t, testHeader, d.header)
 }
 
 func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
@@ -44,7 +49,8 @@ func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
 		return append(header{}.put(nil, wireKind(kind)), body...)
 	}
 	for _, b := range [][]byte{nil, {wireVersion}, {wireVersion + 1, byte(kindRaft)}, {1, byte(kindRaft), 0, 0},
-		full(99), full(byte(kindChunk), 0xff), full(byte(kindRaft))[:headerLen-1]} {
+		full(99), full(byte(kindChunk), 0xff), full(byte(kindRaft))[:headerLen-1],
+		full(byte(kindReject), 0), full(byte(kindProbe), 1, 2)} {
 		_, err := decodeEnvelope(b)
 		require.ErrorIs(t, err, errWire, "%x", b)
 	}
@@ -58,6 +64,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add(testHeader.encodeChunk(&chunk{From: 1, Index: 2, Term: 3, Seq: 4, Data: []byte("d")}))
 	f.Add(testHeader.encodeAck(&chunkAck{From: 1, Index: 2, Term: 3, Seq: 4}))
 	f.Add(testHeader.encodeApp(nil))
+	f.Add(testHeader.encodeProbe())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := decodeEnvelope(data)
 		if err != nil {
@@ -69,7 +76,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 				n++
 			}
 		}
-		if n != 1 && d.kind != kindReject {
+		if n != 1 && d.kind != kindReject && d.kind != kindProbe {
 			t.Fatalf("decoded %d messages from %x", n, data)
 		}
 	})
