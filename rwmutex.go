@@ -37,7 +37,11 @@ func NewRWMutex(s *Session, name string) *RWMutex {
 // the hold's token. Context, session and unreachable-cell behaviour are
 // as for Mutex.Lock.
 func (rw *RWMutex) RLock(ctx context.Context) (Token, error) {
-	return rw.q.acquire(ctx, kindReader, nil, false)
+	t, err := rw.q.acquire(ctx, kindReader, nil, false)
+	if err != nil {
+		return 0, timeoutErr(ctx, rw.q.prefix, err)
+	}
+	return t, nil
 }
 
 // RUnlock releases a read hold, as Mutex.Unlock does; ErrNotHeld if this
@@ -49,7 +53,11 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 // Lock waits until this RWMutex holds the lock for writing (alone) and
 // returns the hold's token, as Mutex.Lock does.
 func (rw *RWMutex) Lock(ctx context.Context) (Token, error) {
-	return rw.q.acquire(ctx, kindWriter, nil, false)
+	t, err := rw.q.acquire(ctx, kindWriter, nil, false)
+	if err != nil {
+		return 0, timeoutErr(ctx, rw.q.prefix, err)
+	}
+	return t, nil
 }
 
 // Unlock releases a write hold, as Mutex.Unlock does; ErrNotHeld if this

@@ -42,7 +42,11 @@ func NewSemaphore(s *Session, name string, n int) *Semaphore {
 // the hold's token. Context, session and unreachable-cell behaviour are
 // as for Mutex.Lock.
 func (sm *Semaphore) Acquire(ctx context.Context) (Token, error) {
-	return sm.q.acquire(ctx, kindSlot, []byte(strconv.Itoa(sm.n)), false)
+	t, err := sm.q.acquire(ctx, kindSlot, []byte(strconv.Itoa(sm.n)), false)
+	if err != nil {
+		return 0, timeoutErr(ctx, sm.q.prefix, err)
+	}
+	return t, nil
 }
 
 // Release gives the place up, as Mutex.Unlock does; ErrNotHeld if this
