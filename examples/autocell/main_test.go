@@ -15,13 +15,20 @@ import (
 	"time"
 )
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// freePorts returns n distinct free loopback addresses: every listener
+// stays open until all are chosen, so the kernel cannot hand one port
+// out twice.
+func freePorts(t *testing.T, n int) []string {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 var removed = regexp.MustCompile(`^\w+: member (\w+): removed`)
@@ -41,15 +48,16 @@ func TestFormAndReplace(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := []string{"a", "b", "c", "d"}
-	gossip := map[string]string{}
-	for _, n := range names {
-		gossip[n] = freePort(t)
+	gossip, raft := map[string]string{}, map[string]string{}
+	ports := freePorts(t, 2*len(names))
+	for i, n := range names {
+		gossip[n], raft[n] = ports[2*i], ports[2*i+1]
 	}
 	lines := make(chan string, 1024)
 	procs := map[string]*exec.Cmd{}
 	var wg sync.WaitGroup
 	for i, n := range names {
-		cmd := exec.Command(bin, "-name", n, "-addr", freePort(t), "-gossip", gossip[n],
+		cmd := exec.Command(bin, "-name", n, "-addr", raft[n], "-gossip", gossip[n],
 			"-seed", gossip["a"], "-zone", fmt.Sprintf("z%d", i%3), "-fast")
 		out, err := cmd.StdoutPipe()
 		if err != nil {

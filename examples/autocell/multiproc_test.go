@@ -145,9 +145,10 @@ func TestFiveProcessesLoseTwoVoters(t *testing.T) {
 		t.Skip("runs 5 processes for about half a minute")
 	}
 	names := []string{"a", "b", "c", "d", "e"}
-	gossip := map[string]string{}
-	for _, n := range names {
-		gossip[n] = freePort(t)
+	gossip, raft := map[string]string{}, map[string]string{}
+	ports := freePorts(t, 2*len(names))
+	for i, n := range names {
+		gossip[n], raft[n] = ports[2*i], ports[2*i+1]
 	}
 	var (
 		mu    sync.Mutex
@@ -157,7 +158,7 @@ func TestFiveProcessesLoseTwoVoters(t *testing.T) {
 	procs := map[string]*proc{}
 	for _, n := range names {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+n, "AUTOCELL_GOSSIP="+gossip[n], "AUTOCELL_SEED="+gossip["a"], "AUTOCELL_ADDR="+freePort(t))
+		cmd.Env = append(os.Environ(), childEnv+"="+n, "AUTOCELL_GOSSIP="+gossip[n], "AUTOCELL_SEED="+gossip["a"], "AUTOCELL_ADDR="+raft[n])
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {

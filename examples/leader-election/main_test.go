@@ -30,14 +30,20 @@ func TestKillTheLeaderProcess(t *testing.T) {
 	names := []string{"a", "b", "c"}
 	var peers []string
 	addrs := map[string]string{}
+	// Every listener stays open until all ports are chosen, so the
+	// kernel cannot hand the same free port out twice.
+	var held []net.Listener
 	for _, n := range names {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		held = append(held, l)
 		addrs[n] = l.Addr().String()
-		l.Close()
 		peers = append(peers, n+"="+addrs[n])
+	}
+	for _, l := range held {
+		l.Close()
 	}
 	type leadership struct {
 		name  string
