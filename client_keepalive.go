@@ -67,7 +67,7 @@ func (k *clientKeeper) nudge() {
 // send time precedes the leader's receipt, so the same bound holds one
 // hop further out.
 func (k *clientKeeper) margin(ttl time.Duration) time.Duration {
-	return k.c.electionTimeout()/4 + ttl/50
+	return holderMargin(k.c.electionTimeout(), ttl)
 }
 
 func (k *clientKeeper) add(s *Session) {

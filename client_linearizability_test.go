@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -127,19 +126,7 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 	if byClients < 10 {
 		t.Fatalf("too few client operations completed (%d) to say anything (seed %d)", byClients, seed)
 	}
-	res, info := porcupine.CheckOperationsVerbose(registerModel, history, 2*time.Minute)
-	if res == porcupine.Illegal {
-		f, err := os.CreateTemp("", "coord-client-linearizability-*.html")
-		if err == nil {
-			porcupine.Visualize(registerModel, info, f)
-			f.Close()
-			t.Logf("visualization: %s", f.Name())
-		}
-		t.Fatalf("history is not linearizable (seed %d)", seed)
-	}
-	if res == porcupine.Unknown {
-		t.Fatalf("linearizability check timed out (seed %d): history too large to decide", seed)
-	}
+	requireLinearizable(t, history, seed, "coord-client-linearizability")
 }
 
 // keyRing is the set of keys in use, each retired after a number of

@@ -85,7 +85,11 @@ func newSessionEngine(n *Node) *sessionEngine {
 // so once a successor is elected nothing it decides takes effect (see
 // handleKeepAlive for why a successor then grants at least TTL from the
 // send of every keep-alive a leader acknowledged).
-func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return e.et/4 + ttl/50 }
+func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return holderMargin(e.et, ttl) }
+
+// holderMargin is the margin for an election timeout et: one rule for a
+// member's sessions and a client's alike.
+func holderMargin(et, ttl time.Duration) time.Duration { return et/4 + ttl/50 }
 
 func (e *sessionEngine) start() {
 	e.wg.Add(1)

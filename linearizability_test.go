@@ -197,9 +197,17 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	if completed < 20 {
 		t.Fatalf("too few operations completed (%d) to say anything (seed %d)", completed, seed)
 	}
+	requireLinearizable(t, history, seed, "coord-linearizability")
+}
+
+// requireLinearizable checks history against the register model and, if
+// it is not linearizable, writes porcupine's visualization to a file
+// named after name and fails with the seed.
+func requireLinearizable(t *testing.T, history []porcupine.Operation, seed int64, name string) {
+	t.Helper()
 	res, info := porcupine.CheckOperationsVerbose(registerModel, history, 2*time.Minute)
 	if res == porcupine.Illegal {
-		f, err := os.CreateTemp("", "coord-linearizability-*.html")
+		f, err := os.CreateTemp("", name+"-*.html")
 		if err == nil {
 			porcupine.Visualize(registerModel, info, f)
 			f.Close()
