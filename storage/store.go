@@ -149,6 +149,10 @@ type Options struct {
 	// wrapFS, if set, wraps the file system under the store (tests inject
 	// disk errors with it).
 	wrapFS func(vfs.FS) vfs.FS
+	// tunePebble, if set, adjusts Pebble's options before Open (tests
+	// stop automatic compactions with it, so the tables they corrupt are
+	// the ones a manual compaction must read).
+	tunePebble func(*pebble.Options)
 }
 
 func (o *Options) setDefaults() {
@@ -233,6 +237,9 @@ func Open(opts Options) (s *Store, err error) {
 		fs = &faultFS{FS: opts.wrap(vfs.Default), f: f}
 		popts.FS = fs
 		popts.WithFSDefaults() // disk health checks, as Pebble's default FS has
+	}
+	if opts.tunePebble != nil {
+		opts.tunePebble(popts)
 	}
 	// A commit that fails while opening panics in Pebble (faultLogger).
 	defer recoverFault(&err)

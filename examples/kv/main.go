@@ -69,13 +69,13 @@ func demo(logger *slog.Logger) error {
 	}
 	defer os.RemoveAll(dir)
 	names := []string{"a", "b", "c"}
+	addrs, err := freePorts(len(names))
+	if err != nil {
+		return err
+	}
 	var peers []coord.Peer
-	for _, n := range names {
-		addr, err := freePort()
-		if err != nil {
-			return err
-		}
-		peers = append(peers, coord.Peer{Name: n, Addr: addr})
+	for i, n := range names {
+		peers = append(peers, coord.Peer{Name: n, Addr: addrs[i]})
 	}
 	fmt.Println("starting a 3-member cell over TCP on loopback:")
 	nodes := map[string]*coord.Node{}
@@ -168,13 +168,19 @@ func waitLeader(ctx context.Context, nodes map[string]*coord.Node) (string, erro
 	}
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freePorts returns n loopback addresses free a moment ago. It holds every
+// listener until all are chosen, so no two addresses are the same port.
+func freePorts(n int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return addrs, nil
 }
 
 func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) error {

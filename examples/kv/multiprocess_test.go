@@ -40,11 +40,10 @@ func TestMultiProcessLeaderKill(t *testing.T) {
 
 	members := make([]*member, 3)
 	var peers []string
+	addrs, err := freePorts(2 * len(members))
+	require.NoError(t, err)
 	for i := range members {
-		addr, err := freePort()
-		require.NoError(t, err)
-		httpAddr, err := freePort()
-		require.NoError(t, err)
+		addr, httpAddr := addrs[2*i], addrs[2*i+1]
 		m := &member{name: fmt.Sprintf("m%d", i), addr: addr, http: httpAddr, data: filepath.Join(dir, fmt.Sprintf("m%d", i))}
 		members[i] = m
 		peers = append(peers, m.name+"="+m.addr)
@@ -170,11 +169,10 @@ func startCell(t *testing.T) *cell {
 	require.NoError(t, build.Run())
 	c := &cell{t: t, members: make([]*member, 3), client: &http.Client{Timeout: 2 * time.Second}}
 	var peers []string
+	addrs, err := freePorts(2 * len(c.members))
+	require.NoError(t, err)
 	for i := range c.members {
-		addr, err := freePort()
-		require.NoError(t, err)
-		httpAddr, err := freePort()
-		require.NoError(t, err)
+		addr, httpAddr := addrs[2*i], addrs[2*i+1]
 		c.members[i] = &member{name: fmt.Sprintf("m%d", i), addr: addr, http: httpAddr, data: filepath.Join(dir, fmt.Sprintf("m%d", i))}
 		peers = append(peers, c.members[i].name+"="+addr)
 	}
