@@ -205,11 +205,15 @@ func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, 
 // working tree.
 func (a *applier) setKV(kv *command.KV) {
 	a.mem.keys.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(*kv)})
+	if IsLockDelayMarker(kv.Key) {
+		a.mem.delays.ReplaceOrInsert(kv.Key)
+	}
 }
 
 // deleteKV removes key from the working tree.
 func (a *applier) deleteKV(key string) {
 	a.mem.keys.Delete(kvItem{key: key})
+	a.mem.delays.Delete(key)
 }
 
 // hasSession reports whether session id exists as of the entries applied
@@ -344,7 +348,9 @@ func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result,
 
 // sessionEnd deletes the session and every key it owns, all in one
 // revision, so watchers see the expiry as one batch of events (invariant 5).
-// Ending an unknown session is a no-op: close and expiry may race.
+// An expiry also puts, in that revision, a lock-delay marker for each lock
+// the session held with a delay (lockdelay.go). Ending an unknown session
+// is a no-op: close and expiry may race.
 func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	if s == nil {
 		return a.status(command.StatusInvalid), nil
@@ -353,9 +359,13 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 		return a.status(command.StatusOK), nil
 	}
 	owned := a.mem.ownedBy(s.ID)
+	var markers []command.KV
+	if s.Expired {
+		markers = a.expiryMarkers(s.ID, owned)
+	}
 
 	rev := a.m.rev + 1
-	events := make([]Event, 0, len(owned))
+	events := make([]Event, 0, len(owned)+len(markers))
 	for _, key := range owned {
 		kv, size, found := a.getKV(key, true)
 		// Puts keep the index in step with ownership, so this only guards
@@ -386,6 +396,13 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	}
 	a.mem.sessions.Delete(sessionItem{id: s.ID})
 	a.out.SessionsEnded = append(a.out.SessionsEnded, s.ID)
+	// The markers go in after the deletes, in the same revision: a
+	// watcher sees the holder's key go and the marker come at once.
+	put, err := a.putMarkers(markers, rev)
+	if err != nil {
+		return command.Result{}, err
+	}
+	events = append(events, put...)
 	if len(events) > 0 {
 		if err := a.newRevision(events); err != nil {
 			return command.Result{}, err

@@ -65,6 +65,9 @@ type memState struct {
 	keys     *btree.BTreeG[kvItem]
 	sessions *btree.BTreeG[sessionItem]
 	owned    *btree.BTreeG[ownedItem]
+	// delays indexes the lock-delay markers among keys (see lockdelay.go),
+	// so the sessions leader finds them without walking every lock.
+	delays *btree.BTreeG[string]
 }
 
 func newMemState() memState {
@@ -72,13 +75,14 @@ func newMemState() memState {
 		keys:     btree.NewG(btreeDegree, kvLess),
 		sessions: btree.NewG(btreeDegree, sessionLess),
 		owned:    btree.NewG(btreeDegree, ownedLess),
+		delays:   btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
 	}
 }
 
 // clone returns a copy to write on, in O(1): the trees share their nodes
 // until either side writes.
 func (s memState) clone() memState {
-	return memState{keys: s.keys.Clone(), sessions: s.sessions.Clone(), owned: s.owned.Clone()}
+	return memState{keys: s.keys.Clone(), sessions: s.sessions.Clone(), owned: s.owned.Clone(), delays: s.delays.Clone()}
 }
 
 // view is the state readers see: the live state as of one revision. They
@@ -140,6 +144,9 @@ func (s memState) add(k, val []byte) error {
 		}
 		kv.Key = string(k[1:])
 		s.keys.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(kv)})
+		if IsLockDelayMarker(kv.Key) {
+			s.delays.ReplaceOrInsert(kv.Key)
+		}
 	case prefixSession:
 		if len(k) != 9 {
 			return fmt.Errorf("%w: session key %x", ErrCorrupt, k)
