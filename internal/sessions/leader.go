@@ -75,6 +75,8 @@ type Leader struct {
 	ready  bool
 	table  *Table
 	queue  []bookkeeping
+	// delays are the lock-delay markers this leader times, by key.
+	delays map[string]*armed
 }
 
 // bookkeeping is one decision waiting for the proposer: credits, or a seen
@@ -218,6 +220,7 @@ func (l *Leader) Tick() {
 	for _, x := range due {
 		l.expire(x)
 	}
+	l.tickLockDelays(now)
 }
 
 // enqueueLocked queues a decision for the proposer; l.mu is held, so the
