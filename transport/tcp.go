@@ -68,6 +68,7 @@ var (
 	_ PeerAdder     = (*TCP)(nil)
 	_ PeerRemover   = (*TCP)(nil)
 	_ StatsReporter = (*TCP)(nil)
+	_ PeerWatcher   = (*TCP)(nil)
 )
 
 // TCPConfig configures ListenTCP. Only Name is required; zero fields get
@@ -181,6 +182,7 @@ type TCP struct {
 	refused    atomic.Int64  // connections refused or closed for cause; tests read it
 	connErrs   atomic.Uint64 // failed dials and lost outbound connections (Stats)
 	dropped    atomic.Uint64 // envelopes dropped (Stats)
+	onDown     atomic.Pointer[func(peer string)]
 
 	mu      sync.RWMutex
 	closed  bool

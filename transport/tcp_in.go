@@ -163,10 +163,15 @@ func (t *TCP) readLoop(raw net.Conn) {
 		remote: raw.RemoteAddr().String(),
 		authBy: time.Now().Add(t.cfg.HandshakeTimeout),
 	}
+	var readErr error
 	defer func() {
 		ic.endFrame()
 		t.unbind(ic)
 		t.untrack(raw)
+		// Reported after unbind, so Connected no longer counts it.
+		if readErr != nil && ic.from != "" && !ic.cut.Load() && closedByPeer(readErr) {
+			t.peerClosed(ic.from)
+		}
 	}()
 	if t.tls != nil {
 		if !t.handshake(ic) {
@@ -179,6 +184,7 @@ func (t *TCP) readLoop(raw net.Conn) {
 	for {
 		env, err := fr.next()
 		if err != nil {
+			readErr = err
 			t.logReadError(ic, err)
 			return
 		}

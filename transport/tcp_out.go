@@ -154,6 +154,19 @@ func (t *TCP) dial(p *tcpPeer) (net.Conn, error) {
 			t.log.Warn("transport: peer closed connection", "peer", p.name, "err", err)
 		}
 		hardClose(c)
+		if p.ctx.Err() != nil || !closedByPeer(err) {
+			return // we closed it (a failed write, a move, Close), or TLS refused us
+		}
+		// Not established any more, whether or not the writer has noticed.
+		p.mu.Lock()
+		ours := p.conn == c
+		if ours {
+			p.conn = nil
+		}
+		p.mu.Unlock()
+		if ours {
+			t.peerClosed(p.name)
+		}
 	})
 	return c, nil
 }

@@ -59,6 +59,26 @@ type PeerRemover interface {
 	RemovePeer(name string)
 }
 
+// PeerWatcher is an optional capability: a transport that holds
+// connections (TCP) tells when a peer's side closed one, as happens at
+// once when the peer's process dies, and whether a connection with the
+// peer is open. raftnode uses it to fail over without waiting out the
+// election timeout when the leader's process dies; a transport without
+// it fails over by the timeout alone.
+type PeerWatcher interface {
+	// OnPeerDown sets f, called with the peer's name when a connection to
+	// or from the peer ends by the peer's doing (end of stream or reset),
+	// never for one this transport closed itself, nor for one that just
+	// went quiet (a partition, a dead host). f runs on the transport's
+	// goroutines and must not block; a later call replaces it.
+	OnPeerDown(f func(peer string))
+	// Connected reports whether a connection with peer is open in either
+	// direction: one it dialled us on, or one we dialled and it has not
+	// closed. It can be open yet dead (a half-open link); it cannot be
+	// closed while the peer's process is reachable and sending.
+	Connected(peer string) bool
+}
+
 // Freezer is an optional capability of test transports: the in-memory
 // Network's Pause freezes the member behind an endpoint as SIGSTOP or a
 // long GC pause would, and a member whose transport is a Freezer stands
