@@ -47,6 +47,19 @@ type ClientConfig struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Logger receives the client's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Cache lists key prefixes the client keeps in memory, each fed by
+	// one ListWatch: Serializable() reads under them are answered
+	// locally, without a round trip, and CacheRevision says the revision
+	// they are current to. Linearizable reads still go to the member.
+	// A read waits (at most an election timeout) for the cache to reach
+	// the client's own last write under the prefix, and goes to the
+	// member until the cache has listed. Empty: no cache.
+	Cache []string
+	// CacheMaxBytes bounds the memory of each cached prefix (keys, values
+	// and a fixed overhead per key); a prefix that outgrows it is
+	// dropped, its reads go to the member, and it is listed again later
+	// (see CacheRevision). Default DefaultCacheMaxBytes.
+	CacheMaxBytes int64
 }
 
 // Client is a process's way into a cell it is not a member of: a
@@ -79,6 +92,7 @@ type Client struct {
 
 	ka      *clientKeeper
 	watches *watchMerger
+	cache   *clientCache // nil: no ClientConfig.Cache
 	probes  probeRegistry
 }
 
@@ -112,6 +126,10 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	case cfg.TLS != nil:
 		c.tlsCfg = memberVerifying(cfg.TLS)
 	}
+	var err error
+	if c.cache, err = newClientCache(c, cfg); err != nil {
+		return nil, err
+	}
 	c.order = append([]string(nil), cfg.Members...)
 	rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
 	conn, err := c.dialRound(ctx)
@@ -124,6 +142,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	c.setConn(conn)
 	c.wg.Go(func() { c.supervise(conn) })
 	c.wg.Go(c.ka.run)
+	c.cache.start()
 	return c, nil
 }
 
@@ -383,12 +402,15 @@ func (c *Client) Member() string {
 
 // --- the Cell API: one line each over the shared code ---
 
-// Get is Node.Get through the client's member.
+// Get is Node.Get through the client's member; a Serializable() Get of
+// a key under ClientConfig.Cache is answered from the cache.
 func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
 	return getKey(ctx, c, key, opts)
 }
 
-// List is Node.List through the client's member.
+// List is Node.List through the client's member; a Serializable() List
+// of a prefix under ClientConfig.Cache is answered from the cache, with
+// the revision the cache was current to.
 func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
 	return listPrefix(ctx, c, prefix, opts)
 }
@@ -483,7 +505,11 @@ func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Res
 	if err != nil {
 		return command.Result{}, proposeErr(conn, err)
 	}
-	return res.Result, resultErr(res.Result)
+	if err := resultErr(res.Result); err != nil {
+		return res.Result, err
+	}
+	c.cache.wrote(cmd, res.Result)
+	return res.Result, nil
 }
 
 // proposeErr maps a failed Propose. A member's answer is certain (its
@@ -540,6 +566,11 @@ func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.Read
 }
 
 func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, error) {
+	if o.serializable {
+		if kv, ok, hit := c.cache.get(ctx, key); hit {
+			return kv, ok, nil
+		}
+	}
 	res, err := c.read(ctx, &clientwire.Read{Key: key, Serializable: o.serializable})
 	if err != nil {
 		return KV{}, false, err
@@ -553,6 +584,11 @@ func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, 
 }
 
 func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
+	if o.serializable {
+		if kvs, rev, hit := c.cache.list(ctx, prefix); hit {
+			return kvs, rev, nil
+		}
+	}
 	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable})
 	if err != nil {
 		return nil, 0, err
