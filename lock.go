@@ -3,6 +3,8 @@ package coord
 import (
 	"context"
 	"fmt"
+
+	"github.com/coordcell/coord/storage"
 )
 
 // lockPrefix is the queue of lock name: locks/{name}/.
@@ -36,12 +38,30 @@ func newLockQueue(s *Session, name string) *queue {
 type Mutex struct {
 	q    *queue
 	name string
+	// value is what this Mutex's queue keys hold: the lock-delay, if any.
+	value []byte
 }
 
 // NewMutex returns the lock name for session s, not yet held. The lock
 // lives under the keys locks/{name}/; an empty name is refused by Lock.
-func NewMutex(s *Session, name string) *Mutex {
-	return &Mutex{q: newLockQueue(s, name), name: name}
+// Options (WithLockDelay) apply to this Mutex's acquisitions; a bad one
+// is refused by Lock and TryLock.
+func NewMutex(s *Session, name string, opts ...MutexOption) *Mutex {
+	m := &Mutex{q: newLockQueue(s, name), name: name}
+	var o mutexOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.delaySet {
+		if o.delay <= 0 || o.delay > MaxLockDelay {
+			if m.q.err == nil {
+				m.q.err = fmt.Errorf("%w: lock-delay %v is outside (0, %v]", ErrInvalidArgument, o.delay, MaxLockDelay)
+			}
+		} else {
+			m.value = storage.LockDelayValue(o.delay)
+		}
+	}
+	return m
 }
 
 // Lock waits until this Mutex holds the lock, and returns the hold's
@@ -66,7 +86,7 @@ func (m *Mutex) Lock(ctx context.Context) (Token, error) {
 // lock is Lock without the ErrTimeout wrapping, for callers that wrap
 // the error themselves (Acquire).
 func (m *Mutex) lock(ctx context.Context) (Token, error) {
-	return m.q.acquire(ctx, kindMutex, nil, false)
+	return m.q.acquire(ctx, kindMutex, m.value, false)
 }
 
 // TryLock takes the lock if nobody holds or waits for it, and otherwise
@@ -74,7 +94,7 @@ func (m *Mutex) lock(ctx context.Context) (Token, error) {
 // queue again). It also fails with ErrLocked while this Mutex already
 // holds or is acquiring.
 func (m *Mutex) TryLock(ctx context.Context) (Token, error) {
-	return m.q.acquire(ctx, kindMutex, nil, true)
+	return m.q.acquire(ctx, kindMutex, m.value, true)
 }
 
 // Unlock releases the hold. The delete is guarded by the hold's token

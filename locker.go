@@ -34,10 +34,12 @@ import (
 //
 // A Locker gives no fencing token: a holder whose session expires keeps
 // running its critical section unaware. Where that matters use Mutex,
-// fence with its Token, and watch its Done. Like sync.Mutex, Lock while
-// held waits for Unlock, and it is safe for concurrent use.
-func NewLocker(s *Session, name string) sync.Locker {
-	return &locker{m: NewMutex(s, name)}
+// fence with its Token, and watch its Done, or, for a resource that
+// cannot check a token, pass WithLockDelay (opts are NewMutex's). Like
+// sync.Mutex, Lock while held waits for Unlock, and it is safe for
+// concurrent use.
+func NewLocker(s *Session, name string, opts ...MutexOption) sync.Locker {
+	return &locker{m: NewMutex(s, name, opts...)}
 }
 
 type locker struct {

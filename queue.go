@@ -30,6 +30,9 @@ const (
 	kindReader = 'r' // RWMutex.RLock: shared with other readers
 	kindSlot   = 's' // Semaphore: shared by up to its limit (the key's value)
 	kindLeader = 0   // Election: exclusive; election keys carry no kind byte
+	// kindDelay is a lock-delay marker, written by the cell (not by a
+	// recipe) when a holder's session expired: see WithLockDelay.
+	kindDelay = 'd'
 )
 
 // queue is one handle's place in the queue under prefix: at most one

@@ -43,7 +43,7 @@ func parseEntry(prefix string, kinded bool, kv KV) (entry, bool) {
 		}
 		e.kind, rest = rest[0], rest[1:]
 		switch e.kind {
-		case kindMutex, kindWriter, kindReader:
+		case kindMutex, kindWriter, kindReader, kindDelay:
 		case kindSlot:
 			e.limit = parseLimit(kv.Value)
 		default:
@@ -82,8 +82,20 @@ func parseLimit(v []byte) int {
 // the limit entries right before it: any of them leaving frees a place,
 // while an entry leaving further ahead does not change which entries
 // those are.
+//
+// A lock-delay marker (kindDelay) holds, and blocks every other entry,
+// older or newer, until the sessions leader deletes it: it stands for the
+// holder whose session expired, whose writes may still be in flight.
 func blockers(q []entry, i int) []string {
 	me := q[i]
+	if me.kind == kindDelay {
+		return nil
+	}
+	for _, e := range q {
+		if e.kind == kindDelay {
+			return []string{e.kv.Key}
+		}
+	}
 	conflicts := func(e entry) bool {
 		switch me.kind {
 		case kindReader:
@@ -108,11 +120,12 @@ func blockers(q []entry, i int) []string {
 	return nil
 }
 
-// holders returns the entries of q that hold.
+// holders returns the entries of q that hold, lock-delay markers aside:
+// a marker holds for no one, and no grant has its revision as a token.
 func holders(q []entry) []entry {
 	var out []entry
 	for i := range q {
-		if blockers(q, i) == nil {
+		if q[i].kind != kindDelay && blockers(q, i) == nil {
 			out = append(out, q[i])
 		}
 	}

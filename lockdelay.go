@@ -1,0 +1,63 @@
+package coord
+
+// Lock-delay: the recipe's option, and the member's answer to the
+// sessions leader, which times the markers (internal/sessions) that the
+// state machine writes (storage).
+
+import (
+	"time"
+
+	"github.com/coordcell/coord/internal/sessions"
+	"github.com/coordcell/coord/storage"
+)
+
+// MaxLockDelay is the longest lock-delay WithLockDelay accepts.
+const MaxLockDelay = storage.MaxLockDelay
+
+// MutexOption configures NewMutex (and NewLocker).
+type MutexOption func(*mutexOptions)
+
+type mutexOptions struct {
+	delay    time.Duration
+	delaySet bool
+}
+
+// WithLockDelay asks for a lock-delay of d (Chubby's, Consul's
+// lock-delay): when the session of a hold taken by this Mutex expires
+// (the cell decided it had ended: not Close, not Unlock), nobody is
+// granted the lock for d afterwards, so writes the lost holder still
+// had in flight land before the next holder's. It is for resources that
+// cannot check a fencing token; one that can should (Fence), which needs
+// no wait.
+//
+// The delay is written in the hold's key, and at the expiry the cell puts
+// a marker under the lock's queue (locks/{name}/d…) that every waiter,
+// older or newer, treats as a holder; the sessions leader deletes it d
+// after it saw it applied. A change of leader restarts the delay from the
+// new leader's election, so it is never shorter than d and may be up to
+// d plus a few election timeouts longer. The marker is part of the
+// replicated state: it survives restarts and snapshots. Deleting it by
+// hand ends the delay at once.
+//
+// d must be in (0, MaxLockDelay]; otherwise Lock and TryLock fail with
+// ErrInvalidArgument. Only Mutex (and NewLocker) take it; a delay left by
+// a Mutex also holds off RWMutex and Semaphore acquisitions of the same
+// name. Every member must run a build that knows lock-delay before it is
+// used: the marker is written by each member's state machine.
+func WithLockDelay(d time.Duration) MutexOption {
+	return func(o *mutexOptions) { o.delay, o.delaySet = d, true }
+}
+
+// LockDelays lists the lock-delay markers in this member's applied state,
+// for the sessions leader.
+func (c leaderCell) LockDelays() ([]sessions.LockDelay, error) {
+	ds, err := c.e.n.sm.LockDelays()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sessions.LockDelay, len(ds))
+	for i, d := range ds {
+		out[i] = sessions.LockDelay{Key: d.Key, CreateRev: d.CreateRev, Delay: d.Delay}
+	}
+	return out, nil
+}
