@@ -37,7 +37,7 @@ type loopState struct {
 	// inlineCooldown counts down the batches that go to the apply loop
 	// after a slow inline apply.
 	inlineCooldown int
-	// loss is a leader whose connection closed (failover.go).
+	// loss is a leader whose connection its side closed (failover.go).
 	loss leaderLoss
 }
 
@@ -77,7 +77,6 @@ func (n *Node) raftLoop() {
 				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
 				return
 			}
-			ls.heardFrom(env.From)
 			n.handleEnvelope(env)
 		case p := <-n.propc:
 			if !n.gate.enter(n.stopc) {
@@ -138,7 +137,6 @@ func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
 				n.fail(fmt.Errorf("%w: transport closed", errs.Closed))
 				return false
 			}
-			ls.heardFrom(env.From)
 			n.handleEnvelope(env)
 		case p := <-n.propc:
 			ls.pending = append(ls.pending, p)

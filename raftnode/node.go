@@ -144,8 +144,11 @@ type Node struct {
 	propc chan *proposal
 	readc chan *readRequest
 	runc  chan func() // closures run on the raft loop (reports from other goroutines)
-	// peerDownc carries the transport's reports of closed connections.
+	// peerDownc carries the transport's reports of closed connections;
+	// peerWatch is the transport that makes them, nil if it cannot
+	// (failover.go).
 	peerDownc chan string
+	peerWatch transport.PeerWatcher
 	// applySide is the state machine's side of the node, which the raft
 	// loop and the apply loop take turns to hold (apply.go).
 	applySide applySide
