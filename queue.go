@@ -147,7 +147,14 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	w := &waiter{q: q, b: q.s.b, key: q.newKey(kind)}
+	key, err := q.resumedKey(ctx, kind)
+	if err != nil {
+		return 0, err
+	}
+	if key == "" {
+		key = q.newKey(kind)
+	}
+	w := &waiter{q: q, b: q.s.b, key: key}
 	// The hold's lifetime (its own-key watch and monitor) is the
 	// session's, not the caller's ctx, which may end right after Lock.
 	w.mctx, w.stop = context.WithCancel(q.s.Ctx())

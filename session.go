@@ -85,6 +85,12 @@ type Session struct {
 	// retried operation on an old acquisition's key can never touch a
 	// newer one.
 	keySeq atomic.Uint64
+	// resumed is set for a session adopted by ID (WithSessionID): its
+	// earlier holder may have left queue keys that its recipes take
+	// over. adopted names the keys already taken over, under mu, so two
+	// acquisitions never share one.
+	resumed bool
+	adopted map[string]bool
 }
 
 // SessionOption configures NewSession.
@@ -93,6 +99,7 @@ type SessionOption func(*sessionOptions)
 type sessionOptions struct {
 	ttl    time.Duration
 	manual bool
+	resume SessionID // WithSessionID: adopt this live session
 }
 
 // WithTTL sets the session's time to live (default DefaultSessionTTL). It
@@ -122,7 +129,8 @@ func minSessionTTL(b backend) time.Duration { return 4 * b.electionTimeout() }
 // NewSession creates a session in the cell (one log entry) and keeps it
 // alive from this member until Close, Orphan, or expiry. Its TTL (WithTTL)
 // is at least MinSessionTTL; the cell never ends it earlier than TTL
-// after the send of its last confirmed keep-alive (see Session).
+// after the send of its last confirmed keep-alive (see Session). With
+// WithSessionID it creates nothing: it adopts a live session instead.
 func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{ttl: DefaultSessionTTL}
 	for _, f := range opts {
@@ -133,6 +141,9 @@ func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session,
 
 // newSession creates a session through c, kept alive by c's keeper.
 func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error) {
+	if o.resume != 0 {
+		return resumeSession(ctx, c, o)
+	}
 	b := c.cellBackend()
 	k := b.keeper()
 	if min := minSessionTTL(b); o.ttl < min {

@@ -1,0 +1,141 @@
+package coord
+
+// Resuming a session by ID (etcd's WithLease): a process that restarted,
+// or that orphaned a session, takes it over while the cell still has it.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// WithSessionID makes NewSession adopt the live session id instead of
+// creating one: after the process that held it restarted, or after
+// Orphan. The session is kept alive from this member from now on and
+// keeps its own TTL (WithTTL is ignored). NewSession returns it once a
+// keep-alive for it has been confirmed, so it starts healthy.
+//
+// A session the cell has ended (expired or closed), or never had, gives
+// an error wrapping ErrSessionExpired, and nothing changes in the cell.
+// A session this process already keeps alive, or one created by a client
+// (only that client may keep it alive), gives ErrInvalidArgument.
+// Resuming through a Client is not supported yet: ErrInvalidArgument.
+//
+// The recipes carry on where the earlier holder left off: a Mutex,
+// RWMutex or Semaphore acquisition on the resumed session whose session
+// already has a key of the same kind in that lock's queue takes that key
+// over rather than queueing again, so a lock the session held is held at
+// once, with the same fencing token (as etcd's mutex does with a
+// resumed lease). Each key is taken over by one acquisition; further
+// ones queue as usual. This costs one read of the queue per acquisition.
+//
+// Resuming is safe only if the earlier holder is really gone (or
+// orphaned the session): two processes keeping one session alive both
+// believe they hold its locks.
+func WithSessionID(id SessionID) SessionOption {
+	return func(o *sessionOptions) { o.resume = id }
+}
+
+// resumeSession adopts the live session o.resume through c.
+func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error) {
+	id := o.resume
+	if id < 0 {
+		return nil, fmt.Errorf("%w: session ID %d", ErrInvalidArgument, int64(id))
+	}
+	n, ok := c.(*Node)
+	if !ok {
+		return nil, fmt.Errorf("%w: resuming session %d: only a member can resume a session by ID", ErrInvalidArgument, int64(id))
+	}
+	// A linearizable look: a session the state does not have after the
+	// read barrier has ended (IDs are log indexes, never reused).
+	if err := n.readBarrier(ctx, readOptions{}); err != nil {
+		return nil, err
+	}
+	info, found, err := n.sm.Session(int64(id))
+	if err != nil {
+		return nil, n.stateErr(err)
+	}
+	rev := n.sm.Revision()
+	switch {
+	case !found:
+		return nil, fmt.Errorf("%w: session %d is not alive in the cell", ErrSessionExpired, int64(id))
+	case info.Owner != "":
+		return nil, fmt.Errorf("%w: session %d belongs to %s: only it may resume it", ErrInvalidArgument, int64(id), info.Owner)
+	}
+	ttl := time.Duration(info.TTL)
+	s := &Session{c: n, b: n, k: n.keeper(), id: id, ttl: ttl, stats: sessionCountersOf(n),
+		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{}),
+		resumed: true, adopted: make(map[string]bool), confirming: true}
+	close(s.healthy)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// Until stays at now until the first confirmation: nothing is known
+	// of the deadline the cell gives the session before that.
+	now := time.Now()
+	s.until, s.lastSent, s.lastAcked = now, now, now
+	// The earlier holder numbered its keys from 1; start far above
+	// anything it (or an earlier resume, at a lower revision) could
+	// have reached, so a new key never has an old key's name.
+	s.keySeq.Store(uint64(rev) << 20)
+	if !n.sessions.adopt(s) {
+		return nil, fmt.Errorf("%w: session %d is already kept alive by this process", ErrInvalidArgument, int64(id))
+	}
+	if _, err := s.k.renew(ctx, s); err != nil {
+		// Not resumed: stop keeping it alive here, but end nothing in the
+		// cell (an ended session's error is already ErrSessionExpired).
+		s.mu.Lock()
+		s.confirming = false
+		s.mu.Unlock()
+		s.end(ErrSessionClosed)
+		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
+	}
+	s.mu.Lock()
+	s.confirming = false
+	s.mu.Unlock()
+	return s, nil
+}
+
+// adopt starts keeping s alive, unless a session of its ID is kept here
+// already; it reports whether it did.
+func (e *sessionEngine) adopt(s *Session) bool {
+	e.mu.Lock()
+	if _, ok := e.local[s.id]; ok {
+		e.mu.Unlock()
+		return false
+	}
+	e.mu.Unlock()
+	// Between the look and the add a concurrent adopt of the same ID could
+	// slip in; both would then keep one session alive, which is harmless
+	// for the cell, and the map keeps one of them.
+	e.add(s)
+	return true
+}
+
+// resumedKey returns, for an acquisition of kind on a resumed session,
+// a key of this session's already in the queue that no other acquisition
+// has taken over; "" when there is none (then a new key is made).
+func (q *queue) resumedKey(ctx context.Context, kind byte) (string, error) {
+	s := q.s
+	if !s.resumed {
+		return "", nil
+	}
+	var kvs []KV
+	err := retry(ctx, s.b, s, retryable, func() (err error) {
+		kvs, _, err = listPrefix(ctx, s.b, q.prefix, nil)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	entries := parseQueue(q.prefix, q.kinded, kvs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(entries, func(e entry) bool {
+		return e.kv.Session == s.id && (!q.kinded || e.kind == kind) && !s.adopted[e.kv.Key]
+	})
+	if i < 0 {
+		return "", nil
+	}
+	s.adopted[entries[i].kv.Key] = true
+	return entries[i].kv.Key, nil
+}
