@@ -101,7 +101,7 @@ func asState(kvs []coord.KV) map[string]string {
 
 // readSnapshots lists prefix serializably until ctx ends, checks that
 // each listing is in key order and no older than the one before, and
-// returns them.
+// returns the first listing at each revision.
 func readSnapshots(ctx context.Context, t *testing.T, cl *coord.Client, prefix string) []snapshot {
 	var out []snapshot
 	var prev int64
@@ -116,13 +116,13 @@ func readSnapshots(ctx context.Context, t *testing.T, cl *coord.Client, prefix s
 		if rev < prev {
 			t.Errorf("cached List went back from revision %d to %d", prev, rev)
 		}
-		prev = rev
 		if !sort.SliceIsSorted(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key }) {
 			t.Errorf("List at %d not in key order: %v", rev, kvs)
 		}
-		if len(out) < 5000 {
-			out = append(out, snapshot{rev: rev, state: asState(kvs)})
+		if len(out) == 0 || rev != prev {
+			out = append(out, snapshot{rev: rev, state: asState(kvs)}) // one per revision seen
 		}
+		prev = rev
 	}
 	return out
 }
@@ -133,7 +133,13 @@ func checkSnapshots(t *testing.T, m *cacheModel, snaps []snapshot) {
 	t.Helper()
 	for _, s := range snaps {
 		if want := m.at(s.rev); !maps.Equal(s.state, want) {
-			t.Fatalf("List at revision %d returned %v, the cell had %v", s.rev, s.state, want)
+			var near []modelChange
+			for _, ch := range m.changes {
+				if ch.rev > s.rev-5 && ch.rev < s.rev+5 {
+					near = append(near, ch)
+				}
+			}
+			t.Fatalf("List at revision %d returned %v, the cell had %v; changes near it: %+v", s.rev, s.state, want, near)
 		}
 	}
 }
@@ -143,7 +149,7 @@ func checkSnapshots(t *testing.T, m *cacheModel, snaps []snapshot) {
 // and records them in m.
 func writeRandom(ctx context.Context, t *testing.T, w coord.Cell, m *cacheModel, rng *rand.Rand, prefix string, n int) {
 	t.Helper()
-	state := map[string]string{}
+	state := m.at(m.last())
 	for i := range n {
 		key := fmt.Sprintf("%s%d", prefix, rng.IntN(10))
 		val := strconv.Itoa(i)
@@ -204,7 +210,7 @@ func TestClientCacheSeesWritesInOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, m.at(rev), asState(kvs))
 	require.Equal(t, m.at(m.last()), asState(kvs), "the cache converged on the cell")
-	t.Logf("%d cached listings checked, %d reads answered by the cache", len(got), coord.ClientCacheHits(cl, "c/"))
+	t.Logf("cached listings at %d revisions checked, %d reads answered by the cache", len(got), coord.ClientCacheHits(cl, "c/"))
 	require.Positive(t, coord.ClientCacheHits(cl, "c/"))
 	require.EqualValues(t, 1, coord.ClientCacheLists(cl, "c/"), "one listing, then the watch")
 }
@@ -363,7 +369,8 @@ func TestClientCacheFailover(t *testing.T) {
 	waitCache(t, cl, "f/", m.last())
 	stop()
 	got := <-snaps
-	t.Logf("cut from %s, now on %s; %d cached listings checked", before, cl.Member(), len(got))
+	t.Logf("cut from %s, now on %s; cached listings at %d revisions checked, the last at %d of %d",
+		before, cl.Member(), len(got), got[len(got)-1].rev, m.last())
 	checkSnapshots(t, &m, got)
 	kvs, _, err := cl.List(ctx, "f/", coord.Serializable())
 	require.NoError(t, err)
