@@ -39,11 +39,16 @@ type mutexOptions struct {
 // replicated state: it survives restarts and snapshots. Deleting it by
 // hand ends the delay at once.
 //
+// The delay follows an expiry decided by the cell's leader. Today an
+// expiry that the holder's own member proposes (its local deadline
+// passed while it could still reach the cell) leaves no delay.
+//
 // d must be in (0, MaxLockDelay]; otherwise Lock and TryLock fail with
 // ErrInvalidArgument. Only Mutex (and NewLocker) take it; a delay left by
 // a Mutex also holds off RWMutex and Semaphore acquisitions of the same
-// name. Every member must run a build that knows lock-delay before it is
-// used: the marker is written by each member's state machine.
+// name. An expiry that leaves a delay is written in a command format that
+// members of earlier builds refuse (they stop applying until upgraded,
+// rather than disagree), so upgrade every member before relying on it.
 func WithLockDelay(d time.Duration) MutexOption {
 	return func(o *mutexOptions) { o.delay, o.delaySet = d, true }
 }
@@ -60,4 +65,11 @@ func (c leaderCell) LockDelays() ([]sessions.LockDelay, error) {
 		out[i] = sessions.LockDelay{Key: d.Key, CreateRev: d.CreateRev, Delay: d.Delay}
 	}
 	return out, nil
+}
+
+// SessionLockDelayed reports whether session id holds a lock key that
+// asks for a lock-delay, so that its expiry is proposed flagged.
+func (c leaderCell) SessionLockDelayed(id int64) bool {
+	delayed, err := c.e.n.sm.SessionLockDelayed(id)
+	return err == nil && delayed
 }

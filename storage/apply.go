@@ -348,8 +348,8 @@ func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result,
 
 // sessionEnd deletes the session and every key it owns, all in one
 // revision, so watchers see the expiry as one batch of events (invariant 5).
-// An expiry also puts, in that revision, a lock-delay marker for each lock
-// the session held with a delay (lockdelay.go). Ending an unknown session
+// An expiry flagged LockDelay also puts, in that revision, a lock-delay
+// marker for each lock the session held with a delay (lockdelay.go). Ending an unknown session
 // is a no-op: close and expiry may race.
 func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	if s == nil {
@@ -360,7 +360,7 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	}
 	owned := a.mem.ownedBy(s.ID)
 	var markers []command.KV
-	if s.Expired {
+	if s.Expired && s.LockDelay {
 		markers = a.expiryMarkers(s.ID, owned)
 	}
 

@@ -5,14 +5,17 @@ package storage
 // resources that cannot check a fencing token.
 //
 // The holder's key under locks/{name}/ carries the delay in its value
-// (LockDelayValue). When an expiry deletes such a key and the key held
+// (LockDelayValue). When an expiry flagged LockDelay (the proposer saw
+// such a key: SessionLockDelayed) deletes such a key and the key held
 // its lock (it was the head of the lock's queue), the same revision puts
 // a delay marker under the lock's queue: locks/{name}/d{32 hex}, with the
 // same value and no session. The recipes' grant rule treats a marker as a
 // holder that blocks every entry of the queue, older or newer. The
 // sessions leader deletes it after the delay (LockDelays lists them).
-// Everything here is a function of the applied state, so every member
-// writes the same marker.
+// Everything here is a function of the applied state and the command, so
+// every member writes the same marker; the flag makes the expiry a
+// format 5 command, which a member that would not write markers refuses
+// rather than diverge.
 
 import (
 	"strconv"
@@ -89,6 +92,31 @@ func lockEntry(key string) (prefix, name string, ok bool) {
 func IsLockDelayMarker(key string) bool {
 	_, name, ok := lockEntry(key)
 	return ok && name[0] == kindDelay
+}
+
+// SessionLockDelayed reports whether session id owns, in the applied
+// state, a lock key that asks for a lock-delay: then its expiry is
+// proposed with command.Session.LockDelay.
+func (sm *StateMachine) SessionLockDelayed(id int64) (bool, error) {
+	if err := sm.enter(); err != nil {
+		return false, err
+	}
+	defer sm.life.RUnlock()
+	v := sm.view.Load()
+	delayed := false
+	v.owned.AscendGreaterOrEqual(ownedItem{session: id}, func(o ownedItem) bool {
+		if o.session != id {
+			return false
+		}
+		if _, _, ok := lockEntry(o.key); !ok {
+			return true
+		}
+		if it, ok := v.keys.Get(kvItem{key: o.key}); ok {
+			_, delayed = ParseLockDelay(it.kv.Value)
+		}
+		return !delayed
+	})
+	return delayed, nil
 }
 
 // LockDelay is one delay marker in the applied state.

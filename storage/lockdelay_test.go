@@ -16,7 +16,7 @@ func lockKey(name string, kind byte, id int64, seq int) string {
 }
 
 func expire(id int64) *command.Command {
-	return &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: id, Expired: true}}
+	return &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: id, Expired: true, LockDelay: true}}
 }
 
 func TestLockDelayValue(t *testing.T) {
@@ -39,6 +39,11 @@ func TestLockDelayMarkerOnExpiry(t *testing.T) {
 	hk, wk := lockKey("a", 'm', holder, 1), lockKey("a", 'm', waiter, 1)
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(hk, delay, holder)}})
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(wk, delay, waiter)}})
+	for _, id := range []int64{holder, waiter} {
+		delayed, err := ts.SessionLockDelayed(id)
+		require.NoError(t, err)
+		require.True(t, delayed)
+	}
 
 	out := ts.apply(expire(holder))
 	marker := lockKey("a", 'd', holder, 1)
@@ -86,6 +91,11 @@ func TestLockDelayNoMarker(t *testing.T) {
 		"close": func(id int64) *command.Command {
 			return &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: id}}
 		},
+		// An expiry without the flag is what a build before lock-delay
+		// wrote, and applies as it did.
+		"unflagged expiry": func(id int64) *command.Command {
+			return &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: id, Expired: true}}
+		},
 		"expiry": expire,
 	}
 	for name, end := range cases {
@@ -107,7 +117,7 @@ func TestLockDelayNoMarker(t *testing.T) {
 			ts.apply(end(first))
 			delays, err = ts.LockDelays()
 			require.NoError(t, err)
-			if name == "close" {
+			if name != "expiry" {
 				require.Empty(t, delays)
 				return
 			}
@@ -136,4 +146,23 @@ func TestLockDelaySnapshot(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, want, got)
+}
+
+func TestSessionLockDelayed(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	id := ts.newSession()
+	ts.txn(command.Txn{Then: []command.Op{
+		ephemeralPut("plain", string(LockDelayValue(time.Second)), id), // not a lock key
+		ephemeralPut(lockKey("x", 'm', id, 1), "", id),
+	}})
+	delayed, err := ts.SessionLockDelayed(id)
+	require.NoError(t, err)
+	require.False(t, delayed)
+	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(lockKey("y", 'm', id, 2), string(LockDelayValue(time.Second)), id)}})
+	delayed, err = ts.SessionLockDelayed(id)
+	require.NoError(t, err)
+	require.True(t, delayed)
+	delayed, err = ts.SessionLockDelayed(id + 1)
+	require.NoError(t, err)
+	require.False(t, delayed)
 }

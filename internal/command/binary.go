@@ -7,7 +7,7 @@ import (
 	"github.com/coordcell/coord/internal/wirebytes"
 )
 
-// Formats 2 to 4, after the version byte:
+// Formats 2 to 5, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
 //	         [Txn if bodyTxn] [Session if bodySession]
@@ -15,8 +15,9 @@ import (
 //	         the If compares, the Then ops, the Else ops
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
-//	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1)
-//	         | [format 3: uvarint Term] | [format 4: uvarint Term | str Owner]
+//	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
+//	         1 | 2 for LockDelay, which is set)
+//	         | [format 3: uvarint Term] | [formats 4, 5: uvarint Term | str Owner]
 //	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
 //	str      uvarint length | bytes
@@ -34,7 +35,9 @@ import (
 // and no Owner, and a format 3 command without one is refused. Format 4
 // adds the session's Owner (its Term may be zero): it is written exactly
 // when the Owner is not empty, and a format 4 command with an empty one is
-// refused. So the one-encoding rule holds across all three.
+// refused. Format 5 is format 4 with LockDelay in the expired byte: it is
+// written exactly when LockDelay is set, and a format 5 command without it
+// is refused. So the one-encoding rule holds across all four.
 
 const (
 	bodyTxn     = 1 << 0
@@ -58,11 +61,16 @@ func termed(c *Command) bool { return c.Session != nil && c.Session.Term != 0 }
 // owned reports whether c needs format 4.
 func owned(c *Command) bool { return c.Session != nil && c.Session.Owner != "" }
 
+// lockDelayed reports whether c needs format 5.
+func lockDelayed(c *Command) bool { return c.Session != nil && c.Session.LockDelay }
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case owned(c):
+	case lockDelayed(c):
 		return Version
+	case owned(c):
+		return versionOwned
 	case termed(c):
 		return versionTermed
 	}
@@ -83,10 +91,10 @@ func encodedLen(c *Command) int {
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
-		if s.Term != 0 || s.Owner != "" {
+		if f := format(c); f >= versionTermed {
 			n += wirebytes.UvarintLen(s.Term)
 		}
-		if s.Owner != "" {
+		if format(c) >= versionOwned {
 			n += wirebytes.StringLen(s.Owner)
 		}
 		n += wirebytes.ListLen(len(s.IDs), s.IDs == nil) + wirebytes.ListLen(len(s.Credits), s.Credits == nil)
@@ -143,11 +151,15 @@ func encodeBinary(c *Command) []byte {
 		if s.Expired {
 			exp = 1
 		}
+		if s.LockDelay {
+			exp |= 2
+		}
 		b = append(b, exp)
-		if s.Term != 0 || s.Owner != "" {
+		f := format(c)
+		if f >= versionTermed {
 			b = binary.AppendUvarint(b, s.Term)
 		}
-		if s.Owner != "" {
+		if f >= versionOwned {
 			b = wirebytes.AppendString(b, s.Owner)
 		}
 		b = wirebytes.AppendList(b, len(s.IDs), s.IDs == nil)
@@ -178,7 +190,7 @@ func appendOps(b []byte, ops []Op) []byte {
 	return b
 }
 
-// decoder reads formats 2 to 4 with a minimal reader: each command has one
+// decoder reads formats 2 to 5 with a minimal reader: each command has one
 // encoding. The first error sticks, so callers check it once per stretch.
 type decoder struct {
 	wirebytes.Reader
@@ -189,8 +201,10 @@ type decoder struct {
 	nkeys int
 	// termed is set for formats 3 and 4: sessions carry a term.
 	termed bool
-	// owned is set for format 4: sessions carry an owner.
+	// owned is set for formats 4 and 5: sessions carry an owner.
 	owned bool
+	// flags is set for format 5: the expired byte carries LockDelay too.
+	flags bool
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -235,7 +249,8 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 	d := decoder{
 		Reader: wirebytes.NewMinimalReader(data[10:], ErrMalformed),
 		termed: version >= versionTermed,
-		owned:  version == Version,
+		owned:  version >= versionOwned,
+		flags:  version == Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -329,7 +344,16 @@ func (d *decoder) ops(ops []Op) {
 func (d *decoder) session(s *Session) {
 	s.ID = d.Varint()
 	s.TTL = d.Varint()
-	s.Expired = d.Bool()
+	if d.flags {
+		switch f := d.U8(); {
+		case f > 3:
+			d.Fail("session flags %#x", f)
+		default:
+			s.Expired, s.LockDelay = f&1 != 0, f&2 != 0
+		}
+	} else {
+		s.Expired = d.Bool()
+	}
 	if d.termed {
 		s.Term = d.Uvarint()
 	}

@@ -55,6 +55,7 @@ func normalizeV1(c *Command) *Command {
 	}
 	if s := c.Session; s != nil {
 		s.Owner = "" // format 1 predates owners and never carries one
+		s.LockDelay = false
 		if len(s.IDs) == 0 {
 			s.IDs = nil
 		}
@@ -161,21 +162,26 @@ func binaryCases() map[string]*Command {
 		"txn and session":  {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}}, Session: &Session{ID: 1}},
 		"session, no body": {Kind: KindSessionEnd},
 		// Format 3: a leader's decisions carry its term.
-		"expired by term 1":  {Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 1}},
-		"client's create":    {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:worker-1"}},
-		"owner and term":     {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Term: 3, Owner: "client:ü"}},
-		"credit by max term": {Kind: KindSessionCredit, Session: &Session{Term: math.MaxUint64, Credits: []Credit{{ID: 3, Nanos: 5e8}}}},
-		"seen by term 300":   {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
+		"expired by term 1":   {Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 1}},
+		"client's create":     {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:worker-1"}},
+		"owner and term":      {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Term: 3, Owner: "client:ü"}},
+		"lock-delay expiry":   {Kind: KindSessionEnd, Session: &Session{ID: 9, Expired: true, LockDelay: true, Term: 4}},
+		"lock-delay, no term": {Kind: KindSessionEnd, Session: &Session{ID: 9, Expired: true, LockDelay: true}},
+		"credit by max term":  {Kind: KindSessionCredit, Session: &Session{Term: math.MaxUint64, Credits: []Credit{{ID: 3, Nanos: 5e8}}}},
+		"seen by term 300":    {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
 		"txn, termed session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}},
 			Session: &Session{ID: 1, Term: 128}},
 	}
 }
 
-// wantVersion is the format Encode must write for c: 4 only when a
-// session owner needs it, 3 only when a session term does, so
-// everything else stays format 2 byte for byte.
+// wantVersion is the format Encode must write for c: 5 only when a
+// lock-delay flag needs it, 4 only when a session owner does, 3 only
+// when a session term does, so everything else stays format 2 byte for
+// byte.
 func wantVersion(c *Command) byte {
 	switch {
+	case c.Session != nil && c.Session.LockDelay:
+		return 5
 	case c.Session != nil && c.Session.Owner != "":
 		return 4
 	case c.Session != nil && c.Session.Term != 0:
@@ -311,6 +317,7 @@ func randomCommand(r *rand.Rand) *Command {
 		if r.IntN(3) == 0 {
 			c.Session.Owner = string(data(length()))
 		}
+		c.Session.LockDelay = r.IntN(4) == 0
 		if n := count(); n >= 0 {
 			c.Session.IDs = make([]int64, n)
 			for i := range c.Session.IDs {
@@ -480,6 +487,9 @@ func TestDecodeMalformed(t *testing.T) {
 		return append([]byte{versionTermed, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	header4 := func(kind Kind, body byte) []byte {
+		return append([]byte{versionOwned, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header5 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -502,12 +512,19 @@ func TestDecodeMalformed(t *testing.T) {
 		"credits beyond": cat(header(KindSessionCredit, bodySession), []byte{0, 0, 0, 0, 3, 0, 0, 0}),
 		"header only":    {versionBinary2},
 		"v3 header only": {versionTermed},
-		"v4 header only": {Version},
+		"v4 header only": {versionOwned},
+		"v5 header only": {Version},
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),
 		"v4 owner missing":  cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0}),
 		"v4 owner too long": cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 9, 'c', 0, 0}),
+		// Format 5 is only for an expiry flagged LockDelay; no other
+		// format carries the flag.
+		"v5 without the flag": cat(header5(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0, 0}),
+		"v5 unknown flag":     cat(header5(KindSessionEnd, bodySession), []byte{0x54, 0, 7, 0, 0, 0, 0}),
+		"v5 no session":       header5(KindNoop, 0),
+		"v4 with the flag":    cat(header4(KindSessionEnd, bodySession), []byte{0x54, 0, 3, 0, 2, 'c', 0, 0}),
 		// Format 3 is only for a session with a term: term 0, no session
 		// at all, or a missing term would be a second encoding.
 		"v3 term 0":           cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0}),

@@ -25,13 +25,18 @@ import (
 // and misreading one would make this member's state differ from the
 // others'.
 //
-// Encode writes format 3 or 4 only for a command that needs it (a
-// session command carrying a leader's term, or a client's session
-// creation carrying its owner); every other command is written in format
-// 2, byte for byte as before. So a member not yet upgraded halts (and
-// replays after its upgrade) only on the commands whose meaning it would
-// get wrong, and keeps applying all the others.
-const Version byte = 4
+// Encode writes format 3, 4 or 5 only for a command that needs it (a
+// session command carrying a leader's term, a client's session creation
+// carrying its owner, an expiry that must leave lock-delay markers);
+// every other command is written in format 2, byte for byte as before.
+// So a member not yet upgraded halts (and replays after its upgrade)
+// only on the commands whose meaning it would get wrong, and keeps
+// applying all the others.
+const Version byte = 5
+
+// versionOwned is the binary format with the session term and owner,
+// without the lock-delay flag.
+const versionOwned byte = 4
 
 // versionTermed is the binary format with the session term and without
 // the owner.
@@ -171,8 +176,14 @@ type Session struct {
 	// names that client ("client:" and its authenticated identity): the
 	// session is stored with it, so every member can refuse another
 	// client's keep-alives, ephemeral writes and ends for it. Empty for a
-	// member's own sessions. Written in format 4 only.
+	// member's own sessions. Written in formats 4 and 5 only.
 	Owner string `msgpack:"-"`
+	// LockDelay, on an expiry (Expired), asks the state machine to leave
+	// a lock-delay marker for each lock the session held with a delay
+	// (coord.WithLockDelay). The proposer sets it when the session owns
+	// such a key; it is what makes such an expiry format 5, so a member
+	// that would not write the markers halts on it instead of diverging.
+	LockDelay bool `msgpack:"-"`
 }
 
 // Credit is unheard time (nanoseconds) to add to one session.
@@ -200,14 +211,14 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 to 4. It never
+// Decode parses an encoded command of format version 1 to 5. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionTermed, versionBinary2:
+	case Version, versionOwned, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])

@@ -313,7 +313,7 @@ func (l *Leader) expire(x Expiry) {
 		ctx, cancel := context.WithTimeout(l.life, 2*l.et)
 		defer cancel()
 		res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: command.KindSessionEnd,
-			Session: &command.Session{ID: x.ID, Expired: true, Term: l.cfg.Term}})
+			Session: &command.Session{ID: x.ID, Expired: true, Term: l.cfg.Term, LockDelay: l.lockDelayed(x.ID)}})
 		if err != nil || res.Status != command.StatusOK || res.SessionID != x.ID {
 			return // lost, refused as stale, or ended meanwhile: nothing to report
 		}

@@ -27,6 +27,20 @@ type LockDelay struct {
 type LockDelayCell interface {
 	// LockDelays lists the markers in the applied state.
 	LockDelays() ([]LockDelay, error)
+	// SessionLockDelayed reports whether the session owns, in the
+	// applied state, a lock key that asks for a lock-delay: its expiry
+	// is then proposed with command.Session.LockDelay, which makes the
+	// state machine leave the markers.
+	SessionLockDelayed(id int64) bool
+}
+
+// lockDelayed reports whether the expiry of session id must carry the
+// lock-delay flag. A key the session adds between this look and the
+// expiry's apply gets no delay: a session past its deadline here has a
+// holder the cell has not heard from for its whole TTL.
+func (l *Leader) lockDelayed(id int64) bool {
+	dc, ok := l.cfg.Cell.(LockDelayCell)
+	return ok && dc.SessionLockDelayed(id)
 }
 
 // armed is one marker this leader is timing.

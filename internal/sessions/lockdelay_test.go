@@ -16,8 +16,15 @@ import (
 // to propose removes the marker when its guard holds.
 type delayCell struct {
 	*fakeCell
-	dmu    sync.Mutex
-	delays []LockDelay
+	dmu     sync.Mutex
+	delays  []LockDelay
+	delayed map[int64]bool // sessions that own a key asking for a delay
+}
+
+func (c *delayCell) SessionLockDelayed(id int64) bool {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	return c.delayed[id]
 }
 
 func (c *delayCell) LockDelays() ([]LockDelay, error) {
@@ -104,4 +111,35 @@ func TestLockDelayEndsAfterDelay(t *testing.T) {
 	clock.Add(delay / 2)
 	l.Tick()
 	noProposal(t, cell)
+}
+
+// The expiry of a session that owns a key asking for a lock-delay is
+// flagged, so the state machine leaves the markers; others are not, so
+// they stay readable by members that predate lock-delay.
+func TestLockDelayFlagsExpiry(t *testing.T) {
+	cell := &delayCell{fakeCell: newFakeCell(Loaded{ID: 5, TTL: time.Second}, Loaded{ID: 6, TTL: time.Second}),
+		delayed: map[int64]bool{5: true}}
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	l := startDelayLeader(t, cell, 7, clock)
+	clock.Add(time.Second + 3*et)
+	l.Tick()
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, k := range cell.kinds() {
+			if k == command.KindSessionEnd {
+				n++
+			}
+		}
+		return n == 2
+	}, 10*time.Second, time.Millisecond)
+	cell.mu.Lock()
+	defer cell.mu.Unlock()
+	flagged := map[int64]bool{}
+	for _, cmd := range cell.log {
+		if cmd.Kind == command.KindSessionEnd {
+			require.True(t, cmd.Session.Expired)
+			flagged[cmd.Session.ID] = cmd.Session.LockDelay
+		}
+	}
+	require.Equal(t, map[int64]bool{5: true, 6: false}, flagged)
 }
