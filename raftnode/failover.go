@@ -138,9 +138,11 @@ func (n *Node) checkLeaderLoss(ls *loopState) {
 	loss.at = ls.tick + period
 	bs := n.rn.BasicStatus()
 	term := bs.HardState.GetTerm()
-	if v := bs.HardState.GetVote(); bs.RaftState == raft.StateFollower && v != 0 && v != n.id && loss.patient != term {
+	if v := bs.HardState.GetVote(); ls.lead == 0 && bs.RaftState == raft.StateFollower &&
+		v != 0 && v != n.id && v != loss.id && loss.patient != term {
 		// Another survivor campaigns with this member's vote: let it
-		// finish before standing against it.
+		// finish before standing against it. (A vote for the lost leader
+		// is the one that elected it.)
 		loss.patient = term
 		return
 	}
