@@ -53,6 +53,10 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// hurry is cancelled when a Shutdown's context ends: the close under
+	// way stops waiting for the graceful steps and closes at once.
+	hurry    context.Context
+	hurryNow context.CancelFunc
 }
 
 // Open starts this process's member of the cell described by cfg and
@@ -97,6 +101,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport, gossip: gs}
 	n.closing, n.cancelClose = context.WithCancel(context.Background())
+	n.hurry, n.hurryNow = context.WithCancel(context.Background())
 	if n.tr == nil {
 		addrs := map[string]string{}
 		for _, m := range members {
@@ -180,28 +185,82 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 // Close leaves the cell gracefully: when this member is the leader it
 // first hands leadership to the most up-to-date follower (so the cell does
 // not wait an election timeout), then stops and closes its storage.
-// Pending requests end with ErrClosed. Close is idempotent.
+// Pending requests end with ErrClosed. Close is idempotent. It is
+// Shutdown(context.Background()): the hand-over is bounded by three
+// election timeouts and a gossip leave by about a second, so Close always
+// returns. A Config.Transport the caller supplied stays open: its owner
+// closes it after Close (a transport Open made for Addr is closed here).
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		n.cancelClose()
-		if n.metricsOn {
-			// Unregistered so that a member reopened in this process can
-			// register again; only if registered, since a registry knows
-			// collectors by their descriptors, and a failed registration
-			// means another member's are there.
-			n.closeMetrics()
-		}
-		n.gossip.leave() // the leader's autopilot removes this member at once
-		// Clients first: their requests use the sessions and Raft.
-		n.clients.close()
-		n.sessions.close()
-		n.admin.close()
-		n.raft.Stop(true)
-		n.gossip.close()
-		n.closeTransport()
-		n.closeErr = n.store.Close()
-	})
+	return n.Shutdown(context.Background())
+}
+
+// Shutdown is Close bounded by ctx, as http.Server.Shutdown is: it leaves
+// the cell gracefully (gossip leave, clients and sessions ended,
+// leadership handed over), but if ctx ends first it stops waiting for
+// those steps, closes at once, and returns an error wrapping ctx's. The
+// member is closed when Shutdown returns, either way; a hand-over cut
+// short costs the cell an election timeout, as a crash would. Shutdown
+// and Close may be called concurrently and repeatedly: every call returns
+// once the member is closed, and a call whose ctx ends meanwhile hurries
+// the close under way.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if ctx.Err() != nil {
+		n.hurryNow() // before the close starts, so nothing graceful is tried
+	}
+	stop := context.AfterFunc(ctx, n.hurryNow)
+	n.closeOnce.Do(n.shutdown)
+	if !stop() {
+		// ctx ended before the close finished: it may have cut it short.
+		return errors.Join(fmt.Errorf("coord: shutdown of %q not graceful: %w", n.cfg.Name, context.Cause(ctx)), n.closeErr)
+	}
 	return n.closeErr
+}
+
+// shutdown closes the member once; every wait in it ends when n.hurry
+// does.
+func (n *Node) shutdown() {
+	n.cancelClose()
+	if n.metricsOn {
+		// Unregistered so that a member reopened in this process can
+		// register again; only if registered, since a registry knows
+		// collectors by their descriptors, and a failed registration
+		// means another member's are there.
+		n.closeMetrics()
+	}
+	if n.hurry.Err() == nil {
+		// The leader's autopilot removes this member at once. It cannot
+		// be cut short once begun (gossip bounds it at about a second).
+		n.gossip.leave()
+	}
+	// Clients first: their requests use the sessions and Raft.
+	n.clients.close()
+	n.sessions.close()
+	n.admin.close()
+	n.stopRaft()
+	n.gossip.close()
+	n.closeTransport()
+	n.closeErr = n.store.Close()
+	n.hurryNow() // releases the context
+}
+
+// stopRaft stops Raft, handing leadership over unless n.hurry ends first:
+// then it stops at once (raftnode's Stop ends a hand-over under way).
+func (n *Node) stopRaft() {
+	if n.hurry.Err() != nil {
+		n.raft.Stop(false)
+		return
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		n.raft.Stop(true)
+	}()
+	select {
+	case <-stopped:
+	case <-n.hurry.Done():
+		n.raft.Stop(false)
+		<-stopped
+	}
 }
 
 func (n *Node) closeTransport() {
@@ -285,6 +344,7 @@ func (n *Node) Status() Status {
 // the package's errors.
 func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
 	res, err := n.raft.Propose(ctx, cmd)
+	n.sessionStats.countProposed(cmd, res, err)
 	if err != nil {
 		return res, err
 	}
