@@ -514,7 +514,9 @@ type leaderCell struct{ e *sessionEngine }
 func (c leaderCell) ReadBarrier(ctx context.Context) error { return c.e.n.raft.ReadBarrier(ctx) }
 
 func (c leaderCell) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
-	return c.e.n.raft.Propose(ctx, cmd)
+	res, err := c.e.n.raft.Propose(ctx, cmd)
+	c.e.n.sessionStats.countProposed(cmd, res, err) // the leader's expiries
+	return res, err
 }
 
 func (c leaderCell) AppliedIndex() uint64 { return c.e.n.raft.AppliedIndex() }
@@ -549,6 +551,7 @@ func (e *sessionEngine) proposeAsync(cmd *command.Command) {
 	e.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
 		defer cancel()
-		_, _ = e.n.raft.Propose(ctx, cmd)
+		res, err := e.n.raft.Propose(ctx, cmd)
+		e.n.sessionStats.countProposed(cmd, res, err) // a local expiry
 	})
 }

@@ -3,6 +3,7 @@ package coord
 import (
 	"sync/atomic"
 
+	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,13 +15,15 @@ import (
 // sessionCounters; the collector reads them at scrape time, so the paths
 // that count pay an atomic add and allocate nothing.
 
-// sessionCounters counts the events of this member's own sessions (those
-// made by its NewSession; a client's sessions are counted by nobody, as
-// a client has no metrics).
+// sessionCounters counts session events on this member: created counts
+// the sessions created through it (its own NewSession and its clients',
+// as a client has no metrics), expired and jeopardy its own sessions'
+// local events, and decided the expiries it decided (countDecided).
 type sessionCounters struct {
 	created  atomic.Uint64
 	expired  atomic.Uint64
 	jeopardy atomic.Uint64
+	decided  atomic.Uint64
 }
 
 // sessionCountersOf returns the counters of the member behind b, or nil
@@ -39,6 +42,25 @@ func (c *sessionCounters) count(pick func(*sessionCounters) *atomic.Uint64) {
 	}
 }
 
+// countProposed counts what a command this member proposed did to
+// sessions, once it applied: a client's session created (a member's own
+// is counted by NewSession), or a session ended by an expiry this member
+// decided. Every member applies every expiry, but only the proposer can
+// tell an expiry from a close (the applied output does not say), and only
+// the first end of a session applies (res.SessionID names it; a later one
+// is a no-op), so each expiry is counted once in the cell.
+func (c *sessionCounters) countProposed(cmd *command.Command, res command.Result, err error) {
+	if err != nil || res.Status != command.StatusOK || cmd.Session == nil {
+		return
+	}
+	switch {
+	case cmd.Kind == command.KindSessionCreate && cmd.Session.Owner != "":
+		c.created.Add(1)
+	case cmd.Kind == command.KindSessionEnd && cmd.Session.Expired && res.SessionID == cmd.Session.ID:
+		c.decided.Add(1)
+	}
+}
+
 // eventDescs describes the event metrics.
 type eventDescs struct {
 	leaderChanges, committed, failed, ambiguous      *prometheus.Desc
@@ -47,6 +69,7 @@ type eventDescs struct {
 	bytesOut, bytesIn, framesOut, framesIn           *prometheus.Desc
 	connErrors, droppedFrames                        *prometheus.Desc
 	sessCreated, sessExpired, sessJeopardy           *prometheus.Desc
+	sessDecided                                      *prometheus.Desc
 	watchers, watchEvents, watchSlow, watchCompacted *prometheus.Desc
 }
 
@@ -68,12 +91,14 @@ func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc)
 		framesIn:      d("transport_received_frames_total", "Frames received from each peer.", "peer"),
 		connErrors:    d("transport_connection_errors_total", "Failed dials, lost connections and inbound connections refused or closed for cause."),
 		droppedFrames: d("transport_dropped_frames_total", "Envelopes the transport dropped instead of sending (full queue, unknown or unreachable peer, too large)."),
-		sessCreated:   d("sessions_created_total", "Sessions created by this member's NewSession."),
+		sessCreated:   d("sessions_created_total", "Sessions created through this member: by its NewSession and by the clients it serves."),
 		sessExpired:   d("sessions_expired_total", "This member's sessions that expired (the cell ended them, or their deadline passed here) rather than being closed."),
-		sessJeopardy:  d("sessions_jeopardy_total", "Times one of this member's sessions entered jeopardy (keep-alives unconfirmed for half its TTL)."),
-		watchers:      d("watchers", "Watches this member serves now (its own and its clients')."),
-		watchEvents:   d("watch_events_sent_total", "Events handed to this member's watches."),
-		watchSlow:     d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
+		sessDecided: d("session_expiries_decided_total",
+			"Sessions the cell expired by this member's decision: as leader (the deadline passed in its table) or as the holder's member (the deadline passed here). Each expiry is counted once, on the member that decided it: sum over members for the cell's count."),
+		sessJeopardy: d("sessions_jeopardy_total", "Times one of this member's sessions entered jeopardy (keep-alives unconfirmed for half its TTL)."),
+		watchers:     d("watchers", "Watches this member serves now (its own and its clients')."),
+		watchEvents:  d("watch_events_sent_total", "Events handed to this member's watches."),
+		watchSlow:    d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
 		watchCompacted: d("watch_compacted_ends_total",
 			"Watches ended because they needed revisions older than the retained history (ErrCompacted)."),
 	}
@@ -83,7 +108,7 @@ func (e *eventDescs) describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{e.leaderChanges, e.committed, e.failed, e.ambiguous,
 		e.snapSent, e.snapFailed, e.snapInstalled, e.logSync, e.apply,
 		e.bytesOut, e.bytesIn, e.framesOut, e.framesIn, e.connErrors, e.droppedFrames,
-		e.sessCreated, e.sessExpired, e.sessJeopardy,
+		e.sessCreated, e.sessExpired, e.sessJeopardy, e.sessDecided,
 		e.watchers, e.watchEvents, e.watchSlow, e.watchCompacted} {
 		ch <- d
 	}
@@ -122,6 +147,7 @@ func (e *eventDescs) collect(ch chan<- prometheus.Metric, n *Node) {
 	counter(e.sessCreated, ss.created.Load())
 	counter(e.sessExpired, ss.expired.Load())
 	counter(e.sessJeopardy, ss.jeopardy.Load())
+	counter(e.sessDecided, ss.decided.Load())
 
 	hs := n.hub.Stats()
 	ch <- prometheus.MustNewConstMetric(e.watchers, prometheus.GaugeValue, float64(hs.Watchers))

@@ -198,3 +198,47 @@ func TestMetricsWatchEnds(t *testing.T) {
 	require.Equal(t, 1.0, m["coord_watch_compacted_ends_total"])
 	require.Zero(t, m["coord_watchers"])
 }
+
+// Sessions created by a member's clients count on that member, and an
+// expiry decided by the cell counts once in the cell, on the member that
+// decided it (the leader, for an orphaned session).
+func TestMetricsClientSessionsAndCellExpiries(t *testing.T) {
+	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+	regs := make([]*prometheus.Registry, c.Size())
+	byName := map[string]int{}
+	for i := range c.Size() {
+		regs[i] = prometheus.NewRegistry()
+		require.NoError(t, c.Node(i).RegisterMetrics(regs[i]))
+		byName[c.Name(i)] = i
+	}
+	sum := func(name string) float64 {
+		total := 0.0
+		for _, reg := range regs {
+			total += scrape(t, reg)[name]
+		}
+		return total
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := c.Connect(ctx)
+	require.NoError(t, err)
+	defer cl.Close()
+	cs, err := cl.NewSession(ctx, coord.WithTTL(c.Leader().MinSessionTTL()))
+	require.NoError(t, err)
+	served, ok := byName[cl.Member()]
+	require.True(t, ok, "the client talks to a member of the cell")
+	require.Equal(t, 1.0, scrape(t, regs[served])["coord_sessions_created_total"], "the client's session counts where it was served")
+	require.Equal(t, 1.0, sum("coord_sessions_created_total"), "and nowhere else")
+	require.NoError(t, cs.Close(ctx))
+
+	li := c.LeaderIndex()
+	s, err := c.Node((li+1)%3).NewSession(ctx, coord.WithTTL(c.Leader().MinSessionTTL()))
+	require.NoError(t, err)
+	s.Orphan()
+	require.Eventually(t, func() bool {
+		return sum("coord_sessions_alive")/3 == 0 && sum("coord_session_expiries_decided_total") == 1
+	},
+		20*time.Second, 20*time.Millisecond, "the cell expired the orphaned session")
+	require.Equal(t, 1.0, sum("coord_session_expiries_decided_total"), "counted once in the cell")
+	require.Equal(t, 0.0, sum("coord_sessions_expired_total"), "an orphan is not its holder's expiry")
+}
