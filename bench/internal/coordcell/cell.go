@@ -23,6 +23,7 @@ type Cell struct {
 
 	mu      sync.Mutex
 	stopped [cell.Members]bool
+	killed  [cell.Members]bool // stopped by Crash
 	closed  bool
 }
 
@@ -50,13 +51,16 @@ func Open(ctx context.Context, opts cell.Options) (cell.Cell, error) {
 			c.Close()
 			return nil, fmt.Errorf("coord member %d: %w", i, err)
 		}
-		c.trs[i] = &cuttable{Transport: tcp}
+		c.trs[i] = &cuttable{Transport: &counted{Transport: tcp}}
 		c.nodes[i], err = coord.Open(ctx, coord.Config{
 			Name:      memberName(i),
 			Addr:      addrs[i],
 			Peers:     peers,
 			DataDir:   filepath.Join(opts.Dir, memberName(i)),
 			Transport: c.trs[i],
+			// Clients (Connect) reach the member here: plaintext on
+			// loopback, as etcd's client URLs are.
+			ClientAddr: "127.0.0.1:0",
 		})
 		if err != nil {
 			tcp.Close()
@@ -147,10 +151,11 @@ func (c *Cell) Stop(ctx context.Context, m int, mode cell.StopMode) error {
 		return cell.ErrStopped
 	}
 	c.stopped[m] = true
+	c.killed[m] = mode == cell.Crash
 	c.mu.Unlock()
 	switch mode {
 	case cell.Crash:
-		c.trs[m].cut.Store(true)
+		c.trs[m].kill()
 		return nil
 	default:
 		return c.nodes[m].Close()
@@ -206,6 +211,12 @@ func (c *Cell) Close() error {
 		}
 		wg.Go(func() {
 			err := n.Close()
+			c.mu.Lock()
+			killed := c.killed[i]
+			c.mu.Unlock()
+			if killed {
+				err = nil // it stopped when its transport closed under it
+			}
 			if c.trs[i] != nil {
 				c.trs[i].Close()
 			}
