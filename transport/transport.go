@@ -74,8 +74,9 @@ type PeerWatcher interface {
 	OnPeerDown(f func(peer string))
 	// Connected reports whether a connection with peer is open in either
 	// direction: one it dialled us on, or one we dialled and it has not
-	// closed. It can be open yet dead (a half-open link); it cannot be
-	// closed while the peer's process is reachable and sending.
+	// closed. An open connection may be dead (a half-open link); a peer
+	// that is alive and sends to us has one, but for the moment it takes
+	// to redial.
 	Connected(peer string) bool
 }
 
