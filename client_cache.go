@@ -247,6 +247,9 @@ func changes(cmd *command.Command, res command.Result, prefix string) bool {
 	case command.KindSessionEnd:
 		return true
 	case command.KindTxn:
+		if cmd.Txn == nil {
+			return false
+		}
 	default:
 		return false
 	}
@@ -324,6 +327,9 @@ func (p *prefixCache) onList(kvs []KV, rev int64) error {
 	keys := make([]string, 0, len(kvs))
 	var size int64
 	for _, kv := range kvs {
+		if !strings.HasPrefix(kv.Key, p.prefix) {
+			continue // not asked for: a Get under the prefix never finds it, a List must not either
+		}
 		kv.Value = bytes.Clone(kv.Value)
 		m[kv.Key] = kv
 		keys = append(keys, kv.Key)
