@@ -69,7 +69,12 @@ func (c leaderCell) LockDelays() ([]sessions.LockDelay, error) {
 
 // SessionLockDelayed reports whether session id holds a lock key that
 // asks for a lock-delay, so that its expiry is proposed flagged.
-func (c leaderCell) SessionLockDelayed(id int64) bool {
-	delayed, err := c.e.n.sm.SessionLockDelayed(id)
+func (c leaderCell) SessionLockDelayed(id int64) bool { return c.e.n.sessionLockDelayed(id) }
+
+// sessionLockDelayed reports whether session id holds, in this member's
+// applied state, a lock key that asks for a lock-delay: whoever proposes
+// its expiry sets command.Session.LockDelay from it.
+func (n *Node) sessionLockDelayed(id int64) bool {
+	delayed, err := n.sm.SessionLockDelayed(id)
 	return err == nil && delayed
 }

@@ -52,6 +52,12 @@ func requireNoMarker(t *testing.T, ctx context.Context, n *coord.Node, name stri
 // revision and when w first saw it.
 func holdThenExpire(t *testing.T, ctx context.Context, c *coordtest.Cluster, name string, h, w int) (coord.Token, <-chan tokenResult, int64, time.Time) {
 	t.Helper()
+	return holdThenFault(t, ctx, c, name, h, w, c.Isolate)
+}
+
+// holdThenFault is holdThenExpire with fault as the way h is silenced.
+func holdThenFault(t *testing.T, ctx context.Context, c *coordtest.Cluster, name string, h, w int, fault func(int)) (coord.Token, <-chan tokenResult, int64, time.Time) {
+	t.Helper()
 	probe := coord.ProbeLock(name, members(c)...)
 	defer probe.Close()
 	hs := newSession(t, ctx, c.Node(h), 4*electionTimeout)
@@ -60,7 +66,7 @@ func holdThenExpire(t *testing.T, ctx context.Context, c *coordtest.Cluster, nam
 	ws := newSession(t, ctx, c.Node(w), 10*electionTimeout)
 	res := async(ctx, coord.NewMutex(ws, name).Lock)
 	waitParked(t, ctx, probe, 1)
-	c.Isolate(h)
+	fault(h)
 	_, rev, seen := waitMarker(t, ctx, c.Node(w), name)
 	return t1, res, rev, seen
 }
@@ -91,6 +97,24 @@ func TestLockDelayAfterExpiry(t *testing.T) {
 	require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
 	requireNoMarker(t, ctx, c.Node(leader), "delayed")
 	c.Heal()
+}
+
+// TestLockDelayAfterPause: the holder's member freezes (a long GC pause,
+// SIGSTOP) until the cell expires its session; the delay holds, and the
+// holder, once resumed, finds its hold gone.
+func TestLockDelayAfterPause(t *testing.T) {
+	t.Parallel()
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.LeaderIndex()
+	h := (leader + 1) % 3
+	_, res, rev, seen := holdThenFault(t, ctx, c, "paused", h, leader, c.Pause)
+	r := recv(t, ctx, res)
+	elapsed := time.Since(seen)
+	require.NoError(t, r.err)
+	require.Less(t, int64(r.token), rev)
+	require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
+	c.Resume(h)
 }
 
 // TestLockDelayNotAfterRelease: Unlock and Close are the holder letting
