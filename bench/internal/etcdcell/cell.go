@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/coordcell/coord/bench/internal/cell"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
@@ -253,18 +251,7 @@ func (c *Cell) NewSession(ctx context.Context, m int, ttl time.Duration) (cell.S
 	if err != nil {
 		return nil, err
 	}
-	secs := int64(math.Ceil(ttl.Seconds()))
-	// Grant under ctx; the keep-alive then runs under the client's own
-	// context (concurrency.NewSession would tie it to ctx).
-	lease, err := cl.Grant(ctx, secs)
-	if err != nil {
-		return nil, err
-	}
-	s, err := concurrency.NewSession(cl, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(secs)))
-	if err != nil {
-		return nil, err
-	}
-	return &session{s: s}, nil
+	return newSession(ctx, cl, ttl)
 }
 
 // Watch watches prefix on member m, and returns once etcd has confirmed
@@ -274,26 +261,7 @@ func (c *Cell) Watch(ctx context.Context, m int, prefix string, fn func(key stri
 	if err != nil {
 		return err
 	}
-	wch := cl.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	select {
-	case resp, ok := <-wch:
-		if !ok {
-			return fmt.Errorf("etcd watch of %q ended at once: %w", prefix, ctx.Err())
-		}
-		if err := resp.Err(); err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	go func() {
-		for resp := range wch {
-			for _, ev := range resp.Events {
-				fn(string(ev.Kv.Key))
-			}
-		}
-	}()
-	return nil
+	return watch(ctx, cl, prefix, fn)
 }
 
 // Close closes the clients and every member. It hard-stops every member
