@@ -65,7 +65,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"failover: how the leader is stopped: crash (coord: transport cut; etcd: HardStop) or graceful (Close on both)")
 	fs.IntVar(&c.FailoverRounds, "failover-rounds", 7, "failover: rounds, each on a fresh cell (the time to a new leader is mostly the randomized election timeout: a median over few rounds is noise)")
 	fs.IntVar(&c.Watchers, "watchers", 1000, "watch: watchers on one prefix")
-	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch: measured puts")
+	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch, clients-watch: measured puts")
+	fs.IntVar(&c.Clients, "client-count", 100, "clients-sessions, clients-watch: clients (coord.Connect), client i on member i%3")
+	fs.IntVar(&c.ClientSessions, "client-sessions", 1000, "clients-sessions: sessions of each client (TTL -session-ttl, window -keepalive, creators -create-workers)")
+	fs.IntVar(&c.ClientWatchers, "client-watchers", 100, "clients-watch: watchers of one prefix on each client")
+	fs.DurationVar(&c.ClientCreateLimit, "client-create-limit", 3*time.Minute,
+		"clients-sessions: time limit of the creation; sessions not created by then are reported and left out")
+	callers := fs.String("client-callers", "16,64", "client-put: concurrent callers of each point (spread over 3 clients, one per member)")
 	fs.StringVar(&o.child, childFlag, "", "")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: go run ./bench [flags]\n\n"+
@@ -104,9 +110,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if c.PutClients, err = parseInts(*clients); err != nil {
 		return nil, fmt.Errorf("-clients: %w", err)
 	}
+	if c.ClientCallers, err = parseInts(*callers); err != nil {
+		return nil, fmt.Errorf("-client-callers: %w", err)
+	}
 	for name, v := range map[string]int{"get-clients": c.GetClients, "get-keys": c.GetKeys,
 		"lock-holders": c.LockHolders, "create-workers": c.CreateWorkers, "failover-rounds": c.FailoverRounds,
-		"watchers": c.Watchers, "watch-puts": c.WatchPuts, "sessions": c.Sessions} {
+		"watchers": c.Watchers, "watch-puts": c.WatchPuts, "sessions": c.Sessions,
+		"client-count": c.Clients, "client-sessions": c.ClientSessions, "client-watchers": c.ClientWatchers} {
 		if v < 1 {
 			return nil, fmt.Errorf("-%s must be at least 1", name)
 		}

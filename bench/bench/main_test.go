@@ -71,17 +71,23 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "watch"}) {
+	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "watch",
+		"clients-sessions", "clients-watch", "client-put", "client-get"}) {
 		t.Errorf("default scenarios %v", o.scenarios)
 	}
 	if !slices.Equal(o.cfg.PutClients, []int{1, 16, 64}) || o.cfg.Sessions != 10_000 || o.cfg.SessionsLarge != 100_000 {
 		t.Errorf("defaults: %+v", o.cfg)
 	}
+	// Issue 15's sizes: 100 clients x 1,000 sessions, 100 clients x 100
+	// watchers, puts at 16 and 64 callers.
+	if c := o.cfg; c.Clients != 100 || c.ClientSessions != 1000 || c.ClientWatchers != 100 || !slices.Equal(c.ClientCallers, []int{16, 64}) {
+		t.Errorf("client defaults: %+v", o.cfg)
+	}
 	if o, err = parseFlags([]string{"-sessions-large", "0"}, &stderr); err != nil || slices.Contains(o.scenarios, "sessions-large") {
 		t.Errorf("-sessions-large 0 still runs it: %v %v", o.scenarios, err)
 	}
 	for _, bad := range [][]string{{"-scenario", "nope"}, {"-sides", "zookeeper"}, {"-clients", "0"},
-		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"extra"}} {
+		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"extra"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -51,6 +51,18 @@ type Config struct {
 	// the number of measured puts they all receive.
 	Watchers  int
 	WatchPuts int
+	// Clients is the number of clients (processes that are not members,
+	// here each its own connection) of clients-sessions and
+	// clients-watch, client i connected to member i%3; ClientSessions
+	// the sessions each creates and keeps alive, ClientWatchers the
+	// watchers of one prefix each starts. ClientCreateLimit bounds the
+	// creation of all the clients' sessions.
+	Clients           int
+	ClientSessions    int
+	ClientWatchers    int
+	ClientCreateLimit time.Duration
+	// ClientCallers are the concurrencies of client-put.
+	ClientCallers []int
 }
 
 // Env is what a scenario runs in.
@@ -99,6 +111,12 @@ var All = []Scenario{
 	{Name: "sessions-large", Doc: "the sessions scenario with SessionsLarge sessions (coord only)", CoordOnly: true, Run: SessionsLarge},
 	{Name: "failover", Doc: "stop the leader: time to a new leader and a write; election hand-over after a holder dies", Run: Failover},
 	{Name: "watch", Doc: "Watchers watchers on one prefix, one put at a time: time until all received it", Run: Watch},
+	{Name: "clients-sessions", Doc: "Clients clients x ClientSessions sessions kept alive: log entries, keep-alive messages, traffic per member, CPU (coord only)",
+		CoordOnly: true, Run: ClientsSessions},
+	{Name: "clients-watch", Doc: "Clients clients x ClientWatchers watchers of one prefix: frames per change, time until all received a put (coord only)",
+		CoordOnly: true, Run: ClientsWatch},
+	{Name: "client-put", Doc: "put through clients on loopback (etcd: gRPC) at each ClientCallers concurrency, and in-process alongside", Run: ClientPut},
+	{Name: "client-get", Doc: "linearizable get through clients on loopback (etcd: gRPC), GetClients callers", Run: ClientGet},
 }
 
 // ByName returns the scenario called name.

@@ -22,9 +22,10 @@ func tiny() Config {
 	return Config{
 		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond,
 		PutClients: []int{1, 4}, GetClients: 4, GetKeys: 20, LockHolders: 4, ValueSize: 100,
-		Sessions: 10, SessionsLarge: 20, SessionTTL: 3 * time.Second, KeepAlive: time.Second,
-		CreateWorkers: 4, CreateLimit: time.Minute, ElectionTTL: 3 * time.Second, StopMode: cell.Crash, FailoverRounds: 1,
+		Sessions: 10, SessionsLarge: 20, SessionTTL: 4 * time.Second, KeepAlive: time.Second,
+		CreateWorkers: 4, CreateLimit: time.Minute, ElectionTTL: 4 * time.Second, StopMode: cell.Crash, FailoverRounds: 1,
 		Watchers: 10, WatchPuts: 3,
+		Clients: 4, ClientSessions: 20, ClientWatchers: 3, ClientCreateLimit: time.Minute, ClientCallers: []int{2},
 	}
 }
 
