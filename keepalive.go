@@ -45,6 +45,9 @@ type sessionEngine struct {
 	// batches counts the keep-alive messages this member sent to the
 	// leader (its own included), for tests and metrics.
 	batches atomic.Uint64
+	// ttl holds the time-to-live questions asked and answered
+	// (session_ttl.go).
+	ttl ttlState
 }
 
 type inbound struct {
@@ -71,6 +74,7 @@ func newSessionEngine(n *Node) *sessionEngine {
 		urgent: make(map[SessionID]struct{}),
 	}
 	e.clients.init()
+	e.ttl.waiting = make(map[uint64]ttlWait)
 	e.life, e.endLife = context.WithCancel(context.Background())
 	return e
 }
@@ -151,6 +155,10 @@ func (e *sessionEngine) onLeader(lead, term uint64) { e.nudge() }
 // Keep-alives are periodic, so one dropped when the inbox is full costs
 // nothing but a retry.
 func (e *sessionEngine) onMessage(from string, data []byte) {
+	if sessions.IsTTL(data) {
+		e.onTTL(from, data)
+		return
+	}
 	m, err := sessions.Decode(data)
 	if err != nil {
 		e.n.cfg.Logger.Warn("dropped malformed session message", "from", from, "err", err)
