@@ -23,12 +23,14 @@ import (
 // Resuming through a Client is not supported yet: ErrInvalidArgument.
 //
 // The recipes carry on where the earlier holder left off: a Mutex,
-// RWMutex or Semaphore acquisition on the resumed session whose session
-// already has a key of the same kind in that lock's queue takes that key
-// over rather than queueing again, so a lock the session held is held at
-// once, with the same fencing token (as etcd's mutex does with a
-// resumed lease). Each key is taken over by one acquisition; further
-// ones queue as usual. This costs one read of the queue per acquisition.
+// RWMutex or Semaphore acquisition (or an Election's campaign) on the
+// resumed session whose session already has a key of the same kind in
+// that queue takes that key over rather than queueing again, so a lock
+// the session held is held at once, with the same fencing token (as
+// etcd's mutex does with a resumed lease). The key keeps its value: a
+// campaign taken over keeps the value proclaimed before (Proclaim
+// changes it). Each key is taken over by one acquisition; further ones
+// queue as usual. This costs one read of the queue per acquisition.
 //
 // Resuming is safe only if the earlier holder is really gone (or
 // orphaned the session): two processes keeping one session alive both

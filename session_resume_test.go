@@ -64,6 +64,8 @@ func TestResumeAfterOrphan(t *testing.T) {
 	s := newSession(t, ctx, n, 20*electionTimeout)
 	t1, err := coord.NewMutex(s, "orphan").Lock(ctx)
 	require.NoError(t, err)
+	lt1, err := coord.NewElection(s, "orphan").Campaign(ctx, "v1")
+	require.NoError(t, err)
 	s.Orphan()
 
 	s2, err := n.NewSession(ctx, coord.WithSessionID(s.ID()))
@@ -76,6 +78,10 @@ func TestResumeAfterOrphan(t *testing.T) {
 	require.Equal(t, t1, t2)
 	_, err = coord.NewMutex(s2, "orphan").TryLock(ctx)
 	require.ErrorIs(t, err, coord.ErrLocked, "the old hold is taken over once")
+	won, lt2, err := coord.NewElection(s2, "orphan").TryCampaign(ctx, "v2")
+	require.NoError(t, err)
+	require.True(t, won, "the leadership is taken over")
+	require.Equal(t, lt1, lt2)
 
 	// New keys of the resumed session never take an old key's name.
 	t3, err := coord.NewMutex(s2, "orphan-2").Lock(ctx)
