@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/coordcell/coord/internal/command"
 )
@@ -22,6 +23,10 @@ type Txn struct {
 	ctx context.Context
 	txn command.Txn
 	err error // the first invalid operation added, reported by Commit
+	// prefix is the namespace of a Txn from a Namespace cell: prepended
+	// to every key and prefix added (but an absolute Cmp's), stripped
+	// from every key in the result. Set before anything is added.
+	prefix string
 }
 
 // Txn starts a transaction bound to ctx.
@@ -32,6 +37,10 @@ func newTxn(ctx context.Context, b backend) *Txn { return &Txn{b: b, ctx: ctx} }
 // If adds comparisons; all must hold for Then to run.
 func (t *Txn) If(cmps ...Cmp) *Txn {
 	for _, c := range cmps {
+		if t.prefix != "" && !c.abs {
+			t.note(nsKey(c.c.Key))
+			c.c.Key = t.prefix + c.c.Key
+		}
 		t.txn.If = append(t.txn.If, c.c)
 	}
 	return t
@@ -40,8 +49,7 @@ func (t *Txn) If(cmps ...Cmp) *Txn {
 // Then adds the operations run when every comparison holds.
 func (t *Txn) Then(ops ...Op) *Txn {
 	for _, o := range ops {
-		t.add(o)
-		t.txn.Then = append(t.txn.Then, o.op)
+		t.txn.Then = append(t.txn.Then, t.add(o))
 	}
 	return t
 }
@@ -49,8 +57,7 @@ func (t *Txn) Then(ops ...Op) *Txn {
 // Else adds the operations run when a comparison fails.
 func (t *Txn) Else(ops ...Op) *Txn {
 	for _, o := range ops {
-		t.add(o)
-		t.txn.Else = append(t.txn.Else, o.op)
+		t.txn.Else = append(t.txn.Else, t.add(o))
 	}
 	return t
 }
@@ -74,10 +81,25 @@ type OpResult struct {
 	Deleted int64
 }
 
-// add notes o's error, if it is the first.
-func (t *Txn) add(o Op) {
+// add notes o's error, if it is the first, and returns o's operation
+// in t's namespace.
+func (t *Txn) add(o Op) command.Op {
+	t.note(o.err)
+	if t.prefix != "" {
+		if !o.op.Prefix {
+			// In a namespace an empty key would name the namespace's
+			// own prefix as a key: refuse it as it is refused outside.
+			t.note(nsKey(o.op.Key))
+		}
+		o.op.Key = t.prefix + o.op.Key
+	}
+	return o.op
+}
+
+// note keeps err if it is the first error of t.
+func (t *Txn) note(err error) {
 	if t.err == nil {
-		t.err = o.err
+		t.err = err
 	}
 }
 
@@ -96,7 +118,9 @@ func (t *Txn) Commit() (TxnResult, error) {
 	for i, r := range res.Ops {
 		out.Results[i].Deleted = r.Deleted
 		for _, kv := range r.KVs {
-			out.Results[i].KVs = append(out.Results[i].KVs, fromCmdKV(kv))
+			kv := fromCmdKV(kv)
+			kv.Key = strings.TrimPrefix(kv.Key, t.prefix)
+			out.Results[i].KVs = append(out.Results[i].KVs, kv)
 		}
 	}
 	return out, nil
@@ -141,7 +165,23 @@ func OpDeletePrefix(prefix string) Op {
 // Cmp is one comparison of a transaction. Build it from a target:
 // Version(key).Eq(0), Value(key).Eq(b), CreateRev(key).Lt(r), ModRev(key).Gt(r).
 // An absent key has version, create and mod revision 0 and a nil value.
-type Cmp struct{ c command.Compare }
+//
+// In a transaction of a Namespace cell the key is in the namespace,
+// except in a Cmp a recipe made (Mutex.IsOwner): that one names the
+// recipe's own key, which lives outside every namespace.
+type Cmp struct {
+	c command.Compare
+	// abs marks a recipe's Cmp, whose key is absolute: no namespace
+	// applies to it.
+	abs bool
+}
+
+// absolute returns c marked as naming its key outside any namespace; a
+// recipe marks every Cmp it hands out so.
+func (c Cmp) absolute() Cmp {
+	c.abs = true
+	return c
+}
 
 // IntTarget is an integer field of a key, to compare.
 type IntTarget struct {
@@ -159,7 +199,7 @@ func CreateRev(key string) IntTarget { return IntTarget{key, command.TargetCreat
 func ModRev(key string) IntTarget { return IntTarget{key, command.TargetModRev} }
 
 func (t IntTarget) cmp(op command.CompareOp, v int64) Cmp {
-	return Cmp{command.Compare{Key: t.key, Target: t.target, Op: op, Int: v}}
+	return Cmp{c: command.Compare{Key: t.key, Target: t.target, Op: op, Int: v}}
 }
 
 // Eq holds when the field equals v.
@@ -181,7 +221,7 @@ type ValueTarget struct{ key string }
 func Value(key string) ValueTarget { return ValueTarget{key} }
 
 func (t ValueTarget) cmp(op command.CompareOp, v []byte) Cmp {
-	return Cmp{command.Compare{Key: t.key, Target: command.TargetValue, Op: op, Value: v}}
+	return Cmp{c: command.Compare{Key: t.key, Target: command.TargetValue, Op: op, Value: v}}
 }
 
 // Eq holds when the value equals v.

@@ -136,6 +136,10 @@ type Watcher struct {
 	// closed by markReady.
 	ready     chan struct{}
 	readyDone bool
+	// src is the watch this one relays (see relayWatch), nil for a watch
+	// a backend serves: its position, readiness and progress requests
+	// are src's.
+	src *Watcher
 }
 
 // Watch streams every change to keys under prefix, from this member's
@@ -163,6 +167,33 @@ func startWatch(ctx context.Context, b backend, prefix string, opts []WatchOptio
 		return failedWatcher(bad)
 	}
 	return b.watch(ctx, prefix, o)
+}
+
+// relayWatch returns a watch that delivers src's events, each rewritten
+// by f (a namespace strips its prefix from the keys), and ends when src
+// does, with its error. cancel ends src (its ctx is src's). The relay
+// holds one event at most: src's buffer is the watch's buffer, so a
+// consumer that falls behind holds back src as it would without the
+// relay, and ends it past WithMaxLag.
+func relayWatch(ctx context.Context, cancel context.CancelFunc, src *Watcher, f func(Event) Event) *Watcher {
+	w := &Watcher{events: make(chan Event), cancel: cancel, src: src}
+	go func() {
+		defer cancel()
+		for ev := range src.Events() {
+			select {
+			case w.events <- f(ev):
+			case <-ctx.Done():
+				// src ends with ctx: drain it so it can finish.
+				for range src.Events() {
+				}
+			}
+		}
+		w.mu.Lock()
+		w.err = src.Err()
+		w.mu.Unlock()
+		close(w.events)
+	}()
+	return w
 }
 
 // failedWatcher is a watch that ended before it started, with err.
@@ -224,7 +255,12 @@ func (w *Watcher) Err() error {
 // LastRev returns the revision of the last complete revision delivered
 // (or the starting revision): FromRev(LastRev()) resumes the watch
 // without a gap or a repeat.
-func (w *Watcher) LastRev() int64 { return w.lastRev.Load() }
+func (w *Watcher) LastRev() int64 {
+	if w.src != nil {
+		return w.src.LastRev()
+	}
+	return w.lastRev.Load()
+}
 
 // Ready returns a channel that is closed once the watch is established:
 // the member serving it has taken it on and found its start revision
@@ -235,6 +271,9 @@ func (w *Watcher) LastRev() int64 { return w.lastRev.Load() }
 // established; Err then says why. Wait on Ready before making a change
 // the watch must see when the watch was started without FromRev.
 func (w *Watcher) Ready() <-chan struct{} {
+	if w.src != nil {
+		return w.src.Ready()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ready == nil {
@@ -263,6 +302,10 @@ func (w *Watcher) markReady() {
 // wants to know it is current asks when it wants to, rather than being
 // told on a timer.
 func (w *Watcher) RequestProgress() {
+	if w.src != nil {
+		w.src.RequestProgress()
+		return
+	}
 	w.asked.Store(true)
 	select {
 	case w.progress <- struct{}{}:
@@ -390,6 +433,15 @@ func (n *Node) ListWatch(ctx context.Context, prefix string, onList func(kvs []K
 	return listWatch(ctx, n, prefix, onList, onEvent, opts...)
 }
 
+// listAgain says whether ListWatch lists again after err: not once the
+// way into the cell is closed, nor when the cell refused the prefix
+// (a client learns the member's key limit from the refusal), which no
+// retry changes.
+func listAgain(err error) bool {
+	return notClosed(err) && !errors.Is(err, ErrKeyTooLarge) && !errors.Is(err, ErrInvalidKey) &&
+		!errors.Is(err, ErrInvalidArgument)
+}
+
 // listWatch is ListWatch on any backend.
 func listWatch(ctx context.Context, b backend, prefix string, onList func(kvs []KV, rev int64) error,
 	onEvent func(Event) error, opts ...WatchOption) error {
@@ -399,7 +451,7 @@ func listWatch(ctx context.Context, b backend, prefix string, onList func(kvs []
 			rev int64
 		)
 		// No quorum for now: try again until there is one.
-		err := retry(ctx, b, nil, notClosed, func() (err error) {
+		err := retry(ctx, b, nil, listAgain, func() (err error) {
 			kvs, rev, err = listPrefix(ctx, b, prefix, nil)
 			return err
 		})
