@@ -2,9 +2,11 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/sessions"
 )
 
@@ -194,4 +196,53 @@ func (e *sessionEngine) onTTL(from string, data []byte) {
 			_ = e.n.sendApp(from, appSessions, data)
 		}
 	})
+}
+
+// TimeToLive answers a client's question for one of its own sessions: the
+// member asks the leader as it does for its own. Another client's session
+// is ErrForbidden, so that clients cannot probe each other's.
+func (h *clientHandler) TimeToLive(ctx context.Context, _ string, q *clientwire.TimeToLive) (*clientwire.TimeToLiveResult, error) {
+	_, foreign, gone, err := h.sortSessions(ctx, []int64{q.SessionID})
+	switch {
+	case err != nil:
+		return nil, err
+	case len(foreign) > 0:
+		return nil, fmt.Errorf("%w: session %d is not this client's", ErrForbidden, q.SessionID)
+	case len(gone) > 0:
+		return nil, fmt.Errorf("%w: session %d has ended in the cell", ErrSessionExpired, q.SessionID)
+	}
+	left, err := h.n.sessions.timeToLive(ctx, SessionID(q.SessionID))
+	if err != nil {
+		return nil, err
+	}
+	return &clientwire.TimeToLiveResult{Left: left}, nil
+}
+
+// timeToLive asks the client's member, which asks the leader; a member
+// lost meanwhile is asked again through the next one.
+func (k *clientKeeper) timeToLive(ctx context.Context, id SessionID) (time.Duration, error) {
+	for {
+		conn, err := k.c.current(ctx)
+		if err != nil {
+			return 0, err
+		}
+		left, err := conn.TimeToLive(ctx, int64(id))
+		if err == nil {
+			return left, nil
+		}
+		var we *clientwire.Error
+		switch {
+		case errors.As(err, &we):
+			return 0, errFromCode(we.Code, we.Message)
+		case errors.Is(err, clientwire.ErrVersion):
+			return 0, fmt.Errorf("coord: the client's member is too old to report a time to live: %w", err)
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		}
+		select {
+		case <-conn.Done(): // the next current() waits for the next member
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }

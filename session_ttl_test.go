@@ -99,3 +99,30 @@ func TestTimeToLiveAcrossLeaderChange(t *testing.T) {
 	require.GreaterOrEqual(t, after, before-elapsed, "before %v, after %v, %v apart", before, after, elapsed)
 	require.LessOrEqual(t, after, s.TTL())
 }
+
+// A client's session reports the cell's time left too, through its
+// member, refreshed by the client's keep-alives; once closed, it has
+// ended.
+func TestTimeToLiveClientSession(t *testing.T) {
+	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := c.Connect(ctx)
+	require.NoError(t, err)
+	ttl := 2 * cl.MinSessionTTL()
+	s, err := cl.NewSession(ctx, coord.WithTTL(ttl))
+	require.NoError(t, err)
+	first, err := s.TimeToLive(ctx)
+	require.NoError(t, err)
+	require.Positive(t, first)
+	require.LessOrEqual(t, first, ttl)
+	require.Eventually(t, func() bool {
+		left, err := s.TimeToLive(ctx)
+		require.NoError(t, err)
+		require.LessOrEqual(t, left, ttl)
+		return left > first
+	}, 20*time.Second, 10*time.Millisecond, "a keep-alive refreshed the deadline")
+	require.NoError(t, s.Close(ctx))
+	_, err = s.TimeToLive(ctx)
+	require.ErrorIs(t, err, coord.ErrSessionExpired)
+}

@@ -260,7 +260,7 @@ type call struct {
 
 func isResponse(k Kind) bool {
 	switch k {
-	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError:
+	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError, KindTimeToLiveResult:
 		return true
 	}
 	return false
@@ -296,6 +296,24 @@ func (c *ClientConn) Propose(ctx context.Context, cmd []byte) (*ProposeResult, e
 		return nil, c.violation(m)
 	}
 	return res, nil
+}
+
+// TimeToLive asks for the time left on one of the client's sessions. A
+// member that speaks only version 1 cannot answer: ErrVersion, and the
+// connection stays.
+func (c *ClientConn) TimeToLive(ctx context.Context, sessionID int64) (time.Duration, error) {
+	if v := c.welcome.Version; v < 2 {
+		return 0, fmt.Errorf("%w: member %q speaks version %d, time to live needs 2", ErrVersion, c.welcome.Member, v)
+	}
+	m, err := c.Call(ctx, &TimeToLive{SessionID: sessionID})
+	if err != nil {
+		return 0, err
+	}
+	res, ok := m.(*TimeToLiveResult)
+	if !ok {
+		return 0, c.violation(m)
+	}
+	return res.Left, nil
 }
 
 // violation ends the connection over a response of the wrong kind.

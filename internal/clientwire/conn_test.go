@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -76,6 +77,13 @@ func (f *fakeHandler) Watch(ctx context.Context, identity string, w *WatchStart,
 
 func (f *fakeHandler) KeepAlive(ctx context.Context, identity string, ka *KeepAlive) (*KeepAliveAck, error) {
 	return &KeepAliveAck{Confirmed: ka.SessionIDs[:1], Gone: []Gone{{ID: ka.SessionIDs[1], Code: CodeForbidden}}}, nil
+}
+
+func (f *fakeHandler) TimeToLive(ctx context.Context, identity string, q *TimeToLive) (*TimeToLiveResult, error) {
+	if q.SessionID != 4 {
+		return nil, &Error{Code: CodeSessionExpired, Message: "ended"}
+	}
+	return &TimeToLiveResult{Left: 3 * time.Second}, nil
 }
 
 // serve runs Serve on one end of a pipe and returns the other end and
@@ -363,6 +371,57 @@ func TestKeepAliveAck(t *testing.T) {
 	a := <-acks
 	if a.Seq != 7 || len(a.Confirmed) != 1 || a.Confirmed[0] != 4 || a.Gone[0] != (Gone{ID: 5, Code: CodeForbidden}) {
 		t.Fatalf("ack %+v", a)
+	}
+}
+
+func TestTimeToLive(t *testing.T) {
+	c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{})
+	left, err := c.TimeToLive(context.Background(), 4)
+	if err != nil || left != 3*time.Second {
+		t.Fatalf("time to live: %v, %v", left, err)
+	}
+	_, err = c.TimeToLive(context.Background(), 5)
+	var we *Error
+	if !errors.As(err, &we) || we.Code != CodeSessionExpired {
+		t.Fatalf("ended session: %v", err)
+	}
+}
+
+// A member that speaks only version 1 is never sent a TimeToLive, which
+// it would take for a protocol violation: the call fails with ErrVersion
+// and the connection stays up.
+func TestTimeToLiveNeedsVersion2(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	done := make(chan error, 1)
+	go func() {
+		defer b.Close()
+		if _, err := newFrameReader(b).read(handshakeMaxFrame); err != nil {
+			done <- err
+			return
+		}
+		w, _ := AppendFrame(nil, handshakeVersion, 0, &Welcome{Version: 1, Member: "old",
+			ElectionTimeout: time.Second, MinSessionTTL: 4 * time.Second,
+			MaxFrame: DefaultMaxFrame, MaxInFlight: 4, MaxWatchers: 4}, handshakeMaxFrame)
+		_, err := b.Write(w)
+		done <- err
+		_, _ = io.Copy(io.Discard, b)
+	}()
+	c, err := Handshake(context.Background(), a, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TimeToLive(context.Background(), 4); !errors.Is(err, ErrVersion) {
+		t.Fatalf("time to live of a version 1 member: %v", err)
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("the connection closed")
+	default:
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 // Protocol versions this build speaks.
 const (
 	MinVersion uint8 = 1
-	MaxVersion uint8 = 1
+	// MaxVersion 2 adds TimeToLive; its frames are the only difference,
+	// so a version 1 peer is served exactly as before.
+	MaxVersion uint8 = 2
 )
 
 // handshakeVersion is the version byte of Hello, Welcome and Refuse
@@ -136,8 +138,8 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 // checkFrame verifies the frame's version and kind, and that its ID is
 // present exactly where the kind needs one.
 func checkFrame(f Frame, version uint8) error {
-	if f.Kind == 0 || f.Kind > maxKind {
-		return fmt.Errorf("%w: unknown kind %d", ErrProtocol, f.Kind)
+	if f.Kind == 0 || f.Kind > maxKind || (version < 2 && f.Kind > maxKindV1) {
+		return fmt.Errorf("%w: unknown kind %d in version %d", ErrProtocol, f.Kind, version)
 	}
 	want := version
 	if f.Kind == KindHello || f.Kind == KindWelcome || f.Kind == KindRefuse {
@@ -156,7 +158,7 @@ func checkFrame(f Frame, version uint8) error {
 func hasID(k Kind) bool {
 	switch k {
 	case KindPing, KindPong, KindPropose, KindProposeResult, KindRead, KindReadResult,
-		KindWatchStart, KindOK, KindError, KindCancel:
+		KindWatchStart, KindOK, KindError, KindCancel, KindTimeToLive, KindTimeToLiveResult:
 		return true
 	}
 	return false

@@ -34,8 +34,12 @@ const (
 	KindKeepAliveAck  Kind = 17 // member → client, stream
 	KindError         Kind = 18 // response: the request failed
 	KindCancel        Kind = 19 // client → member, one-way: abandon request ID
+	// Version 2.
+	KindTimeToLive       Kind = 20 // request → TimeToLiveResult
+	KindTimeToLiveResult Kind = 21 // response
 
-	maxKind = KindCancel
+	maxKindV1 = KindCancel
+	maxKind   = KindTimeToLiveResult
 )
 
 // Message is one of the message structs of this file.
@@ -208,6 +212,18 @@ type ErrorMsg struct {
 	Message string
 }
 
+// TimeToLive asks how long the cell would still wait before expiring
+// one of the client's sessions (Session.TimeToLive). Version 2.
+type TimeToLive struct {
+	SessionID int64
+}
+
+// TimeToLiveResult is the time left on the leader's deadline for the
+// session, as the leader saw it when it answered. Never negative.
+type TimeToLiveResult struct {
+	Left time.Duration
+}
+
 // Cancel tells the member the client gave up on the request named by the
 // frame's ID; the member cancels its context and sends nothing back.
 type Cancel struct{}
@@ -269,6 +285,12 @@ func (*ErrorMsg) Kind() Kind { return KindError }
 // Kind returns KindCancel.
 func (*Cancel) Kind() Kind { return KindCancel }
 
+// Kind returns KindTimeToLive.
+func (*TimeToLive) Kind() Kind { return KindTimeToLive }
+
+// Kind returns KindTimeToLiveResult.
+func (*TimeToLiveResult) Kind() Kind { return KindTimeToLiveResult }
+
 // newMessage returns a zero message of kind k, or nil for an unknown kind.
 func newMessage(k Kind) Message {
 	switch k {
@@ -310,6 +332,10 @@ func newMessage(k Kind) Message {
 		return new(ErrorMsg)
 	case KindCancel:
 		return new(Cancel)
+	case KindTimeToLive:
+		return new(TimeToLive)
+	case KindTimeToLiveResult:
+		return new(TimeToLiveResult)
 	}
 	return nil
 }
@@ -619,4 +645,17 @@ func (m *ErrorMsg) appendTo(b []byte) []byte {
 func (m *ErrorMsg) decode(d *dec) {
 	m.Code = Code(d.UvarintMax(0xffff, "code"))
 	m.Message = d.Str()
+}
+
+func (m *TimeToLive) appendTo(b []byte) []byte { return appendVarint(b, m.SessionID) }
+
+func (m *TimeToLive) decode(d *dec) { m.SessionID = d.Varint() }
+
+func (m *TimeToLiveResult) appendTo(b []byte) []byte { return appendVarint(b, int64(m.Left)) }
+
+func (m *TimeToLiveResult) decode(d *dec) {
+	m.Left = time.Duration(d.Varint())
+	if m.Left < 0 {
+		d.Fail("negative time to live %d", m.Left)
+	}
 }

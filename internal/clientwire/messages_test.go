@@ -42,6 +42,8 @@ func sampleMessages() []Message {
 		&KeepAlive{Seq: 17, SessionIDs: []int64{1, 2, -3, 1 << 62}},
 		&KeepAliveAck{Seq: 17, Confirmed: []int64{1, 2}, Gone: []Gone{{ID: -3, Code: CodeForbidden}, {ID: 1 << 62, Code: CodeSessionExpired}}},
 		&ErrorMsg{Code: CodeConflict, Message: "compare failed"},
+		&TimeToLive{SessionID: 1 << 40},
+		&TimeToLiveResult{Left: 2500 * time.Millisecond},
 	}
 }
 
@@ -174,12 +176,24 @@ func TestCheckFrame(t *testing.T) {
 		{Frame{Version: 1, Kind: maxKind + 1, ID: 1}, ErrProtocol},
 		{Frame{Version: 1, Kind: KindRead}, ErrProtocol},
 		{Frame{Version: 1, Kind: KindKeepAlive, ID: 3}, ErrProtocol},
+		{Frame{Version: 1, Kind: KindTimeToLive, ID: 1}, ErrProtocol}, // a version 2 kind
 	}
 	for _, c := range cases {
 		err := checkFrame(c.f, 1)
 		if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
 			t.Errorf("%+v: err %v, want %v", c.f, err, c.want)
 		}
+	}
+}
+
+func TestCheckFrameVersion2(t *testing.T) {
+	for _, f := range []Frame{{Version: 2, Kind: KindTimeToLive, ID: 1}, {Version: 2, Kind: KindRead, ID: 1}} {
+		if err := checkFrame(f, 2); err != nil {
+			t.Errorf("%+v: %v", f, err)
+		}
+	}
+	if err := checkFrame(Frame{Version: 2, Kind: KindTimeToLive}, 2); !errors.Is(err, ErrProtocol) {
+		t.Errorf("a request without an ID: %v", err)
 	}
 }
 

@@ -117,6 +117,10 @@ func (s *session) readLoop(fr *frameReader, version uint8) error {
 			})
 		case *WatchStart:
 			err = s.startWatch(f.ID, m)
+		case *TimeToLive:
+			err = s.request(f.ID, func(ctx context.Context) (Message, error) {
+				return s.h.TimeToLive(ctx, s.id, m)
+			})
 		case *WatchCancel:
 			s.mu.Lock()
 			if w := s.watches[m.WatchID]; w != nil {

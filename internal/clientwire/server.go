@@ -42,6 +42,9 @@ type Handler interface {
 	// per connection runs at a time; keep-alives that arrive meanwhile
 	// are coalesced to the newest. An error sends no ack.
 	KeepAlive(ctx context.Context, identity string, ka *KeepAlive) (*KeepAliveAck, error)
+	// TimeToLive answers for one of identity's sessions how long the
+	// cell would still wait before expiring it (protocol version 2).
+	TimeToLive(ctx context.Context, identity string, q *TimeToLive) (*TimeToLiveResult, error)
 }
 
 // Limits bound what one client connection may cost its member. Zero
