@@ -131,38 +131,50 @@ func (cc *clientCache) covering(prefix string) *prefixCache {
 // member must answer.
 func (cc *clientCache) get(ctx context.Context, key string) (kv KV, ok, hit bool) {
 	p := cc.covering(key)
-	if p == nil || !p.current(ctx) {
+	if p == nil {
 		return KV{}, false, false
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if !p.live {
-		return KV{}, false, false
-	}
-	p.hits.Add(1)
-	kv, ok = p.kvs[key]
-	return cloneKV(kv), ok, true
+	hit = p.answer(ctx, func() {
+		kv, ok = p.kvs[key]
+		kv = cloneKV(kv)
+	})
+	return kv, ok, hit
 }
 
 // list answers a serializable List from the cache, with the revision the
 // cache is current to; hit is false when the member must answer.
 func (cc *clientCache) list(ctx context.Context, prefix string) (kvs []KV, rev int64, hit bool) {
 	p := cc.covering(prefix)
-	if p == nil || !p.current(ctx) {
+	if p == nil {
 		return nil, 0, false
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if !p.live {
-		return nil, 0, false
+	hit = p.answer(ctx, func() {
+		i, _ := slices.BinarySearch(p.keys, prefix)
+		kvs = []KV{}
+		for ; i < len(p.keys) && strings.HasPrefix(p.keys[i], prefix); i++ {
+			kvs = append(kvs, cloneKV(p.kvs[p.keys[i]]))
+		}
+		rev = p.rev
+	})
+	return kvs, rev, hit
+}
+
+// answer runs read under p's read lock if p may answer now, or once it
+// may (see current); it reports whether it ran read.
+func (p *prefixCache) answer(ctx context.Context, read func()) bool {
+	for waited := false; ; waited = true {
+		p.mu.RLock()
+		if p.live && p.rev >= p.need.Load() {
+			p.hits.Add(1)
+			read()
+			p.mu.RUnlock()
+			return true
+		}
+		p.mu.RUnlock()
+		if waited || !p.current(ctx) {
+			return false
+		}
 	}
-	p.hits.Add(1)
-	i, _ := slices.BinarySearch(p.keys, prefix)
-	kvs = []KV{}
-	for ; i < len(p.keys) && strings.HasPrefix(p.keys[i], prefix); i++ {
-		kvs = append(kvs, cloneKV(p.kvs[p.keys[i]]))
-	}
-	return kvs, p.rev, true
 }
 
 // cloneKV gives the caller its own value bytes, as a member's read does:
