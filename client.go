@@ -69,7 +69,8 @@ type ClientConfig struct {
 // batch to the leader; watches of nested prefixes share one upstream
 // watch. When its member fails or stops answering, the client moves to
 // another member: sessions (within their TTL), holds and watches carry
-// on; writes in flight end with ErrAmbiguous.
+// on; writes in flight end with ErrAmbiguous. With ClientConfig.Cache,
+// serializable reads under its prefixes are answered from memory.
 //
 // A Client stores nothing on disk. It is safe for concurrent use.
 type Client struct {
