@@ -121,6 +121,7 @@ func (ns *namespaceCell) stripEvent(ev Event) Event {
 	return ev
 }
 
+// Get is c.Get of the key in the namespace.
 func (ns *namespaceCell) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
 	if err := ns.check(); err != nil {
 		return KV{}, err
@@ -132,6 +133,7 @@ func (ns *namespaceCell) Get(ctx context.Context, key string, opts ...ReadOption
 	return ns.strip(kv), err
 }
 
+// List is c.List of the prefix in the namespace, keys stripped.
 func (ns *namespaceCell) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
 	if err := ns.check(); err != nil {
 		return nil, 0, err
@@ -143,6 +145,7 @@ func (ns *namespaceCell) List(ctx context.Context, prefix string, opts ...ReadOp
 	return ns.stripAll(kvs), rev, nil
 }
 
+// Put is c.Put of the key in the namespace.
 func (ns *namespaceCell) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
 	if err := ns.check(); err != nil {
 		return KV{}, err
@@ -154,6 +157,7 @@ func (ns *namespaceCell) Put(ctx context.Context, key string, value []byte, opts
 	return ns.strip(kv), err
 }
 
+// Delete is c.Delete of the key in the namespace.
 func (ns *namespaceCell) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
 	if err := ns.check(); err != nil {
 		return 0, err
@@ -164,6 +168,7 @@ func (ns *namespaceCell) Delete(ctx context.Context, key string, opts ...WriteOp
 	return ns.c.Delete(ctx, ns.prefix+key, opts...)
 }
 
+// Txn is c.Txn with its keys in the namespace (see Txn.prefix).
 func (ns *namespaceCell) Txn(ctx context.Context) *Txn {
 	t := ns.c.Txn(ctx)
 	t.prefix = ns.prefix
@@ -171,6 +176,8 @@ func (ns *namespaceCell) Txn(ctx context.Context) *Txn {
 	return t
 }
 
+// Watch is c.Watch of the prefix in the namespace, relayed with the
+// keys stripped.
 func (ns *namespaceCell) Watch(ctx context.Context, prefix string, opts ...WatchOption) *Watcher {
 	if err := ns.check(); err != nil {
 		return failedWatcher(err)
@@ -179,6 +186,8 @@ func (ns *namespaceCell) Watch(ctx context.Context, prefix string, opts ...Watch
 	return relayWatch(ctx, cancel, ns.c.Watch(ctx, ns.prefix+prefix, opts...), ns.stripEvent)
 }
 
+// ListWatch is c.ListWatch of the prefix in the namespace, keys
+// stripped before each callback.
 func (ns *namespaceCell) ListWatch(ctx context.Context, prefix string, onList func(kvs []KV, rev int64) error,
 	onEvent func(Event) error, opts ...WatchOption) error {
 	if err := ns.check(); err != nil {
@@ -205,6 +214,7 @@ func (ns *namespaceCell) NewSession(ctx context.Context, opts ...SessionOption) 
 	return newSession(ctx, ns, o)
 }
 
+// Acquire is c.Acquire: the lease's lock is outside the namespace.
 func (ns *namespaceCell) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
 	if err := ns.err; err != nil {
 		return nil, err
@@ -212,6 +222,7 @@ func (ns *namespaceCell) Acquire(ctx context.Context, name string, ttl time.Dura
 	return acquireLease(ctx, ns, name, ttl)
 }
 
+// CheckToken is c.CheckToken: the lock is outside the namespace.
 func (ns *namespaceCell) CheckToken(ctx context.Context, name string, t Token) error {
 	if err := ns.err; err != nil {
 		return err
@@ -219,6 +230,7 @@ func (ns *namespaceCell) CheckToken(ctx context.Context, name string, t Token) e
 	return ns.c.CheckToken(ctx, name, t)
 }
 
+// MinSessionTTL is c's.
 func (ns *namespaceCell) MinSessionTTL() time.Duration { return ns.c.MinSessionTTL() }
 
 // cellBackend is c's: the recipes work on absolute keys.
