@@ -67,7 +67,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&c.Watchers, "watchers", 1000, "watch: watchers on one prefix")
 	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch, clients-watch: measured puts")
 	fs.IntVar(&c.Clients, "client-count", 100, "clients-sessions, clients-watch: clients (coord.Connect), client i on member i%3")
-	fs.IntVar(&c.ClientSessions, "client-sessions", 1000, "clients-sessions: sessions of each client (TTL -session-ttl, window -keepalive, creators -create-workers)")
+	fs.IntVar(&c.ClientSessions, "client-sessions", 1000, "clients-sessions: sessions of each client (TTL -session-ttl, window -keepalive)")
+	fs.IntVar(&c.ClientCreateWorkers, "client-create-workers", 400, "clients-sessions: concurrent creators of the sessions, spread over the clients")
 	fs.IntVar(&c.ClientWatchers, "client-watchers", 100, "clients-watch: watchers of one prefix on each client")
 	fs.DurationVar(&c.ClientCreateLimit, "client-create-limit", 3*time.Minute,
 		"clients-sessions: time limit of the creation; sessions not created by then are reported and left out")
@@ -116,7 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	for name, v := range map[string]int{"get-clients": c.GetClients, "get-keys": c.GetKeys,
 		"lock-holders": c.LockHolders, "create-workers": c.CreateWorkers, "failover-rounds": c.FailoverRounds,
 		"watchers": c.Watchers, "watch-puts": c.WatchPuts, "sessions": c.Sessions,
-		"client-count": c.Clients, "client-sessions": c.ClientSessions, "client-watchers": c.ClientWatchers} {
+		"client-count": c.Clients, "client-sessions": c.ClientSessions, "client-create-workers": c.ClientCreateWorkers, "client-watchers": c.ClientWatchers} {
 		if v < 1 {
 			return nil, fmt.Errorf("-%s must be at least 1", name)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -37,8 +38,9 @@ func (c *Cell) Connect(ctx context.Context, m int, name string) (cell.Client, er
 			}
 			return &countingConn{Conn: conn, out: &cl.out, in: &cl.in}, nil
 		},
-		// A hundred clients would each log their connection's ends.
-		Logger: slog.New(slog.DiscardHandler),
+		// Info: why a client left its member (under load) is worth
+		// seeing in the bench's stderr.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coord client %s to member %d: %w", name, m, err)

@@ -56,11 +56,13 @@ type Config struct {
 	// clients-watch, client i connected to member i%3; ClientSessions
 	// the sessions each creates and keeps alive, ClientWatchers the
 	// watchers of one prefix each starts. ClientCreateLimit bounds the
-	// creation of all the clients' sessions.
-	Clients           int
-	ClientSessions    int
-	ClientWatchers    int
-	ClientCreateLimit time.Duration
+	// creation of all the clients' sessions, ClientCreateWorkers how
+	// many create them concurrently.
+	Clients             int
+	ClientSessions      int
+	ClientWatchers      int
+	ClientCreateLimit   time.Duration
+	ClientCreateWorkers int
 	// ClientCallers are the concurrencies of client-put.
 	ClientCallers []int
 }

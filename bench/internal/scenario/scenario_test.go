@@ -25,7 +25,7 @@ func tiny() Config {
 		Sessions: 10, SessionsLarge: 20, SessionTTL: 4 * time.Second, KeepAlive: time.Second,
 		CreateWorkers: 4, CreateLimit: time.Minute, ElectionTTL: 4 * time.Second, StopMode: cell.Crash, FailoverRounds: 1,
 		Watchers: 10, WatchPuts: 3,
-		Clients: 4, ClientSessions: 20, ClientWatchers: 3, ClientCreateLimit: time.Minute, ClientCallers: []int{2},
+		Clients: 4, ClientSessions: 20, ClientWatchers: 3, ClientCreateLimit: time.Minute, ClientCreateWorkers: 8, ClientCallers: []int{2},
 	}
 }
 
