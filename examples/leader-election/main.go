@@ -85,7 +85,7 @@ func campaignOnce(ctx context.Context, node *coord.Node, name string, ttl time.D
 	if err != nil {
 		return err
 	}
-	defer s.Close(context.Background())
+	defer closeSession(s)
 	e := coord.NewElection(s, "leader-election-demo")
 	token, err := e.Campaign(ctx, name)
 	if err != nil {
@@ -118,6 +118,15 @@ func observe(ctx context.Context, node *coord.Node, name string) {
 				fmt.Printf("%s: observed: leader is %s (token %d)\n", name, l.Value, l.Token)
 			}
 		}
-		s.Close(context.Background())
+		closeSession(s)
 	}
+}
+
+// closeSession ends s in the cell, giving up after a few seconds: at
+// shutdown the cell may have lost its quorum (the other members stopping
+// too), and then the session simply expires after its TTL.
+func closeSession(s *coord.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = s.Close(ctx)
 }

@@ -106,10 +106,23 @@ func TestKillTheLeaderProcess(t *testing.T) {
 	if second.name == first.name || second.token <= first.token {
 		t.Fatalf("expected a new leader with a greater token, got %+v after %+v", second, first)
 	}
+	// Both survivors stop at once, and must exit on their own (a member
+	// that hung at shutdown, waiting on a cell without quorum, was a bug).
+	exited := make(chan string, len(names))
 	for _, n := range names {
 		if n != first.name {
 			procs[n].Process.Signal(syscall.SIGTERM)
-			procs[n].Wait()
+			go func() {
+				procs[n].Wait()
+				exited <- n
+			}()
+		}
+	}
+	for range len(names) - 1 {
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			t.Fatal("a member did not exit within 60s of SIGTERM")
 		}
 	}
 }
