@@ -219,9 +219,6 @@ func TestNamespaceDeletePrefixSparesRecipes(t *testing.T) {
 
 // A recipe's Cmp names the recipe's key inside a namespace's Txn.
 func TestNamespaceTxnIsOwner(t *testing.T) {
-	// Remove once queue.isOwner returns its Cmp marked absolute
-	// (Cmp.absolute): until then the namespace prefixes the lock's key.
-	t.Skip("needs queue.isOwner to mark its Cmp absolute")
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		s, err := ns.NewSession(ctx, coord.WithTTL(2*time.Second))

@@ -90,9 +90,9 @@ func (q *queue) key() string {
 // holds (no create revision is negative).
 func (q *queue) isOwner() Cmp {
 	if h := q.current(); h != nil {
-		return CreateRev(h.key).Eq(int64(h.token))
+		return CreateRev(h.key).Eq(int64(h.token)).absolute()
 	}
-	return CreateRev(q.prefix).Lt(0)
+	return CreateRev(q.prefix).Lt(0).absolute()
 }
 
 func (q *queue) done() <-chan struct{} {

@@ -203,7 +203,7 @@ func (s *Session) TTL() time.Duration { return s.ttl }
 // with. It is nil for a session made through a Cell that is not a
 // member (a client); Cell works for both.
 func (s *Session) Node() *Node {
-	n, _ := s.c.(*Node)
+	n, _ := s.b.(*Node)
 	return n
 }
 

@@ -45,7 +45,7 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 	if id < 0 {
 		return nil, fmt.Errorf("%w: session ID %d", ErrInvalidArgument, int64(id))
 	}
-	n, ok := c.(*Node)
+	n, ok := c.cellBackend().(*Node)
 	if !ok {
 		return nil, fmt.Errorf("%w: resuming session %d: only a member can resume a session by ID", ErrInvalidArgument, int64(id))
 	}
