@@ -14,7 +14,8 @@ import (
 // A client keeps the keys under config/ in memory: its serializable
 // reads there are answered without a round trip to its member, they see
 // the client's own writes, and a cached List returns the revision the
-// cache was current to (Client.CacheRevision returns it without a read).
+// cache was current to (Client.CacheRevision returns it without a read,
+// or says why the member answers instead).
 func ExampleClientConfig_cache() {
 	clientSecret := bytes.Repeat([]byte{2}, 32) // draw at random in production
 
@@ -57,7 +58,18 @@ func ExampleClientConfig_cache() {
 		log.Fatal(err)
 	}
 	fmt.Println("keys:", len(kvs), "read at or after the put:", rev >= put.ModRev)
+	// A read before the cache's first listing is answered by the member;
+	// CacheRevision says when the cache has caught up.
+	for {
+		cached, err := client.CacheRevision("config/")
+		if err == nil && cached >= put.ModRev {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("cache current to the put")
 	// Output:
 	// mode: green
 	// keys: 1 read at or after the put: true
+	// cache current to the put
 }

@@ -327,10 +327,15 @@ func TestClientCacheNeverAnswersBeforeListing(t *testing.T) {
 		kvs, _, err := cl.List(ctx, "e/", coord.Serializable())
 		require.NoError(t, err)
 		require.Len(t, kvs, 5)
-		// Closed once listed: a Close while the listing is in flight
+		// Closed once the cache's watch delivers (a change it saw): a
+		// Close while its listing or its watch's start is in flight
 		// trips a data race in clientwire (ClientConn.fail reads a
 		// call's abandoned flag without the lock).
-		waitCache(t, cl, "e/", 0)
+		_, err = c.Node(0).Put(ctx, "e/zz", nil)
+		require.NoError(t, err)
+		rev, err := c.Node(0).Delete(ctx, "e/zz")
+		require.NoError(t, err)
+		waitCache(t, cl, "e/", rev)
 		require.NoError(t, cl.Close())
 	}
 }
@@ -534,7 +539,9 @@ func TestClientCacheConfig(t *testing.T) {
 	require.ErrorIs(t, err, coord.ErrInvalidConfig)
 	// Nested prefixes share the outer cache.
 	cl := connect(t, c, withCache("n/a/", "n/"))
-	waitCache(t, cl, "n/a/", 0)
+	kv, err := c.Node(0).Put(ctx, "n/a/x", nil)
+	require.NoError(t, err)
+	waitCache(t, cl, "n/a/", kv.ModRev) // by the outer cache's watch
 	require.EqualValues(t, 1, coord.ClientUpstreams(cl))
 }
 
