@@ -407,9 +407,10 @@ func (e *sessionEngine) checkLocal(now time.Time) {
 			e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", int64(s.id),
 				"last_confirmed_ago", now.Sub(lastAcked).Round(time.Millisecond), "ttl", s.ttl)
 			// The holder's own decision about its own session: valid in
-			// any term, so it carries none.
+			// any term, so it carries none. It asks for the lock-delay of
+			// the locks the session holds, as the leader's expiry would.
 			e.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
-				Session: &command.Session{ID: int64(s.id), Expired: true}})
+				Session: &command.Session{ID: int64(s.id), Expired: true, LockDelay: e.n.sessionLockDelayed(int64(s.id))}})
 		}
 	}
 }

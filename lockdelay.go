@@ -39,9 +39,9 @@ type mutexOptions struct {
 // replicated state: it survives restarts and snapshots. Deleting it by
 // hand ends the delay at once.
 //
-// The delay follows an expiry decided by the cell's leader. Today an
-// expiry that the holder's own member proposes (its local deadline
-// passed while it could still reach the cell) leaves no delay.
+// The delay follows any expiry: one decided by the cell's leader, and one
+// that the holder's own member proposes when its local deadline passed
+// first.
 //
 // d must be in (0, MaxLockDelay]; otherwise Lock and TryLock fail with
 // ErrInvalidArgument. Only Mutex (and NewLocker) take it; a delay left by
