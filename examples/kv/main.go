@@ -15,6 +15,11 @@
 //	PUT  /kv/{key}   body = value      -> 200 with the revision
 //	GET  /kv/{key}[?serializable=1]     -> 200 value, 404 if absent
 //	GET  /status                        -> JSON status
+//	POST /sessions[?ttl=10s]            -> JSON {"id": ...}: a session kept by this member
+//	GET  /sessions/{id}                 -> JSON: ended, jeopardy seen, error
+//	POST /sessions/{id}/locks/{name}[?wait=5s] -> JSON {"name", "token"}: the lock, with its fencing token
+//	DELETE /sessions/{id}/locks/{name}  -> 204: released
+//	/coord/...                          -> the member's Handler: /healthz, /readyz, /status, the HTML page, /admin for coordctl
 package main
 
 import (
@@ -238,6 +243,8 @@ func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) err
 	mux.Handle("/coord/", http.StripPrefix("/coord", node.Handler(coord.WithAdmin(os.Getenv("COORD_ADMIN_TOKEN")))))
 	mux.HandleFunc("POST /sessions", sessions.create)
 	mux.HandleFunc("GET /sessions/{id}", sessions.get)
+	mux.HandleFunc("POST /sessions/{id}/locks/{name}", sessions.lock)
+	mux.HandleFunc("DELETE /sessions/{id}/locks/{name}", sessions.unlock)
 	srv := &http.Server{Addr: httpAddr, Handler: mux}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
@@ -271,6 +278,10 @@ func httpStatus(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, coord.ErrNoQuorum), errors.Is(err, coord.ErrAmbiguous):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, coord.ErrTimeout):
+		return http.StatusRequestTimeout
+	case errors.Is(err, coord.ErrSessionExpired), errors.Is(err, coord.ErrSessionClosed):
+		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
 }

@@ -299,3 +299,41 @@ func TestMultiProcessLeaderPause(t *testing.T) {
 		require.NoError(t, m.cmd.Wait())
 	}
 }
+
+// TestMultiProcessLocks takes a lock over HTTP on one member, sees a
+// session on another member wait for it, and get it with a greater
+// fencing token once it is released.
+func TestMultiProcessLocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs OS processes")
+	}
+	c := startCell(t)
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 30*time.Second, 50*time.Millisecond)
+	a, b := c.newSession(0), c.newSession(1)
+	slow := &http.Client{Timeout: 30 * time.Second} // a lock request waits up to its ?wait=
+	lock := func(member int, id int64, wait string) (LockState, int) {
+		resp, err := slow.Post(fmt.Sprintf("http://%s/sessions/%d/locks/printer?wait=%s", c.members[member].http, id, wait), "", nil)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var st LockState
+		if resp.StatusCode == http.StatusOK {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		}
+		return st, resp.StatusCode
+	}
+	first, code := lock(0, a, "5s")
+	require.Equal(t, http.StatusOK, code)
+	_, code = lock(1, b, "300ms")
+	require.Equal(t, http.StatusRequestTimeout, code, "a second session got a held lock")
+
+	req, err := http.NewRequest(http.MethodDelete, fmt.Sprintf("http://%s/sessions/%d/locks/printer", c.members[0].http, a), nil)
+	require.NoError(t, err)
+	resp, err := slow.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	second, code := lock(1, b, "10s")
+	require.Equal(t, http.StatusOK, code)
+	require.Greater(t, second.Token, first.Token, "fencing tokens grow from holder to holder")
+}

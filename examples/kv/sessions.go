@@ -25,6 +25,8 @@ type heldSession struct {
 	ended    bool
 	// warned: jeopardy was seen before the session ended.
 	warned bool
+	// locks are the locks taken over HTTP with this session, by name.
+	locks map[string]*coord.Mutex
 }
 
 // SessionState is what GET /sessions/{id} reports.
@@ -57,7 +59,7 @@ func (b *sessionBook) create(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), httpStatus(err))
 		return
 	}
-	h := &heldSession{s: s}
+	h := &heldSession{s: s, locks: make(map[string]*coord.Mutex)}
 	b.mu.Lock()
 	b.m[s.ID()] = h
 	b.mu.Unlock()
