@@ -175,16 +175,22 @@ func (c *ClientConn) fail(err error) {
 		err = fmt.Errorf("%w: %w", ErrConnClosed, err)
 	}
 	c.err = err
-	pending, watches := c.pending, c.watches
+	// abandoned is written by Call under c.mu: read it here, before the
+	// lock is let go.
+	var waiting []chan Message
+	for _, p := range c.pending {
+		if !p.abandoned {
+			waiting = append(waiting, p.ch)
+		}
+	}
+	watches := c.watches
 	c.pending, c.watches = nil, nil
 	c.mu.Unlock()
 	c.out.close()
 	_ = c.conn.Close()
 	close(c.done)
-	for _, p := range pending {
-		if !p.abandoned {
-			close(p.ch)
-		}
+	for _, ch := range waiting {
+		close(ch)
 	}
 	for _, w := range watches {
 		w.finish(&WatchEnd{WatchID: w.id, Code: CodeConnLost, Message: err.Error()})

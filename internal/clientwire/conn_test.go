@@ -492,3 +492,32 @@ func TestViolationClosesOnlyThatClient(t *testing.T) {
 		}
 	}
 }
+
+// Calls whose contexts end while the connection closes: each returns
+// (its context's error or ErrConnClosed), and -race sees no unguarded
+// access to a call's state (Close used to read a call's abandoned mark
+// outside the lock that Call writes it under).
+func TestCloseWhileCallsGiveUp(t *testing.T) {
+	for round := range 20 {
+		c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 8)
+		for i := range 8 {
+			go func() {
+				_, err := c.Read(ctx, &Read{Key: fmt.Sprintf("block/%d", 100+i)})
+				done <- err
+			}()
+		}
+		if err := c.Ping(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		go cancel()
+		_ = c.Close()
+		for range 8 {
+			if err := <-done; !errors.Is(err, context.Canceled) && !errors.Is(err, ErrConnClosed) {
+				t.Fatalf("round %d: call ended with %v", round, err)
+			}
+		}
+		cancel()
+	}
+}
