@@ -19,7 +19,9 @@ type LockState struct {
 }
 
 // lock takes the lock name for the session id (a session opened by POST
-// /sessions on this member), waiting up to ?wait= (default 5s) for it.
+// /sessions on this member), waiting up to ?wait= (default 5s) for it;
+// ?delay= asks for a lock-delay (coord.WithLockDelay) should the session
+// expire while it holds the lock.
 func (b *sessionBook) lock(w http.ResponseWriter, r *http.Request) {
 	h, ok := b.held(w, r)
 	if !ok {
@@ -34,8 +36,17 @@ func (b *sessionBook) lock(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
+	var opts []coord.MutexOption
+	if v := r.URL.Query().Get("delay"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		opts = append(opts, coord.WithLockDelay(d))
+	}
 	name := r.PathValue("name")
-	m := coord.NewMutex(h.s, name)
+	m := coord.NewMutex(h.s, name, opts...)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	token, err := m.Lock(ctx)

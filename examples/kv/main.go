@@ -17,7 +17,7 @@
 //	GET  /status                        -> JSON status
 //	POST /sessions[?ttl=10s]            -> JSON {"id": ...}: a session kept by this member
 //	GET  /sessions/{id}                 -> JSON: ended, jeopardy seen, error
-//	POST /sessions/{id}/locks/{name}[?wait=5s] -> JSON {"name", "token"}: the lock, with its fencing token
+//	POST /sessions/{id}/locks/{name}[?wait=5s&delay=10s] -> JSON {"name", "token"}: the lock, with its fencing token
 //	DELETE /sessions/{id}/locks/{name}  -> 204: released
 //	/coord/...                          -> the member's Handler: /healthz, /readyz, /status, the HTML page, /admin for coordctl
 package main
@@ -274,7 +274,8 @@ func httpStatus(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, coord.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, coord.ErrKeyTooLarge), errors.Is(err, coord.ErrValueTooLarge), errors.Is(err, coord.ErrInvalidKey):
+	case errors.Is(err, coord.ErrKeyTooLarge), errors.Is(err, coord.ErrValueTooLarge), errors.Is(err, coord.ErrInvalidKey),
+		errors.Is(err, coord.ErrInvalidArgument):
 		return http.StatusBadRequest
 	case errors.Is(err, coord.ErrNoQuorum), errors.Is(err, coord.ErrAmbiguous):
 		return http.StatusServiceUnavailable

@@ -336,4 +336,8 @@ func TestMultiProcessLocks(t *testing.T) {
 	second, code := lock(1, b, "10s")
 	require.Equal(t, http.StatusOK, code)
 	require.Greater(t, second.Token, first.Token, "fencing tokens grow from holder to holder")
+
+	// A lock-delay past coord.MaxLockDelay is refused as bad input.
+	_, code = lock(2, c.newSession(2), "1s&delay=2m")
+	require.Equal(t, http.StatusBadRequest, code)
 }
