@@ -72,7 +72,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "watch",
-		"clients-sessions", "clients-watch", "client-put", "client-get"}) {
+		"clients-sessions", "clients-watch", "client-put", "client-lock", "client-get"}) {
 		t.Errorf("default scenarios %v", o.scenarios)
 	}
 	if !slices.Equal(o.cfg.PutClients, []int{1, 16, 64}) || o.cfg.Sessions != 10_000 || o.cfg.SessionsLarge != 100_000 {

@@ -108,3 +108,19 @@ func ClientGet(ctx context.Context, env Env, cfg Config) ([]Metric, error) {
 			fmt.Sprintf("get linearizable through clients, %d callers", cfg.GetClients), "ops/s"), nil
 	})
 }
+
+// ClientLock measures Lock+Unlock cycles as the lock scenario does, but
+// with each holder's session on one of three clients on loopback, one per
+// member (holder h on client h%3; etcd: its gRPC client).
+func ClientLock(ctx context.Context, env Env, cfg Config) ([]Metric, error) {
+	return withCell(ctx, env, func(c cell.Cell) ([]Metric, error) {
+		clients, err := connectClients(ctx, c, cell.Members)
+		if err != nil {
+			return nil, err
+		}
+		defer closeClients(clients)
+		return lockCycles(ctx, env, cfg, "client-lock", " through clients", func(h int) (cell.Session, error) {
+			return clients[h%cell.Members].NewSession(ctx, lockSessionTTL)
+		})
+	})
+}

@@ -46,3 +46,8 @@ func TestClientGet(t *testing.T) {
 	got := run(t, scenarioNamed(t, "client-get"), tiny())
 	positive(t, got, "client-get.linearizable.rate", "client-get.linearizable.p99")
 }
+
+func TestClientLock(t *testing.T) {
+	got := run(t, scenarioNamed(t, "client-lock"), tiny())
+	positive(t, got, "client-lock.contended.rate", "client-lock.contended.p50", "client-lock.uncontended.rate")
+}

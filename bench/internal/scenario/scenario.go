@@ -118,6 +118,7 @@ var All = []Scenario{
 	{Name: "clients-watch", Doc: "Clients clients x ClientWatchers watchers of one prefix: frames per change, time until all received a put (coord only)",
 		CoordOnly: true, Run: ClientsWatch},
 	{Name: "client-put", Doc: "put through clients on loopback (etcd: gRPC) at each ClientCallers concurrency, and in-process alongside", Run: ClientPut},
+	{Name: "client-lock", Doc: "the lock scenario with the holders' sessions on clients on loopback (etcd: gRPC), one client per member", Run: ClientLock},
 	{Name: "client-get", Doc: "linearizable get through clients on loopback (etcd: gRPC), GetClients callers", Run: ClientGet},
 }
 
