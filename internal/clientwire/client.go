@@ -308,18 +308,28 @@ func (c *ClientConn) Propose(ctx context.Context, cmd []byte) (*ProposeResult, e
 // member that speaks only version 1 cannot answer: ErrVersion, and the
 // connection stays.
 func (c *ClientConn) TimeToLive(ctx context.Context, sessionID int64) (time.Duration, error) {
-	if v := c.welcome.Version; v < 2 {
-		return 0, fmt.Errorf("%w: member %q speaks version %d, time to live needs 2", ErrVersion, c.welcome.Member, v)
-	}
-	m, err := c.Call(ctx, &TimeToLive{SessionID: sessionID})
+	res, err := c.AskTimeToLive(ctx, sessionID)
 	if err != nil {
 		return 0, err
 	}
+	return res.Left, nil
+}
+
+// AskTimeToLive is TimeToLive with the member's whole answer: the time
+// left and the session's granted TTL (0 from a member that did not say).
+func (c *ClientConn) AskTimeToLive(ctx context.Context, sessionID int64) (*TimeToLiveResult, error) {
+	if v := c.welcome.Version; v < 2 {
+		return nil, fmt.Errorf("%w: member %q speaks version %d, time to live needs 2", ErrVersion, c.welcome.Member, v)
+	}
+	m, err := c.Call(ctx, &TimeToLive{SessionID: sessionID})
+	if err != nil {
+		return nil, err
+	}
 	res, ok := m.(*TimeToLiveResult)
 	if !ok {
-		return 0, c.violation(m)
+		return nil, c.violation(m)
 	}
-	return res.Left, nil
+	return res, nil
 }
 
 // violation ends the connection over a response of the wrong kind.

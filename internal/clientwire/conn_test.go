@@ -83,7 +83,7 @@ func (f *fakeHandler) TimeToLive(ctx context.Context, identity string, q *TimeTo
 	if q.SessionID != 4 {
 		return nil, &Error{Code: CodeSessionExpired, Message: "ended"}
 	}
-	return &TimeToLiveResult{Left: 3 * time.Second}, nil
+	return &TimeToLiveResult{Left: 3 * time.Second, TTL: 5 * time.Second}, nil
 }
 
 // serve runs Serve on one end of a pipe and returns the other end and
@@ -379,6 +379,10 @@ func TestTimeToLive(t *testing.T) {
 	left, err := c.TimeToLive(context.Background(), 4)
 	if err != nil || left != 3*time.Second {
 		t.Fatalf("time to live: %v, %v", left, err)
+	}
+	res, err := c.AskTimeToLive(context.Background(), 4)
+	if err != nil || res.Left != 3*time.Second || res.TTL != 5*time.Second {
+		t.Fatalf("time to live with the granted TTL: %+v, %v", res, err)
 	}
 	_, err = c.TimeToLive(context.Background(), 5)
 	var we *Error

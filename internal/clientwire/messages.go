@@ -219,9 +219,16 @@ type TimeToLive struct {
 }
 
 // TimeToLiveResult is the time left on the leader's deadline for the
-// session, as the leader saw it when it answered. Never negative.
+// session, as the leader saw it when it answered, and the TTL the session
+// was granted at its creation (etcd's GrantedTTL), which a client resuming
+// the session by ID needs. Neither is negative.
+//
+// TTL is a trailing field, written only when positive: a payload of Left
+// alone (the first layout of version 2) still decodes, with TTL 0, which
+// means the member did not say.
 type TimeToLiveResult struct {
 	Left time.Duration
+	TTL  time.Duration
 }
 
 // Cancel tells the member the client gave up on the request named by the
@@ -651,11 +658,24 @@ func (m *TimeToLive) appendTo(b []byte) []byte { return appendVarint(b, m.Sessio
 
 func (m *TimeToLive) decode(d *dec) { m.SessionID = d.Varint() }
 
-func (m *TimeToLiveResult) appendTo(b []byte) []byte { return appendVarint(b, int64(m.Left)) }
+func (m *TimeToLiveResult) appendTo(b []byte) []byte {
+	b = appendVarint(b, int64(m.Left))
+	if m.TTL > 0 {
+		b = appendVarint(b, int64(m.TTL))
+	}
+	return b
+}
 
 func (m *TimeToLiveResult) decode(d *dec) {
 	m.Left = time.Duration(d.Varint())
 	if m.Left < 0 {
 		d.Fail("negative time to live %d", m.Left)
+	}
+	if d.Len() == 0 {
+		return // the first layout: no granted TTL
+	}
+	m.TTL = time.Duration(d.Varint())
+	if m.TTL <= 0 {
+		d.Fail("granted TTL %d is not positive", m.TTL)
 	}
 }

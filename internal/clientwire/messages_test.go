@@ -1,7 +1,9 @@
 package clientwire
 
 import (
+	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"runtime"
 	"strings"
@@ -43,7 +45,7 @@ func sampleMessages() []Message {
 		&KeepAliveAck{Seq: 17, Confirmed: []int64{1, 2}, Gone: []Gone{{ID: -3, Code: CodeForbidden}, {ID: 1 << 62, Code: CodeSessionExpired}}},
 		&ErrorMsg{Code: CodeConflict, Message: "compare failed"},
 		&TimeToLive{SessionID: 1 << 40},
-		&TimeToLiveResult{Left: 2500 * time.Millisecond},
+		&TimeToLiveResult{Left: 2500 * time.Millisecond, TTL: 10 * time.Second},
 	}
 }
 
@@ -98,6 +100,9 @@ func TestDecodeRefusesBadPayloads(t *testing.T) {
 		// Every strict prefix fails (or, for a kind with an empty body,
 		// there is none), and so does one trailing byte.
 		for n := range len(full) {
+			if r, ok := m.(*TimeToLiveResult); ok && n == len(AppendMessage(nil, &TimeToLiveResult{Left: r.Left})) {
+				continue // the first layout, without the granted TTL (TestTimeToLiveResultLayouts)
+			}
 			if _, err := DecodeMessage(m.Kind(), full[:n]); !errors.Is(err, ErrProtocol) {
 				t.Fatalf("%T cut to %d of %d bytes: err %v", m, n, len(full), err)
 			}
@@ -111,6 +116,36 @@ func TestDecodeRefusesBadPayloads(t *testing.T) {
 	}
 	if _, err := DecodeMessage(maxKind+1, nil); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("unknown kind: %v", err)
+	}
+}
+
+// TestTimeToLiveResultLayouts: a result without the granted TTL (the
+// first layout of version 2) decodes with TTL 0, one with it round-trips,
+// and a granted TTL that is not positive is refused.
+func TestTimeToLiveResultLayouts(t *testing.T) {
+	old := appendVarint(nil, int64(3*time.Second))
+	m, err := DecodeMessage(KindTimeToLiveResult, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := m.(*TimeToLiveResult); r.Left != 3*time.Second || r.TTL != 0 {
+		t.Fatalf("first layout: %+v", r)
+	}
+	if got := AppendMessage(nil, &TimeToLiveResult{Left: 3 * time.Second}); !bytes.Equal(got, old) {
+		t.Fatalf("a result without TTL is written in the first layout: %x, want %x", got, old)
+	}
+	m, err = DecodeMessage(KindTimeToLiveResult, appendVarint(old, int64(7*time.Second)))
+	if err != nil || m.(*TimeToLiveResult).TTL != 7*time.Second {
+		t.Fatalf("with TTL: %+v, %v", m, err)
+	}
+	for _, ttl := range []int64{0, -1, math.MinInt64} {
+		if _, err := DecodeMessage(KindTimeToLiveResult, appendVarint(old, ttl)); !errors.Is(err, ErrProtocol) {
+			t.Fatalf("granted TTL %d: err %v", ttl, err)
+		}
+	}
+	neg := appendVarint(appendVarint(nil, -1), int64(time.Second))
+	if _, err := DecodeMessage(KindTimeToLiveResult, neg); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("negative time left: err %v", err)
 	}
 }
 
