@@ -55,11 +55,15 @@ type upstream struct {
 	// established: a member has taken the watch on from pos+1, so its
 	// watchers are Ready.
 	established bool
+	// asking holds the watchers whose RequestProgress waits for pos to
+	// reach the member's revision at the time they asked.
+	asking map[*downstream]int64
 }
 
 // downstream is one Watcher served by an upstream.
 type downstream struct {
 	w      *Watcher
+	up     *upstream
 	ctx    context.Context
 	prefix string
 	o      watchOptions
@@ -78,6 +82,10 @@ type dsItem struct {
 	rev      int64
 	events   []clientwire.Event // one whole revision, shared read-only; nil for progress
 	progress bool
+	// asked: the progress answers this watcher's RequestProgress, so it
+	// is delivered as an EventProgress (other progress only moves
+	// LastRev).
+	asked bool
 }
 
 // watch starts a watcher, on a shared upstream if one covers it.
@@ -128,7 +136,7 @@ func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions) *
 			if o.fromSet {
 				from = o.fromRev
 			}
-			d := m.newDownstream(ctx, prefix, o, from)
+			d := m.newDownstream(ctx, up, prefix, o, from)
 			up.downs[d] = struct{}{}
 			if up.established {
 				d.w.markReady()
@@ -149,9 +157,10 @@ func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions) 
 	if m.closed {
 		return failedWatcher(ErrClosed)
 	}
-	up := &upstream{m: m, prefix: prefix, prevKV: o.prevKV, pos: o.fromRev, downs: map[*downstream]struct{}{}}
+	up := &upstream{m: m, prefix: prefix, prevKV: o.prevKV, pos: o.fromRev, downs: map[*downstream]struct{}{},
+		asking: map[*downstream]int64{}}
 	up.ctx, up.cancel = context.WithCancel(m.c.life)
-	d := m.newDownstream(ctx, prefix, o, o.fromRev)
+	d := m.newDownstream(ctx, up, prefix, o, o.fromRev)
 	up.downs[d] = struct{}{}
 	m.ups = append(m.ups, up)
 	m.wg.Go(up.run)
@@ -159,7 +168,7 @@ func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions) 
 	return d.w
 }
 
-func (m *watchMerger) newDownstream(ctx context.Context, prefix string, o watchOptions, from int64) *downstream {
+func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o watchOptions, from int64) *downstream {
 	maxLag := int64(clientMaxLag)
 	if o.maxLagSet && o.maxLag > 0 {
 		maxLag = min(o.maxLag, clientMaxLag)
@@ -167,7 +176,7 @@ func (m *watchMerger) newDownstream(ctx context.Context, prefix string, o watchO
 	dctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{events: make(chan Event, o.channelSize), cancel: cancel, progress: make(chan struct{}, 1)}
 	w.lastRev.Store(from)
-	return &downstream{w: w, ctx: dctx, prefix: prefix, o: o, maxLag: maxLag, from: from,
+	return &downstream{w: w, up: up, ctx: dctx, prefix: prefix, o: o, maxLag: maxLag, from: from,
 		wake: make(chan struct{}, 1), kill: make(chan struct{})}
 }
 
@@ -188,6 +197,7 @@ func (m *watchMerger) detach(up *upstream, d *downstream) {
 	m.mu.Lock()
 	up.mu.Lock()
 	delete(up.downs, d)
+	delete(up.asking, d)
 	last := len(up.downs) == 0 && !up.closed
 	if last {
 		up.closed = true
@@ -321,6 +331,7 @@ func (up *upstream) fanOut(rev int64, events []clientwire.Event) {
 	for d := range up.downs {
 		d.push(dsItem{rev: rev, events: events}, up.pos)
 	}
+	up.answerLocked()
 }
 
 func (up *upstream) progress(rev int64) {
@@ -333,6 +344,52 @@ func (up *upstream) progress(rev int64) {
 	for d := range up.downs {
 		d.push(dsItem{rev: rev, progress: true}, up.pos)
 	}
+	up.answerLocked()
+}
+
+// askProgress answers d's RequestProgress: it reads the member's
+// current revision, then waits for the upstream to have fanned out
+// every revision up to it (from the member's events, or the progress
+// reports it sends on a quiet prefix every ProgressInterval), and queues
+// d an EventProgress at the upstream's position then, after every event
+// queued before it. Only d hears of it: a merged watcher that did not
+// ask gets nothing.
+func (up *upstream) askProgress(d *downstream) {
+	c := up.m.c
+	var rev int64
+	for {
+		res, err := c.read(d.ctx, &clientwire.Read{Key: startKey(up.prefix), Serializable: true})
+		if err == nil {
+			rev = res.Rev
+			break
+		}
+		if d.ctx.Err() != nil || c.life.Err() != nil {
+			return // the watcher is ending; nobody waits for the answer
+		}
+		select {
+		case <-time.After(c.electionTimeout() / 2):
+		case <-d.ctx.Done():
+			return
+		}
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if _, open := up.downs[d]; !open {
+		return
+	}
+	up.asking[d] = rev
+	up.answerLocked()
+}
+
+// answerLocked queues the progress every watcher waiting for a revision
+// up to pos asked for.
+func (up *upstream) answerLocked() {
+	for d, want := range up.asking {
+		if want <= up.pos {
+			delete(up.asking, d)
+			d.push(dsItem{rev: up.pos, progress: true, asked: true}, up.pos)
+		}
+	}
 }
 
 // push queues it for the watcher, or ends the watcher as slow when it
@@ -340,11 +397,13 @@ func (up *upstream) progress(rev int64) {
 func (d *downstream) push(it dsItem, head int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.dead || it.rev <= d.from {
+	if d.dead || (it.rev <= d.from && !it.asked) {
 		return
 	}
 	if n := len(d.queue); n > 0 && d.queue[n-1].progress && it.progress {
-		d.queue[n-1] = it // progress reports supersede each other
+		// Progress reports supersede each other; an answer stays one.
+		it.asked = it.asked || d.queue[n-1].asked
+		d.queue[n-1] = it
 	} else {
 		d.queue = append(d.queue, it)
 	}
@@ -401,6 +460,9 @@ func (d *downstream) run(c *Client) error {
 		quiet = timer.C
 	}
 	wantProgress := false
+	// asking: a RequestProgress is on its way to the member; more
+	// requests until its answer is delivered are the same request.
+	asking := false
 	for {
 		it, ok, err := d.pop()
 		if err != nil {
@@ -408,7 +470,14 @@ func (d *downstream) run(c *Client) error {
 		}
 		if ok {
 			if it.progress {
-				d.w.lastRev.Store(it.rev)
+				rev := max(it.rev, d.w.lastRev.Load())
+				d.w.lastRev.Store(rev)
+				if it.asked {
+					asking = false
+					if err := d.send(c, Event{Type: EventProgress, Rev: rev, EndOfRev: true}); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			if err := d.deliver(c, it); err != nil {
@@ -429,7 +498,10 @@ func (d *downstream) run(c *Client) error {
 		select {
 		case <-d.wake:
 		case <-d.w.progress:
-			wantProgress = true
+			if !asking {
+				asking = true
+				c.watches.wg.Go(func() { d.up.askProgress(d) })
+			}
 		case <-quiet:
 			wantProgress = true
 			timer.Reset(d.o.progress)

@@ -1,0 +1,146 @@
+package coord_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coordcell/coord"
+)
+
+// clientEvent reads one event from w, failing the test if the watch
+// ends or nothing arrives in time (generous: a loaded machine).
+func clientEvent(t *testing.T, w *coord.Watcher) coord.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.Events():
+		if !ok {
+			t.Fatalf("watch ended: %v", w.Err())
+		}
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event in 30s")
+	}
+	return coord.Event{}
+}
+
+// TestClientWatchRequestProgress: RequestProgress on a client's watch
+// is answered by one EventProgress, to the watcher that asked only,
+// after every change it was sent before it and at a revision at least
+// its member's when it asked (changes outside the prefix included), also
+// when the watcher shares its upstream with a watcher of a wider prefix.
+func TestClientWatchRequestProgress(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	outer := cl.Watch(ctx, "p/")
+	inner := cl.Watch(ctx, "p/in/")
+	if n := coord.ClientUpstreams(cl); n != 1 {
+		t.Fatalf("%d upstream watches for nested prefixes, want 1", n)
+	}
+	<-outer.Ready()
+	<-inner.Ready()
+
+	for round := range 3 {
+		// Changes under both prefixes, then elsewhere: the answer must
+		// cover the latter too, though no event of the watch names it
+		// (written through the client, so its member has applied it: the
+		// answer is at the member's revision when asked).
+		if _, err := cl.Put(ctx, fmt.Sprintf("p/in/k%d", round), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Put(ctx, fmt.Sprintf("p/out%d", round), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		other, err := cl.Put(ctx, fmt.Sprintf("elsewhere/%d", round), []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner.RequestProgress()
+		inner.RequestProgress() // a second ask before the answer is the same ask
+
+		var delivered int64
+		for {
+			ev := clientEvent(t, inner)
+			if ev.Type == coord.EventProgress {
+				if ev.Rev < delivered {
+					t.Fatalf("round %d: progress at %d after an event at %d", round, ev.Rev, delivered)
+				}
+				if ev.Rev < other.ModRev {
+					t.Fatalf("round %d: progress at %d, below the revision %d written before asking", round, ev.Rev, other.ModRev)
+				}
+				break
+			}
+			delivered = ev.Rev
+		}
+		if delivered == 0 {
+			t.Fatalf("round %d: the progress came before the watcher's own change", round)
+		}
+		// The outer watcher, which did not ask, gets its two changes and
+		// no progress report.
+		for range 2 {
+			if ev := clientEvent(t, outer); ev.Type == coord.EventProgress {
+				t.Fatalf("round %d: the watcher that did not ask got a progress report at %d", round, ev.Rev)
+			}
+		}
+	}
+
+	// Exactly once: a change after the answers arrives next on both, no
+	// second progress report in between.
+	kv, err := cl.Put(ctx, "p/in/last", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []*coord.Watcher{inner, outer} {
+		if ev := clientEvent(t, w); ev.Type != coord.EventPut || ev.Rev != kv.ModRev {
+			t.Fatalf("after the answers: %+v, want the put at %d", ev, kv.ModRev)
+		}
+	}
+
+	// The outer watcher asks in turn: only it is answered.
+	outer.RequestProgress()
+	if ev := clientEvent(t, outer); ev.Type != coord.EventProgress || ev.Rev < kv.ModRev {
+		t.Fatalf("outer's answer: %+v, want a progress at %d or later", ev, kv.ModRev)
+	}
+	kv2, err := cl.Put(ctx, "p/in/after", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := clientEvent(t, inner); ev.Type != coord.EventPut || ev.Rev != kv2.ModRev {
+		t.Fatalf("inner after outer asked: %+v, want the put at %d", ev, kv2.ModRev)
+	}
+}
+
+// TestClientWatchRequestProgressQuiet: a watch of a prefix nothing
+// changes under is answered at once with the revision it is current to,
+// and after a change elsewhere with that change's revision or later.
+func TestClientWatchRequestProgressQuiet(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w := cl.Watch(ctx, "quiet/")
+	<-w.Ready()
+	w.RequestProgress()
+	first := clientEvent(t, w)
+	if first.Type != coord.EventProgress {
+		t.Fatalf("got %+v, want a progress report", first)
+	}
+	kv, err := cl.Put(ctx, "loud/x", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.RequestProgress()
+	ev := clientEvent(t, w)
+	if ev.Type != coord.EventProgress || ev.Rev < kv.ModRev || ev.Rev < first.Rev {
+		t.Fatalf("got %+v, want a progress at %d or later", ev, kv.ModRev)
+	}
+	if w.LastRev() < ev.Rev {
+		t.Fatalf("LastRev %d below the progress reported at %d", w.LastRev(), ev.Rev)
+	}
+}
