@@ -199,10 +199,11 @@ func (e *sessionEngine) onTTL(from string, data []byte) {
 }
 
 // TimeToLive answers a client's question for one of its own sessions: the
-// member asks the leader as it does for its own. Another client's session
+// member asks the leader as it does for its own, and adds the session's
+// granted TTL. Another client's session
 // is ErrForbidden, so that clients cannot probe each other's.
 func (h *clientHandler) TimeToLive(ctx context.Context, _ string, q *clientwire.TimeToLive) (*clientwire.TimeToLiveResult, error) {
-	_, foreign, gone, err := h.sortSessions(ctx, []int64{q.SessionID})
+	owned, foreign, gone, err := h.sortSessions(ctx, []int64{q.SessionID})
 	switch {
 	case err != nil:
 		return nil, err
@@ -215,7 +216,8 @@ func (h *clientHandler) TimeToLive(ctx context.Context, _ string, q *clientwire.
 	if err != nil {
 		return nil, err
 	}
-	return &clientwire.TimeToLiveResult{Left: left}, nil
+	// The granted TTL too: a client resuming the session by ID learns it here.
+	return &clientwire.TimeToLiveResult{Left: left, TTL: owned[SessionID(q.SessionID)]}, nil
 }
 
 // timeToLive asks the client's member, which asks the leader; a member
