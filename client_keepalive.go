@@ -2,6 +2,8 @@ package coord
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -389,5 +391,55 @@ func (k *clientKeeper) close() {
 	k.pendingW.Wait()
 	for _, s := range local {
 		s.end(ErrClosed)
+	}
+}
+
+// adopt starts keeping s alive, unless this client keeps a session of
+// its ID already; it reports whether it did.
+func (k *clientKeeper) adopt(s *Session) bool {
+	k.mu.Lock()
+	if _, ok := k.local[s.id]; ok {
+		k.mu.Unlock()
+		return false
+	}
+	k.mu.Unlock()
+	// As on a member: a concurrent adopt of the same ID slipping in here
+	// keeps one session alive twice, harmless for the cell.
+	k.add(s)
+	return true
+}
+
+// grantedTTL asks the client's member for the TTL the cell granted one of
+// this client's sessions (the member's TimeToLive answer carries it); a
+// member lost meanwhile is asked again through the next one. Another
+// client's (or a member's) session is ErrForbidden, one the cell has
+// ended ErrSessionExpired.
+func (k *clientKeeper) grantedTTL(ctx context.Context, id SessionID) (time.Duration, error) {
+	for {
+		conn, err := k.c.current(ctx)
+		if err != nil {
+			return 0, err
+		}
+		res, err := conn.AskTimeToLive(ctx, int64(id))
+		if err == nil {
+			if res.TTL <= 0 {
+				return 0, fmt.Errorf("%w: the client's member does not report a session's TTL, needed to resume it", ErrInvalidArgument)
+			}
+			return res.TTL, nil
+		}
+		var we *clientwire.Error
+		switch {
+		case errors.As(err, &we):
+			return 0, errFromCode(we.Code, we.Message)
+		case errors.Is(err, clientwire.ErrVersion):
+			return 0, fmt.Errorf("%w: the client's member is too old to resume a session: %w", ErrInvalidArgument, err)
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		}
+		select {
+		case <-conn.Done():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 }

@@ -18,9 +18,16 @@ import (
 //
 // A session the cell has ended (expired or closed), or never had, gives
 // an error wrapping ErrSessionExpired, and nothing changes in the cell.
-// A session this process already keeps alive, or one created by a client
-// (only that client may keep it alive), gives ErrInvalidArgument.
-// Resuming through a Client is not supported yet: ErrInvalidArgument.
+// A session this process already keeps alive, or (on a member) one
+// created by a client (only that client may keep it alive), gives
+// ErrInvalidArgument.
+//
+// Through a Client, only a session created by a client of the same
+// identity (ClientConfig.Name, or its certificate's) can be resumed: the
+// member tells such a client the session's TTL, along with its time to
+// live; another client's session, or a member's, gives ErrForbidden, and
+// nothing changes in the cell. This is how a client process that
+// restarted takes its sessions back.
 //
 // The recipes carry on where the earlier holder left off: a Mutex,
 // RWMutex or Semaphore acquisition (or an Election's campaign) on the
@@ -45,10 +52,18 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 	if id < 0 {
 		return nil, fmt.Errorf("%w: session ID %d", ErrInvalidArgument, int64(id))
 	}
-	n, ok := c.cellBackend().(*Node)
-	if !ok {
-		return nil, fmt.Errorf("%w: resuming session %d: only a member can resume a session by ID", ErrInvalidArgument, int64(id))
+	switch b := c.cellBackend().(type) {
+	case *Node:
+		return resumeOnMember(ctx, b, id)
+	case *Client:
+		return resumeOnClient(ctx, c, b, id)
 	}
+	return nil, fmt.Errorf("%w: resuming session %d: this cell cannot resume a session by ID", ErrInvalidArgument, int64(id))
+}
+
+// resumeOnMember adopts a member's own session (owner "") into n's
+// engine.
+func resumeOnMember(ctx context.Context, n *Node, id SessionID) (*Session, error) {
 	// A linearizable look: a session the state does not have after the
 	// read barrier has ended (IDs are log indexes, never reused).
 	if err := n.readBarrier(ctx, readOptions{}); err != nil {
@@ -65,8 +80,43 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 	case info.Owner != "":
 		return nil, fmt.Errorf("%w: session %d belongs to %s: only it may resume it", ErrInvalidArgument, int64(id), info.Owner)
 	}
-	ttl := time.Duration(info.TTL)
-	s := &Session{c: n, b: n, k: n.keeper(), id: id, ttl: ttl, stats: sessionCountersOf(n),
+	s := resumed(n, n, n.keeper(), id, time.Duration(info.TTL), rev)
+	if !n.sessions.adopt(s) {
+		return nil, fmt.Errorf("%w: session %d is already kept alive by this process", ErrInvalidArgument, int64(id))
+	}
+	return confirmResumed(ctx, s)
+}
+
+// resumeOnClient adopts one of cl's own sessions into its keep-alive
+// engine. The member checks the owner: it tells the TTL (and so lets the
+// resume go on) only for a session of this client's identity, so another
+// client's session, or a member's, is ErrForbidden and nothing changes.
+func resumeOnClient(ctx context.Context, c Cell, cl *Client, id SessionID) (*Session, error) {
+	ttl, err := cl.ka.grantedTTL(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
+	}
+	// A linearizable read for a revision at least that of every key the
+	// earlier holder made (see resumed); the prefix is one no recipe uses,
+	// so the read returns next to nothing.
+	_, rev, err := cl.list(ctx, resumeRevProbe, readOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
+	}
+	s := resumed(c, cl, cl.ka, id, ttl, rev)
+	if !cl.ka.adopt(s) {
+		return nil, fmt.Errorf("%w: session %d is already kept alive by this client", ErrInvalidArgument, int64(id))
+	}
+	return confirmResumed(ctx, s)
+}
+
+// resumeRevProbe is the prefix a client reads to learn a current
+// revision.
+const resumeRevProbe = "\x00coord/resume/"
+
+// resumed makes the Session that adopts id, not yet kept alive.
+func resumed(c Cell, b backend, k keeper, id SessionID, ttl time.Duration, rev int64) *Session {
+	s := &Session{c: c, b: b, k: k, id: id, ttl: ttl, stats: sessionCountersOf(b),
 		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{}),
 		resumed: true, adopted: make(map[string]bool), confirming: true}
 	close(s.healthy)
@@ -79,9 +129,12 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 	// anything it (or an earlier resume, at a lower revision) could
 	// have reached, so a new key never has an old key's name.
 	s.keySeq.Store(uint64(rev) << 20)
-	if !n.sessions.adopt(s) {
-		return nil, fmt.Errorf("%w: session %d is already kept alive by this process", ErrInvalidArgument, int64(id))
-	}
+	return s
+}
+
+// confirmResumed waits for one confirmed keep-alive of s, already adopted
+// by its keeper, so that it is handed out healthy.
+func confirmResumed(ctx context.Context, s *Session) (*Session, error) {
 	if _, err := s.k.renew(ctx, s); err != nil {
 		// Not resumed: stop keeping it alive here, but end nothing in the
 		// cell (an ended session's error is already ErrSessionExpired).
@@ -89,7 +142,7 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 		s.confirming = false
 		s.mu.Unlock()
 		s.end(ErrSessionClosed)
-		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
+		return nil, fmt.Errorf("resuming session %d: %w", int64(s.id), err)
 	}
 	s.mu.Lock()
 	s.confirming = false

@@ -123,3 +123,100 @@ func TestResumeRefused(t *testing.T) {
 	_, err = n.NewSession(ctx, coord.WithSessionID(-1))
 	require.ErrorIs(t, err, coord.ErrInvalidArgument)
 }
+
+// TestResumeOnClientAfterRestart: a client process "restarts" (its
+// session orphaned, the client closed, a new client of the same identity
+// connected) and resumes the session holding a Mutex: same token, one
+// queue entry, and the session is kept alive from the new client.
+func TestResumeOnClientAfterRestart(t *testing.T) {
+	t.Parallel()
+	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+	ctx := ctxT(t, 60*time.Second)
+	var name string
+	cl1, err := c.Connect(ctx, func(cfg *coord.ClientConfig) { name = cfg.Name })
+	require.NoError(t, err)
+	const ttl = 20 * electionTimeout
+	s, err := cl1.NewSession(ctx, coord.WithTTL(ttl))
+	require.NoError(t, err)
+	id := s.ID()
+	t1, err := coord.NewMutex(s, "client-resumed").Lock(ctx)
+	require.NoError(t, err)
+	s.Orphan()
+	require.NoError(t, cl1.Close())
+
+	cl2, err := c.Connect(ctx, func(cfg *coord.ClientConfig) { cfg.Name = name })
+	require.NoError(t, err)
+	s2, err := cl2.NewSession(ctx, coord.WithSessionID(id))
+	require.NoError(t, err)
+	require.Equal(t, id, s2.ID())
+	require.Equal(t, ttl, s2.TTL(), "the session keeps its own TTL, told by the member")
+	require.NoError(t, s2.Err())
+	_, err = cl2.NewSession(ctx, coord.WithSessionID(id))
+	require.ErrorIs(t, err, coord.ErrInvalidArgument, "kept alive by this client already")
+
+	m := coord.NewMutex(s2, "client-resumed")
+	t2, err := m.TryLock(ctx)
+	require.NoError(t, err, "the hold is taken over, not queued behind")
+	require.Equal(t, t1, t2, "same fencing token")
+	n := c.Node(c.LeaderIndex())
+	require.NoError(t, n.CheckToken(ctx, "client-resumed", t2))
+	kvs, _, err := n.List(ctx, "locks/client-resumed/")
+	require.NoError(t, err)
+	require.Len(t, kvs, 1, "no second queue entry")
+
+	// Kept alive from the new client: confirmed again, well past the TTL.
+	until := s2.Until()
+	require.Eventually(t, func() bool { return s2.Until().After(until.Add(ttl)) }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, s2.Err())
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, s2.Close(ctx))
+}
+
+// TestResumeOnClientRefused: a client cannot adopt another client's
+// session nor a member's (ErrForbidden), nor one the cell does not have
+// (ErrSessionExpired); nothing changes in the cell, and the sessions
+// refused keep being kept alive by their holders.
+func TestResumeOnClientRefused(t *testing.T) {
+	t.Parallel()
+	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+	ctx := ctxT(t, 60*time.Second)
+	n := c.Node(c.LeaderIndex())
+	alice, err := c.Connect(ctx)
+	require.NoError(t, err)
+	bob, err := c.Connect(ctx)
+	require.NoError(t, err)
+	const ttl = 20 * electionTimeout
+	theirs, err := alice.NewSession(ctx, coord.WithTTL(ttl))
+	require.NoError(t, err)
+	_, err = coord.NewMutex(theirs, "refused").Lock(ctx)
+	require.NoError(t, err)
+	members := newSession(t, ctx, n, ttl)
+	closed, err := bob.NewSession(ctx, coord.WithTTL(ttl))
+	require.NoError(t, err)
+	require.NoError(t, closed.Close(ctx))
+
+	rev := n.Status().Revision
+	for _, id := range []coord.SessionID{theirs.ID(), members.ID()} {
+		_, err := bob.NewSession(ctx, coord.WithSessionID(id))
+		require.ErrorIs(t, err, coord.ErrForbidden, id)
+	}
+	for _, id := range []coord.SessionID{closed.ID(), 1 << 40} {
+		_, err := bob.NewSession(ctx, coord.WithSessionID(id))
+		require.ErrorIs(t, err, coord.ErrSessionExpired, id)
+	}
+	_, err = bob.NewSession(ctx, coord.WithSessionID(-1))
+	require.ErrorIs(t, err, coord.ErrInvalidArgument)
+	require.Equal(t, rev, n.Status().Revision, "nothing changed")
+
+	// Their holders still have them.
+	for _, s := range []*coord.Session{theirs, members} {
+		require.NoError(t, s.Err())
+		left, err := s.TimeToLive(ctx)
+		require.NoError(t, err)
+		require.Positive(t, left)
+	}
+	kvs, _, err := n.List(ctx, "locks/refused/")
+	require.NoError(t, err)
+	require.Len(t, kvs, 1)
+	require.Equal(t, theirs.ID(), kvs[0].Session)
+}
