@@ -6,14 +6,36 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/coordcell/coord/storage"
 )
 
 // LockReport is one lock as the cell holds it: its queue of waiters in
 // grant order. For a Mutex or a Lease the first entry holds the lock;
-// for an RWMutex or a Semaphore several may.
+// for an RWMutex or a Semaphore several may. While LockDelay is set, no
+// entry holds it: every entry waits for the delay to end.
 type LockReport struct {
-	Name  string        `json:"name"`
+	Name string `json:"name"`
+	// Held is whether the first entry of Queue (or, for an RWMutex or a
+	// Semaphore, the first few) holds the lock: false while the queue is
+	// empty or the lock is in lock-delay.
+	Held  bool          `json:"held"`
 	Queue []QueueReport `json:"queue"`
+	// LockDelay is the lock's lock-delay marker, when it has one: its
+	// holder's session expired (WithLockDelay) and the cell grants the
+	// lock to nobody until the marker is removed after the delay.
+	LockDelay *LockDelayReport `json:"lock_delay,omitempty"`
+}
+
+// LockDelayReport is a lock-delay marker: a key the cell wrote under the
+// lock's queue, with no session, when the holder's session expired.
+type LockDelayReport struct {
+	Key string `json:"key"`
+	// Delay is how long after the expiry the lock stays ungranted.
+	Delay time.Duration `json:"delay"`
+	// Revision is the expiry's, at which the marker was written: the
+	// delay runs from the time the leader applied it.
+	Revision int64 `json:"revision"`
 }
 
 // QueueReport is one waiter (or holder) of a lock or an election.
@@ -85,9 +107,13 @@ func (n *Node) inspect(ctx context.Context, opts ...ReadOption) inspection {
 // queuesOf groups the keys under locks/ and elections/ into queues. A
 // queue key is {prefix}{name}/{waiter}; the name is what lies before the
 // last slash, since names may hold slashes and waiter suffixes do not.
+// A lock-delay marker is not a waiter: it is reported as the lock's
+// LockDelay (a key of a session is never taken for one, whatever its
+// name).
 func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
 	locks := map[string][]QueueReport{}
 	elections := map[string][]QueueReport{}
+	delays := map[string]*LockDelayReport{}
 	for _, kv := range kvs {
 		var into map[string][]QueueReport
 		var rest string
@@ -104,6 +130,18 @@ func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
 		if i <= 0 {
 			continue
 		}
+		if !election && kv.Session == 0 && storage.IsLockDelayMarker(kv.Key) {
+			d, ok := storage.ParseLockDelay(kv.Value)
+			if !ok {
+				d = storage.MaxLockDelay // as the sessions leader treats it: it still ends
+			}
+			// Several markers (written by successive expiries) block
+			// alike; the latest ends last, so it is the one shown.
+			if m := delays[rest[:i]]; m == nil || kv.CreateRev > m.Revision {
+				delays[rest[:i]] = &LockDelayReport{Key: kv.Key, Delay: d, Revision: kv.CreateRev}
+			}
+			continue
+		}
 		q := QueueReport{Key: kv.Key, Session: kv.Session, Token: Token(kv.CreateRev), CreateRev: kv.CreateRev}
 		if election {
 			// A lock waiter's value is the recipe's own marker; a
@@ -114,7 +152,12 @@ func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
 	}
 	var lr []LockReport
 	for name, q := range locks {
-		lr = append(lr, LockReport{Name: name, Queue: sortQueue(q)})
+		lr = append(lr, LockReport{Name: name, Held: delays[name] == nil, Queue: sortQueue(q), LockDelay: delays[name]})
+	}
+	for name, d := range delays {
+		if _, ok := locks[name]; !ok {
+			lr = append(lr, LockReport{Name: name, Queue: []QueueReport{}, LockDelay: d})
+		}
 	}
 	slices.SortFunc(lr, func(a, b LockReport) int { return cmp.Compare(a.Name, b.Name) })
 	var er []ElectionReport

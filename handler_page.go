@@ -10,7 +10,9 @@ import (
 // (net/http/pprof, expvar): plain server-rendered HTML, no script, so it
 // works from any browser or curl and html/template escapes every name
 // and value a user wrote into the cell.
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
+	"add1": func(i int) int { return i + 1 },
+}).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -21,6 +23,7 @@ table{border-collapse:collapse;margin-bottom:1.5em}
 th,td{border:1px solid #ccc;padding:2px 8px;text-align:left;font-family:monospace}
 th{background:#eee}
 .unreachable{color:#b00}
+.lock-delay{color:#b60}
 </style>
 </head>
 <body>
@@ -41,7 +44,8 @@ Generated {{.Generated.Format "2006-01-02T15:04:05Z07:00"}}; this member's appli
 <h2>Locks</h2>
 <table id="locks">
 <tr><th>lock</th><th>position</th><th>key</th><th>session</th><th>token</th></tr>
-{{range .Locks}}{{$name := .Name}}{{range $i, $q := .Queue}}<tr><td>{{$name}}</td><td>{{if eq $i 0}}holder{{else}}waiter {{$i}}{{end}}</td><td>{{$q.Key}}</td><td>{{$q.Session}}</td><td>{{$q.Token}}</td></tr>
+{{range .Locks}}{{$name := .Name}}{{$held := .Held}}{{with .LockDelay}}<tr class="lock-delay"><td>{{$name}}</td><td>lock-delay {{.Delay}} from revision {{.Revision}}, no holder</td><td>{{.Key}}</td><td></td><td></td></tr>
+{{end}}{{range $i, $q := .Queue}}<tr><td>{{$name}}</td><td>{{if $held}}{{if eq $i 0}}holder{{else}}waiter {{$i}}{{end}}{{else}}waiter {{add1 $i}}{{end}}</td><td>{{$q.Key}}</td><td>{{$q.Session}}</td><td>{{$q.Token}}</td></tr>
 {{end}}{{else}}<tr><td colspan="5">no locks</td></tr>
 {{end}}</table>
 

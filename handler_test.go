@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -267,4 +268,64 @@ func TestAdminRefusesBadRequests(t *testing.T) {
 		require.Contains(t, body, tc.why)
 	}
 	require.Equal(t, before, n.Status().Revision, "nothing was written")
+}
+
+// TestInspectShowsLockDelay: a lock whose holder's session expired with
+// a lock-delay shows as in lock-delay with no holder (the marker, its
+// delay and revision), in the admin JSON and on the page; the waiter
+// queued behind it is a waiter, not the holder.
+func TestInspectShowsLockDelay(t *testing.T) {
+	t.Parallel()
+	c := coordtest.NewCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.LeaderIndex()
+	h := (leader + 1) % 3
+	hs := newSession(t, ctx, c.Node(h), 4*electionTimeout)
+	_, err := coord.NewMutex(hs, "delayed", coord.WithLockDelay(coord.MaxLockDelay)).Lock(ctx)
+	require.NoError(t, err)
+	c.Isolate(h)
+	n := c.Node(leader)
+	key, rev, _ := waitMarker(t, ctx, n, "delayed")
+	c.Heal()
+	ws := newSession(t, ctx, n, 10*electionTimeout)
+	waitCtx, stop := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := coord.NewMutex(ws, "delayed").Lock(waitCtx)
+		waited <- err
+	}()
+	defer func() {
+		stop()
+		require.ErrorIs(t, <-waited, context.Canceled)
+	}()
+
+	hd := n.Handler(coord.WithAdmin("tok"))
+	var locks []coord.LockReport
+	require.Eventually(t, func() bool {
+		code, body := get(t, hd, "/admin/locks", "Authorization", "Bearer tok")
+		require.Equal(t, http.StatusOK, code, body)
+		locks = nil
+		require.NoError(t, json.Unmarshal([]byte(body), &locks))
+		return len(locks) == 1 && len(locks[0].Queue) == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	l := locks[0]
+	require.Equal(t, "delayed", l.Name)
+	require.NotNil(t, l.LockDelay)
+	require.Equal(t, coord.LockDelayReport{Key: key, Delay: coord.MaxLockDelay, Revision: rev}, *l.LockDelay)
+	require.False(t, l.Held, "no holder during the delay")
+	require.Equal(t, ws.ID(), l.Queue[0].Session, "the marker is not a queue entry")
+
+	code, page := get(t, hd, "/")
+	require.Equal(t, http.StatusOK, code)
+	tables, _ := htmlTables(t, page)
+	rows := tables["locks"]
+	require.Len(t, rows, 3, "header, marker, waiter")
+	require.Equal(t, "delayed", rows[1][0])
+	require.Contains(t, rows[1][1], "lock-delay")
+	require.Contains(t, rows[1][1], "no holder")
+	require.Contains(t, rows[1][1], coord.MaxLockDelay.String())
+	require.Contains(t, rows[1][1], "revision "+strconv.FormatInt(rev, 10))
+	require.Equal(t, key, rows[1][2])
+	require.Equal(t, []string{"delayed", "waiter 1"}, rows[2][:2])
+	require.NotContains(t, page, ">holder<")
 }
