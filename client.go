@@ -25,7 +25,9 @@ type ClientConfig struct {
 	Name string
 	// Members are the client addresses of the members (Config.ClientAddr,
 	// Node.ClientAddr). Connect tries them in a random order, and the
-	// client moves to another when its member fails. At least one.
+	// client moves to another when its member fails. At least one. The
+	// client also learns the cell's client addresses from its members
+	// (Learned) and tries those after these, which stay.
 	Members []string
 	// TLS authenticates the client to the members and the members to the
 	// client (mutual TLS; the certificate names the client). A member's
@@ -89,6 +91,7 @@ type Client struct {
 	ready   chan struct{} // closed when conn is set; replaced when it is lost
 	next    int           // index in order of the member to try next
 	order   []string      // cfg.Members, shuffled
+	learned []string      // addresses its members gave (client_members.go)
 	closed  bool
 
 	ka      *clientKeeper
@@ -141,6 +144,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	c.ka = newClientKeeper(c)
 	c.watches = newWatchMerger(c)
 	c.setConn(conn)
+	c.learnMembers(ctx, conn)
 	c.wg.Go(func() { c.supervise(conn) })
 	c.wg.Go(c.ka.run)
 	c.cache.start()
@@ -178,17 +182,13 @@ func memberVerifying(cfg *tls.Config) *tls.Config {
 	return c
 }
 
-// dialRound tries each member once, starting at c.next, and returns the
-// first connection made. It fails with ErrNoQuorum (no member reachable)
-// wrapping what each said, or with a refusal's own sentinel when every
-// member refused the same way.
+// dialRound tries each member once, the configured ones from c.next
+// then the learned ones, and returns the first connection made. It fails
+// with ErrNoQuorum (no member reachable) wrapping what each said, or
+// with a refusal's own sentinel when every member refused the same way.
 func (c *Client) dialRound(ctx context.Context) (*clientwire.ClientConn, error) {
 	var errs []error
-	for range c.order {
-		c.mu.Lock()
-		addr := c.order[c.next%len(c.order)]
-		c.next++
-		c.mu.Unlock()
+	for _, addr := range c.candidates() {
 		conn, err := c.dial(ctx, addr)
 		if err == nil {
 			return conn, nil
@@ -299,6 +299,7 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 		}
 		c.setConn(conn)
 		c.ka.reconnected()
+		c.learnMembers(c.life, conn)
 	}
 }
 
@@ -309,7 +310,7 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 	et := c.electionTimeout()
 	t := time.NewTicker(et / 2)
 	defer t.Stop()
-	for {
+	for ticks := 1; ; ticks++ {
 		select {
 		case <-conn.Done():
 			return
@@ -330,6 +331,9 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 			c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
 			_ = conn.Close()
 			return
+		}
+		if ticks%clientLearnEvery == 0 {
+			c.learnMembers(c.life, conn)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -503,4 +504,40 @@ func (h *clientHandler) KeepAlive(ctx context.Context, _ string, ka *clientwire.
 		return nil, err
 	}
 	return ack, nil
+}
+
+var _ clientwire.MembersHandler = (*clientHandler)(nil)
+
+// Members answers a client's question for the cell's client addresses
+// with the ones this member knows for certain: those it serves clients
+// on itself (Config.ClientAddr and every ServeClients listener), less
+// wildcard binds no client elsewhere could dial. Another member's
+// address is its own word, so it can come only from that member: its
+// gossip metadata once gossip carries it (a member of the current Raft
+// configuration, heard over the cell's gossip keys), a hint the client
+// only adds to its configured members and that earns no trust past the
+// TLS handshake.
+func (h *clientHandler) Members(context.Context, string) (*clientwire.MembersResult, error) {
+	return &clientwire.MembersResult{Addrs: h.cs.ownAddrs()}, nil
+}
+
+// ownAddrs lists the dialable addresses of the listeners this member
+// serves clients on, at most clientwire.MaxMemberAddrs.
+func (cs *clientServer) ownAddrs() []string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []string
+	for l := range cs.lns {
+		a := l.Addr().String()
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+				continue
+			}
+		}
+		if clientwire.CheckMemberAddr(a) == nil && !slices.Contains(out, a) && len(out) < clientwire.MaxMemberAddrs {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -1,0 +1,61 @@
+package coord_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/internal/clientwire"
+)
+
+// TestClientLearnedAddrs: what a member says of the cell's addresses
+// only adds to the configured members, is validated (host:port when the
+// client dials TCP), deduplicated and capped, and an answer that leaves
+// out earlier addresses does not make the client forget them.
+func TestClientLearnedAddrs(t *testing.T) {
+	configured := []string{"10.0.0.1:7001"}
+	answer := []string{
+		"10.0.0.1:7001",                 // configured: never listed twice
+		"10.0.0.2:7001",                 // new
+		"10.0.0.2:7001",                 // repeated
+		"no-port",                       // not host:port over TCP
+		":7001",                         // no host
+		"bad addr:1",                    // a space
+		"\x00:1",                        // a control character
+		strings.Repeat("h", 300) + ":1", // too long
+	}
+	got := coord.MergeLearned(configured, answer, []string{"10.0.0.3:7001", "10.0.0.2:7001"}, true)
+	if want := []string{"10.0.0.2:7001", "10.0.0.3:7001"}; !slices.Equal(got, want) {
+		t.Fatalf("learned %q, want %q", got, want)
+	}
+	// A custom dialler's addresses are its own: names pass, bounds stay.
+	got = coord.MergeLearned([]string{"n0"}, []string{"n0", "n1", "n 2", ""}, nil, false)
+	if want := []string{"n1"}; !slices.Equal(got, want) {
+		t.Fatalf("learned %q, want %q", got, want)
+	}
+	// A member that floods the list is cut at the bound.
+	var flood []string
+	for i := range 3 * clientwire.MaxMemberAddrs {
+		flood = append(flood, fmt.Sprintf("10.1.%d.%d:7001", i/256, i%256))
+	}
+	if got := coord.MergeLearned(configured, flood, flood, true); len(got) != clientwire.MaxMemberAddrs {
+		t.Fatalf("%d learned addresses, want the bound %d", len(got), clientwire.MaxMemberAddrs)
+	}
+}
+
+// TestClientLearnsNothingFromOlderMember: a member whose protocol has no
+// Members is not asked (asking would be a protocol violation there), so
+// the client keeps exactly its configured members and works as before.
+func TestClientLearnsNothingFromOlderMember(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	if got := cl.Learned(); len(got) != 0 {
+		t.Fatalf("learned %q from a member without Members", got)
+	}
+	if cl.Member() == "" {
+		t.Fatal("not connected")
+	}
+}
