@@ -121,8 +121,17 @@ func dispatch(ctx context.Context, c *client, out output, args []string) error {
 		return out.print(ls, func(w io.Writer) {
 			row(w, "LOCK", "POSITION", "SESSION", "TOKEN", "KEY")
 			for _, l := range ls {
+				// A lock in lock-delay has no holder: its marker comes
+				// first and every entry waits behind it.
+				if d := l.LockDelay; d != nil {
+					row(w, l.Name, fmt.Sprintf("lock-delay %v from rev %d, no holder", d.Delay, d.Revision), "-", "-", d.Key)
+				}
 				for i, q := range l.Queue {
-					row(w, l.Name, position(i, "holder", "waiter"), q.Session, q.Token, q.Key)
+					pos := position(i, "holder", "waiter")
+					if !l.Held {
+						pos = fmt.Sprintf("waiter %d", i+1)
+					}
+					row(w, l.Name, pos, q.Session, q.Token, q.Key)
 				}
 			}
 		})

@@ -46,7 +46,9 @@ Commands:
                                 ops: put get delete get_prefix delete_prefix
   sessions                      live sessions, with TTL and time unheard
   sessions revoke ID            end a session now, as its expiry would
-  locks                         locks: holders and queues, with fencing tokens
+  locks                         locks: holders and queues, with fencing tokens;
+                                a lock in lock-delay (its holder's session
+                                expired) shows its marker and no holder
   elections                     elections: leaders, values and candidates
   snapshot save FILE            write an online backup to FILE (see coord.Restore)
 
