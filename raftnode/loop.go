@@ -170,9 +170,15 @@ func (n *Node) flushProposals(ls *loopState) {
 	if len(ls.pending) == 0 {
 		return
 	}
+	// One slab for the flush, not one entry per proposal. It is never
+	// reused: the leader clones what it appends (raft.appendEntry), but a
+	// follower forwards this very message, entries and all, to its leader
+	// in a later Ready, so raft may hold these entries past the Step.
+	slab := make([]pb.Entry, len(ls.pending))
 	ents := make([]*pb.Entry, len(ls.pending))
 	for i, p := range ls.pending {
-		ents[i] = &pb.Entry{Data: p.data}
+		slab[i].Data = p.data
+		ents[i] = &slab[i]
 		// Marked before Raft sees it: a caller that gives up from now on
 		// must report the outcome as unknown, never as "did not happen".
 		p.handed.Store(true)
