@@ -140,9 +140,9 @@ func decodeEnvelope(data []byte) (decoded, error) {
 func decodeBody(kind wireKind, body []byte) (decoded, error) {
 	switch kind {
 	case kindRaft:
-		m := &pb.Message{}
-		if err := proto.Unmarshal(body, m); err != nil {
-			return decoded{}, fmt.Errorf("%w: %v", errWire, err)
+		m, err := decodeRaft(body)
+		if err != nil {
+			return decoded{}, err
 		}
 		return decoded{raft: m}, nil
 	case kindChunk:
