@@ -151,11 +151,7 @@ func (n *Node) apply(job applyJob) bool {
 		if n.cfg.OnApply != nil {
 			n.cfg.OnApply(out)
 		}
-		for _, a := range out.Results {
-			if a.ID != 0 {
-				n.waiters.deliver(a.ID, proposalResult{res: a.Result})
-			}
-		}
+		n.waiters.deliverApplied(out.Results)
 		last := job.ents[len(job.ents)-1].GetIndex()
 		n.applied.set(last)
 		if last-n.applySide.lastCompact >= n.cfg.CompactEvery {

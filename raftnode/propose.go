@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/storage"
 )
 
 // proposal is one caller's command on its way through Raft.
@@ -67,6 +68,25 @@ func (w *waiters) take(id uint64) *proposal {
 func (w *waiters) deliver(id uint64, r proposalResult) {
 	if p := w.take(id); p != nil {
 		p.resc <- r
+	}
+}
+
+// deliverApplied wakes the callers of the commands of one applied batch,
+// taking the lock once for the batch rather than once per command. The
+// sends cannot block under it: a waiter's channel has room for the one
+// result, and only whoever removed the waiter writes it.
+func (w *waiters) deliverApplied(applied []storage.Applied) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range applied {
+		a := &applied[i]
+		if a.ID == 0 {
+			continue
+		}
+		if p := w.m[a.ID]; p != nil {
+			delete(w.m, a.ID)
+			p.resc <- proposalResult{res: a.Result}
+		}
 	}
 }
 
