@@ -38,7 +38,8 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 	a.begin(sm, b, &out)
 	defer a.end()
 
-	for _, e := range ents {
+	for i, e := range ents {
+		a.slabs.left = len(ents) - i
 		idx := e.GetIndex()
 		if idx <= a.m.index {
 			continue
@@ -64,14 +65,14 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 			return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
 		}
 		if err != nil {
-			out.Results = append(out.Results, Applied{Index: idx, Result: a.status(command.StatusInvalid)})
+			a.result(Applied{Index: idx, Result: a.status(command.StatusInvalid)})
 			continue
 		}
 		res, err := a.exec(idx, e.GetTerm(), cmd)
 		if err != nil {
 			return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
 		}
-		out.Results = append(out.Results, Applied{Index: idx, ID: cmd.ID, Result: res})
+		a.result(Applied{Index: idx, ID: cmd.ID, Result: res})
 	}
 
 	var newCS *pb.ConfState
@@ -120,6 +121,8 @@ type applier struct {
 	vbuf  []byte   // records
 	hbuf  []byte   // history records
 	items []kvItem // scan's
+	// slabs serve this call's results and events (slab.go).
+	slabs slabs
 }
 
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
@@ -132,6 +135,7 @@ func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 // not worth keeping around.
 func (a *applier) end() {
 	a.sm, a.b, a.mem, a.out = nil, nil, memState{}, nil
+	a.slabs = slabs{} // what they served has left with the results
 	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {
 			*buf = nil
@@ -143,6 +147,15 @@ func (a *applier) end() {
 		a.items = nil
 	}
 	a.items = a.items[:0]
+}
+
+// result records one command's result, sized for the batch at the
+// first: one array per Apply rather than a doubling series.
+func (a *applier) result(r Applied) {
+	if a.out.Results == nil {
+		a.out.Results = make([]Applied, 0, min(a.slabs.left, maxSlab))
+	}
+	a.out.Results = append(a.out.Results, r)
 }
 
 // status is the result of a command that changed nothing.
@@ -252,6 +265,9 @@ func (a *applier) newRevision(events []Event) error {
 	a.ibuf = appendHistoryKey(a.ibuf[:0], a.m.rev)
 	if err := a.b.Set(a.ibuf, a.hbuf, nil); err != nil {
 		return err
+	}
+	if a.out.Changes == nil {
+		a.out.Changes = make([]Revision, 0, min(a.slabs.left, maxSlab))
 	}
 	a.out.Changes = append(a.out.Changes, Revision{Rev: a.m.rev, Events: events})
 	return nil

@@ -36,7 +36,7 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	// All writes of the transaction share the next revision; it only
 	// becomes current if something was written.
 	rev := a.m.rev + 1
-	res := command.Result{Succeeded: ok, Ops: make([]command.OpResult, len(ops))}
+	res := command.Result{Succeeded: ok, Ops: a.opResults(len(ops))}
 	var events []Event
 	for i := range ops {
 		op := &ops[i]
@@ -52,14 +52,14 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 			})
 		case op.Type == command.OpGet:
 			if kv, _, found := a.getKV(op.Key, true); found {
-				r.KVs = []command.KV{kv}
+				r.KVs = a.oneKV(kv)
 			}
 		case op.Type == command.OpPut:
 			var kv command.KV
 			var prev *command.KV
 			kv, prev, err = a.put(op, rev)
-			r.KVs = []command.KV{kv}
-			events = append(events, Event{Type: EventPut, KV: kv, Prev: prev})
+			r.KVs = a.oneKV(kv)
+			events = a.addEvent(events, Event{Type: EventPut, KV: kv, Prev: prev})
 		case op.Prefix: // delete
 			events, err = a.deletePrefix(op.Key, rev, events, &r.Deleted)
 		default: // delete
@@ -268,7 +268,7 @@ func (a *applier) deleteKey(key string, rev int64, events []Event, deleted *int6
 	prev := kv
 	kv.Value, kv.ModRev = nil, rev
 	*deleted++
-	return append(events, Event{Type: EventDelete, KV: kv, Prev: &prev}), nil
+	return a.addEvent(events, Event{Type: EventDelete, KV: kv, Prev: &prev}), nil
 }
 
 // deletePrefix deletes every key under prefix at revision rev.
