@@ -1,10 +1,13 @@
 package coord_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/internal/clientwire"
@@ -57,5 +60,57 @@ func TestClientLearnsNothingFromOlderMember(t *testing.T) {
 	}
 	if cl.Member() == "" {
 		t.Fatal("not connected")
+	}
+}
+
+// TestClientFailoverToLearnedMember: a client configured with one member
+// that has learned the others' addresses moves to one of them when its
+// only configured member crashes, its session and watch carrying on; a
+// client that learned nothing has nowhere to go. (The addresses are fed
+// as a member's Members answer would be: members do not send it yet.)
+func TestClientFailoverToLearnedMember(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	only := func(cfg *coord.ClientConfig) { cfg.Members = []string{c.Name(0)} }
+	cl := connect(t, c, only)
+	bare := connect(t, c, only)
+	coord.ClientLearn(cl, []string{c.Name(0), c.Name(1), c.Name(2), "nobody-listens-here"})
+	if got, want := cl.Learned(), []string{c.Name(1), c.Name(2), "nobody-listens-here"}; !slices.Equal(got, want) {
+		t.Fatalf("learned %q, want %q", got, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cl.Watch(ctx, "learned/")
+	<-w.Ready()
+
+	c.Crash(0)
+	kv, err := c.Node(1).Put(ctx, "learned/k", []byte("v"))
+	for errors.Is(err, coord.ErrNoQuorum) || errors.Is(err, coord.ErrAmbiguous) {
+		kv, err = c.Node(1).Put(ctx, "learned/k", []byte("v"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := collect(t, w, 1)[0]; ev.Rev != kv.ModRev {
+		t.Fatalf("after the failover the watch saw %+v, want the put at %d", ev, kv.ModRev)
+	}
+	if m := cl.Member(); m != c.Name(1) && m != c.Name(2) {
+		t.Fatalf("client on %q, want a learned member", m)
+	}
+	if _, err := cl.Put(ctx, "learned/by-client", []byte("v")); err != nil {
+		t.Fatalf("Put after the failover: %v", err)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("session ended over the failover: %v", err)
+	}
+	// The client that learned nothing cannot reach the cell.
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if _, err := bare.Get(short, "learned/k"); !errors.Is(err, coord.ErrNoQuorum) {
+		t.Fatalf("a client with only a crashed member: %v, want ErrNoQuorum", err)
 	}
 }
