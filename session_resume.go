@@ -54,7 +54,7 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 	}
 	switch b := c.cellBackend().(type) {
 	case *Node:
-		return resumeOnMember(ctx, b, id)
+		return resumeOnMember(ctx, c, b, id)
 	case *Client:
 		return resumeOnClient(ctx, c, b, id)
 	}
@@ -62,8 +62,8 @@ func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, err
 }
 
 // resumeOnMember adopts a member's own session (owner "") into n's
-// engine.
-func resumeOnMember(ctx context.Context, n *Node, id SessionID) (*Session, error) {
+// engine. The session's Cell is c, as for a session created through c.
+func resumeOnMember(ctx context.Context, c Cell, n *Node, id SessionID) (*Session, error) {
 	// A linearizable look: a session the state does not have after the
 	// read barrier has ended (IDs are log indexes, never reused).
 	if err := n.readBarrier(ctx, readOptions{}); err != nil {
@@ -80,7 +80,7 @@ func resumeOnMember(ctx context.Context, n *Node, id SessionID) (*Session, error
 	case info.Owner != "":
 		return nil, fmt.Errorf("%w: session %d belongs to %s: only it may resume it", ErrInvalidArgument, int64(id), info.Owner)
 	}
-	s := resumed(n, n, n.keeper(), id, time.Duration(info.TTL), rev)
+	s := resumed(c, n, n.keeper(), id, time.Duration(info.TTL), rev)
 	if !n.sessions.adopt(s) {
 		return nil, fmt.Errorf("%w: session %d is already kept alive by this process", ErrInvalidArgument, int64(id))
 	}
