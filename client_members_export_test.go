@@ -12,3 +12,6 @@ func ClientLearn(c *Client, answer []string) {
 	defer c.mu.Unlock()
 	c.learned = mergeLearned(c.cfg.Members, answer, c.learned, c.cfg.Dial == nil)
 }
+
+// ClientServeAddrs is what n answers a client's Members with.
+func ClientServeAddrs(n *Node) []string { return n.clients.ownAddrs() }

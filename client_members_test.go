@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -112,5 +114,46 @@ func TestClientFailoverToLearnedMember(t *testing.T) {
 	defer cancelShort()
 	if _, err := bare.Get(short, "learned/k"); !errors.Is(err, coord.ErrNoQuorum) {
 		t.Fatalf("a client with only a crashed member: %v, want ErrNoQuorum", err)
+	}
+}
+
+// TestClientServeAddrs: a member answers Members with the addresses it
+// serves clients on, dialable ones only: a wildcard bind is left out.
+func TestClientServeAddrs(t *testing.T) {
+	c := clientCell(t, 1)
+	n := c.Leader()
+	if got := coord.ClientServeAddrs(n); !slices.Equal(got, []string{c.Name(0)}) {
+		t.Fatalf("in-memory listener: %q, want [%s]", got, c.Name(0))
+	}
+	for _, bind := range []string{"127.0.0.1:0", ":0"} {
+		l, err := net.Listen("tcp", bind)
+		if err != nil {
+			t.Skipf("no TCP here: %v", err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- n.ServeClients(l) }()
+		// A connection the member closes over a bad frame was accepted,
+		// so ServeClients has registered l.
+		conn, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = conn.Write([]byte{0xff, 0xff, 0xff, 0xff})
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the member did not close over a bad frame: %v", err)
+		}
+		_ = conn.Close()
+		got := coord.ClientServeAddrs(n)
+		want := []string{c.Name(0)}
+		if bind == "127.0.0.1:0" {
+			want = append(want, l.Addr().String())
+			slices.Sort(want)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("with %s bound: %q, want %q", bind, got, want)
+		}
+		_ = l.Close()
+		<-served
 	}
 }
