@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -142,5 +143,51 @@ func TestClientWatchRequestProgressQuiet(t *testing.T) {
 	}
 	if w.LastRev() < ev.Rev {
 		t.Fatalf("LastRev %d below the progress reported at %d", w.LastRev(), ev.Rev)
+	}
+}
+
+// TestClientWatchRequestProgressFailover: a progress request made while
+// the client moves to another member is answered there, once, at or
+// above what the watch delivered before and the client wrote since.
+func TestClientWatchRequestProgressFailover(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w := cl.Watch(ctx, "fp/")
+	<-w.Ready()
+	before, err := cl.Put(ctx, "fp/a", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := clientEvent(t, w); ev.Rev != before.ModRev {
+		t.Fatalf("got %+v, want the put at %d", ev, before.ModRev)
+	}
+	victim := memberIndex(c, cl.Member())
+	c.Crash(victim)
+	w.RequestProgress()
+	var after coord.KV
+	for {
+		after, err = cl.Put(ctx, "elsewhere/fp", []byte("v"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, coord.ErrAmbiguous) && !errors.Is(err, coord.ErrNoQuorum) {
+			t.Fatal(err)
+		}
+	}
+	ev := clientEvent(t, w)
+	if ev.Type != coord.EventProgress || ev.Rev < before.ModRev {
+		t.Fatalf("got %+v, want a progress at %d or later", ev, before.ModRev)
+	}
+	// The answer came from whichever member; a second ask, on the new
+	// member, covers the write made through it.
+	w.RequestProgress()
+	if ev := clientEvent(t, w); ev.Type != coord.EventProgress || ev.Rev < after.ModRev {
+		t.Fatalf("got %+v, want a progress at %d or later", ev, after.ModRev)
+	}
+	if m := cl.Member(); m == c.Name(victim) {
+		t.Fatalf("client still on %s", m)
 	}
 }
