@@ -27,15 +27,21 @@ type clientKeeper struct {
 	c    *Client
 	poke chan struct{} // a session was added, or the client moved: send now
 
-	// sends counts the KeepAlive messages sent, for tests and benchmarks.
+	// sends counts the KeepAlive messages sent, ids the session IDs they
+	// carried, for tests and benchmarks.
 	sends atomic.Int64
+	ids   atomic.Int64
 
 	mu    sync.Mutex
 	local map[SessionID]*Session
+	// fresh asks for a keep-alive of every session at the next tick (the
+	// client moved to another member).
 	fresh bool
-	// urgent holds the sessions a renew waits on: the next keep-alive
-	// carries them even if manual.
+	// urgent holds the sessions a renew waits on, added the sessions new
+	// since the last keep-alive: the next tick sends a keep-alive of
+	// these alone (urgent ones even if manual), off the regular phase.
 	urgent map[SessionID]struct{}
+	added  map[SessionID]struct{}
 	seq    uint64
 	sent   map[uint64]sentBatch
 	maxTTL time.Duration
@@ -55,7 +61,7 @@ type clientKeeper struct {
 func newClientKeeper(c *Client) *clientKeeper {
 	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[SessionID]*Session),
 		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{}),
-		urgent: make(map[SessionID]struct{})}
+		urgent: make(map[SessionID]struct{}), added: make(map[SessionID]struct{})}
 }
 
 func (k *clientKeeper) nudge() {
@@ -75,7 +81,9 @@ func (k *clientKeeper) margin(ttl time.Duration) time.Duration {
 func (k *clientKeeper) add(s *Session) {
 	k.mu.Lock()
 	k.local[s.id] = s
-	k.fresh = true
+	if !s.manual {
+		k.added[s.id] = struct{}{}
+	}
 	k.maxTTL = max(k.maxTTL, s.ttl)
 	k.mu.Unlock()
 }
@@ -143,34 +151,52 @@ func (k *clientKeeper) run() {
 }
 
 // sendDue sends one keep-alive for every automatic session when it is
-// due (nextDue), or at once when forced or a session was added, and
-// returns when the next is due.
+// due (nextDue) or at once when forced or the client moved, and between
+// those a keep-alive of only the sessions added or renewing since the
+// last tick; it returns when the next regular one is due. Sending every
+// session whenever one was added cost the member and the leader a
+// lookup of every session per tick while a client created many: under
+// CPU starvation, enough to make every keep-alive late.
 func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	k.mu.Lock()
-	var ids []SessionID
+	var all, some []SessionID
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range k.local {
-		if _, ok := k.urgent[id]; s.manual && !ok {
+		_, urgent := k.urgent[id]
+		if s.manual && !urgent {
 			continue
 		}
-		ids = append(ids, id)
+		all = append(all, id)
 		interval = min(interval, s.ttl/sessions.KeepAliveDivisor)
+		if _, added := k.added[id]; urgent || added {
+			some = append(some, id)
+		}
 	}
-	fresh := k.fresh
+	full := k.fresh || force
 	k.fresh = false
 	clear(k.urgent)
+	clear(k.added)
 	k.interval = interval
 	next := k.nextDueLocked(interval)
 	k.mu.Unlock()
-	if len(ids) == 0 {
+	if len(all) == 0 {
 		return now.Add(time.Hour)
 	}
-	if !fresh && !force && now.Before(next) {
-		return next
+	full = full || !now.Before(next)
+	ids := all
+	if !full {
+		if len(some) == 0 {
+			return next
+		}
+		ids = some
 	}
 	seq, ok := k.send(now, ids)
 	if !ok {
 		return now.Add(k.c.electionTimeout() / 4)
+	}
+	if !full {
+		// The regular phase is set by regular keep-alives only.
+		return next
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -238,6 +264,7 @@ func (k *clientKeeper) send(now time.Time, ids []SessionID) (uint64, bool) {
 		return seq, false
 	}
 	k.sends.Add(1)
+	k.ids.Add(int64(len(ids)))
 	return seq, true
 }
 
@@ -317,7 +344,6 @@ func (k *clientKeeper) renew(ctx context.Context, s *Session) (time.Time, error)
 		acked := s.ackChan()
 		k.mu.Lock()
 		k.urgent[s.id] = struct{}{}
-		k.fresh = true
 		k.mu.Unlock()
 		select {
 		case <-acked:

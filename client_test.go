@@ -548,3 +548,49 @@ func TestClientConnectErrors(t *testing.T) {
 		t.Fatalf("unreachable members: %v", err)
 	}
 }
+
+// While a client creates sessions, the keep-alives between its regular
+// ones carry only the new sessions, not every session it has: with
+// thousands of sessions per client, re-sending all of them at each
+// creation made the member and the leader look up every session at
+// every tick, and starved a busy host.
+func TestClientKeepAliveSendsOnlyNewSessionsBetweenIntervals(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cl := connect(t, c)
+	// A 60 s TTL: regular keep-alives (of every session) 20 s apart.
+	newSession := func() {
+		if _, err := cl.NewSession(ctx, coord.WithTTL(60*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitSent waits until a keep-alive has left after this call.
+	waitSent := func() {
+		before := coord.ClientKeepAliveSends(cl)
+		for coord.ClientKeepAliveSends(cl) == before {
+			if ctx.Err() != nil {
+				t.Fatal("no keep-alive was sent")
+			}
+			time.Sleep(time.Millisecond) // polling a counter: no event to wait on
+		}
+	}
+	const existing, created = 100, 10
+	for range existing {
+		newSession()
+	}
+	waitSent()
+	ids := coord.ClientKeepAliveIDs(cl)
+	// Each creation is followed by the keep-alive that carries it.
+	for range created {
+		newSession()
+		waitSent()
+	}
+	ids = coord.ClientKeepAliveIDs(cl) - ids
+	t.Logf("%d sessions created beside %d: their keep-alives carried %d session IDs", created, existing, ids)
+	// The new ones, plus at most two regular keep-alives of all.
+	if ids > created+2*(existing+created) {
+		t.Fatalf("keep-alives re-sent every session while sessions were created: %d IDs", ids)
+	}
+}
