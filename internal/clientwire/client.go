@@ -266,7 +266,7 @@ type call struct {
 
 func isResponse(k Kind) bool {
 	switch k {
-	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError, KindTimeToLiveResult:
+	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError, KindTimeToLiveResult, KindMembersResult:
 		return true
 	}
 	return false

@@ -12,9 +12,9 @@ import (
 // Protocol versions this build speaks.
 const (
 	MinVersion uint8 = 1
-	// MaxVersion 2 adds TimeToLive; its frames are the only difference,
-	// so a version 1 peer is served exactly as before.
-	MaxVersion uint8 = 2
+	// MaxVersion 2 adds TimeToLive and 3 adds Members; their frames are
+	// the only differences, so an older peer is served exactly as before.
+	MaxVersion uint8 = 3
 )
 
 // handshakeVersion is the version byte of Hello, Welcome and Refuse
@@ -138,7 +138,8 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 // checkFrame verifies the frame's version and kind, and that its ID is
 // present exactly where the kind needs one.
 func checkFrame(f Frame, version uint8) error {
-	if f.Kind == 0 || f.Kind > maxKind || (version < 2 && f.Kind > maxKindV1) {
+	if f.Kind == 0 || f.Kind > maxKind || (version < 2 && f.Kind > maxKindV1) ||
+		(version < MembersVersion && f.Kind > KindTimeToLiveResult) {
 		return fmt.Errorf("%w: unknown kind %d in version %d", ErrProtocol, f.Kind, version)
 	}
 	want := version
@@ -158,7 +159,8 @@ func checkFrame(f Frame, version uint8) error {
 func hasID(k Kind) bool {
 	switch k {
 	case KindPing, KindPong, KindPropose, KindProposeResult, KindRead, KindReadResult,
-		KindWatchStart, KindOK, KindError, KindCancel, KindTimeToLive, KindTimeToLiveResult:
+		KindWatchStart, KindOK, KindError, KindCancel, KindTimeToLive, KindTimeToLiveResult,
+		KindMembers, KindMembersResult:
 		return true
 	}
 	return false

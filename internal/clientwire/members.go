@@ -14,11 +14,8 @@ import (
 // try, never trusts one more than its configured members: a member at a
 // learned address still has to pass the TLS handshake).
 //
-// Wiring (frame.go, messages.go, serve_conn.go): KindMembers and
-// KindMembersResult in newMessage and hasID, maxKind = KindMembersResult
-// and refused below version 3 in checkFrame, MaxVersion 3, and in the
-// member's readLoop: case *Members answered by a Handler that implements
-// MembersHandler (else CodeInvalidArgument).
+// Both kinds are refused on a connection below version 3 (checkFrame),
+// so an older peer never sees them.
 const (
 	KindMembers       Kind = 22 // request → MembersResult (version 3)
 	KindMembersResult Kind = 23 // response (version 3)
@@ -116,4 +113,21 @@ func (c *ClientConn) Members(ctx context.Context) ([]string, error) {
 		return nil, c.violation(m)
 	}
 	return res.Addrs, nil
+}
+
+// members answers a Members request through the Handler's optional
+// MembersHandler; a Handler without one refuses it rather than dropping
+// the connection, so the client can carry on without learned addresses.
+func (s *session) members(id uint64) error {
+	mh, ok := s.h.(MembersHandler)
+	if !ok {
+		if err := s.acquire(); err != nil {
+			return err
+		}
+		s.reply(id, &ErrorMsg{Code: CodeInvalidArgument, Message: "members not served"})
+		return nil
+	}
+	return s.request(id, func(ctx context.Context) (Message, error) {
+		return mh.Members(ctx, s.id)
+	})
 }

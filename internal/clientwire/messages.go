@@ -39,7 +39,7 @@ const (
 	KindTimeToLiveResult Kind = 21 // response
 
 	maxKindV1 = KindCancel
-	maxKind   = KindTimeToLiveResult
+	maxKind   = KindMembersResult
 )
 
 // Message is one of the message structs of this file.
@@ -343,6 +343,10 @@ func newMessage(k Kind) Message {
 		return new(TimeToLive)
 	case KindTimeToLiveResult:
 		return new(TimeToLiveResult)
+	case KindMembers:
+		return new(Members)
+	case KindMembersResult:
+		return new(MembersResult)
 	}
 	return nil
 }

@@ -46,6 +46,8 @@ func sampleMessages() []Message {
 		&ErrorMsg{Code: CodeConflict, Message: "compare failed"},
 		&TimeToLive{SessionID: 1 << 40},
 		&TimeToLiveResult{Left: 2500 * time.Millisecond, TTL: 10 * time.Second},
+		&Members{},
+		&MembersResult{Addrs: []string{"10.0.0.1:7001", "[::1]:7002"}},
 	}
 }
 

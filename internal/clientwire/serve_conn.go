@@ -121,6 +121,8 @@ func (s *session) readLoop(fr *frameReader, version uint8) error {
 			err = s.request(f.ID, func(ctx context.Context) (Message, error) {
 				return s.h.TimeToLive(ctx, s.id, m)
 			})
+		case *Members:
+			err = s.members(f.ID)
 		case *WatchCancel:
 			s.mu.Lock()
 			if w := s.watches[m.WatchID]; w != nil {
