@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/gossip"
 )
 
 // A client learns the cell's client addresses from its member (Members,
@@ -103,4 +104,53 @@ func (c *Client) Learned() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.learned)
+}
+
+// advertiseClientAddr gossips the address this member serves clients
+// on (Config.ClientAddr's listener first, else the first of
+// ServeClients'), so the cell's other members can tell their clients
+// (Members); "" once it serves none. A wildcard bind is not dialable
+// and is not gossiped.
+func (n *Node) advertiseClientAddr() {
+	if n.gossip == nil || n.clients.ctx.Err() != nil {
+		return
+	}
+	addrs := n.clients.ownAddrs()
+	a := ""
+	if own := n.ClientAddr(); slices.Contains(addrs, own) {
+		a = own
+	} else if len(addrs) > 0 {
+		a = addrs[0]
+	}
+	n.gossip.setMeta(func(m *gossip.Meta) { m.ClientAddr = a })
+}
+
+// gossipClientAddrs lists the client addresses that live gossip members
+// of this cell's Raft configuration advertise, at most
+// clientwire.MaxMemberAddrs, each valid for a MembersResult. Metadata
+// is authenticated by the cell's gossip keys; a member of another cell,
+// or not (or no longer) in the configuration, is left out.
+func (n *Node) gossipClientAddrs() []string {
+	if n.gossip == nil {
+		return nil
+	}
+	cell := n.raft.CellID()
+	if cell == 0 {
+		return nil
+	}
+	conf := n.sm.ConfState()
+	var out []string
+	for _, m := range n.gossip.g.Members() {
+		if len(out) >= clientwire.MaxMemberAddrs {
+			break
+		}
+		mm := m.Meta
+		if m.State != gossip.StateAlive || m.BadMeta || mm.Cell != cell || mm.ClientAddr == "" ||
+			!slices.Contains(conf.GetVoters(), mm.ID) && !slices.Contains(conf.GetLearners(), mm.ID) ||
+			clientwire.CheckMemberAddr(mm.ClientAddr) != nil || slices.Contains(out, mm.ClientAddr) {
+			continue
+		}
+		out = append(out, mm.ClientAddr)
+	}
+	return out
 }

@@ -102,10 +102,12 @@ func (n *Node) ServeClients(l net.Listener) error {
 	}
 	cs.lns[l] = struct{}{}
 	cs.mu.Unlock()
+	n.advertiseClientAddr()
 	defer func() {
 		cs.mu.Lock()
 		delete(cs.lns, l)
 		cs.mu.Unlock()
+		n.advertiseClientAddr()
 	}()
 	for {
 		conn, err := l.Accept()
@@ -518,7 +520,16 @@ var _ clientwire.MembersHandler = (*clientHandler)(nil)
 // only adds to its configured members and that earns no trust past the
 // TLS handshake.
 func (h *clientHandler) Members(context.Context, string) (*clientwire.MembersResult, error) {
-	return &clientwire.MembersResult{Addrs: h.cs.ownAddrs()}, nil
+	addrs := h.cs.ownAddrs()
+	for _, a := range h.n.gossipClientAddrs() {
+		if len(addrs) >= clientwire.MaxMemberAddrs {
+			break
+		}
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return &clientwire.MembersResult{Addrs: addrs}, nil
 }
 
 // ownAddrs lists the dialable addresses of the listeners this member

@@ -49,6 +49,10 @@ type Meta struct {
 	View uint64 `msgpack:"w,omitempty"`
 	// Leaving says it is leaving for good (Close): when it goes, it left.
 	Leaving bool `msgpack:"l,omitempty"`
+	// ClientAddr is the address it serves clients on, "" for none: the
+	// cell's members tell clients each other's (Members). A decoder
+	// that predates it ignores the field.
+	ClientAddr string `msgpack:"ca,omitempty"`
 }
 
 // Encode returns m as node metadata.
