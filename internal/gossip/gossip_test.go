@@ -55,6 +55,12 @@ func TestMemNetworkGossip(t *testing.T) {
 	var seed string
 	for i := range 5 {
 		cfg, addr := fastConfig(fmt.Sprintf("m%d", i), net, []string{seed}, Meta{ID: uint64(i + 1), Addr: fmt.Sprintf("raft%d", i), Zone: "z"})
+		// More patient suspicion than fastConfig's: this test tells a
+		// leave from a failure, and on a starved machine live members
+		// were failed before they could leave (memberlist then keeps them
+		// failed). The probe interval stays: a probe running at Close
+		// outlives it by up to one interval.
+		cfg.ProbeTimeout, cfg.SuspicionMult = 80*time.Millisecond, 5
 		if i == 0 {
 			seed = addr
 			cfg.Seeds = nil
