@@ -26,6 +26,7 @@ const (
 	EventProgress
 )
 
+// String names the event type as logs and coordctl print it.
 func (t EventType) String() string {
 	switch t {
 	case EventPut:
