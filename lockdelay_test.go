@@ -18,6 +18,23 @@ const testLockDelay = 1500 * time.Millisecond
 // waitMarker waits until n's applied state shows a lock-delay marker
 // under lock name, and returns its key, its revision and when it was
 // first seen (no earlier than the expiry that wrote it).
+// expireHolderWithMaxDelay has a member other than the leader take lock
+// name with MaxLockDelay, cuts that member off until the cell expires its
+// session, and heals it: the lock is left in lock-delay. It returns the
+// leader's index and the marker's key and revision.
+func expireHolderWithMaxDelay(t *testing.T, ctx context.Context, c *coordtest.Cluster, name string) (leader int, key string, rev int64) {
+	t.Helper()
+	leader = c.LeaderIndex()
+	h := (leader + 1) % c.Size()
+	hs := newSession(t, ctx, c.Node(h), 4*electionTimeout)
+	_, err := coord.NewMutex(hs, name, coord.WithLockDelay(coord.MaxLockDelay)).Lock(ctx)
+	require.NoError(t, err)
+	c.Isolate(h)
+	key, rev, _ = waitMarker(t, ctx, c.Node(leader), name)
+	c.Heal()
+	return leader, key, rev
+}
+
 func waitMarker(t *testing.T, ctx context.Context, n *coord.Node, name string) (string, int64, time.Time) {
 	t.Helper()
 	for {
@@ -171,14 +188,7 @@ func TestLockDelaySurvivesRestart(t *testing.T) {
 	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
-	leader := c.LeaderIndex()
-	h := (leader + 1) % 3
-	hs := newSession(t, ctx, c.Node(h), 4*electionTimeout)
-	_, err := coord.NewMutex(hs, "restart", coord.WithLockDelay(coord.MaxLockDelay)).Lock(ctx)
-	require.NoError(t, err)
-	c.Isolate(h)
-	key, rev, _ := waitMarker(t, ctx, c.Node(leader), "restart")
-	c.Heal()
+	_, key, rev := expireHolderWithMaxDelay(t, ctx, c, "restart")
 	for i := range 3 {
 		c.Crash(i)
 	}
