@@ -161,6 +161,9 @@ func (n *Node) stepPersisted(msgs []*pb.Message) bool {
 			return false
 		}
 	}
+	// The log now holds what these reports cover: acknowledgements that
+	// arrived ahead of it can be checked and stepped.
+	n.releaseEarlyAcks()
 	return true
 }
 
@@ -477,6 +480,9 @@ func (n *Node) handleEnvelope(env transport.Envelope) {
 	}
 	switch {
 	case d.raft != nil:
+		if n.holdEarlyAck(env.From, d.raft) {
+			return
+		}
 		n.stepFromWire(env.From, d.raft)
 	case d.chunk != nil:
 		if err := n.checkChunk(env.From, d.chunk); err != nil {

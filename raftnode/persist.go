@@ -59,6 +59,13 @@ type persister struct {
 	// last is the highest log index known durable, for compaction,
 	// which must never discard an entry the log does not hold yet.
 	last atomic.Uint64
+	// queued is the end of the log as handed to the persist goroutine:
+	// the last index of the latest append queued (a shorter one truncates
+	// the tail). Only the raft loop touches it, and early.
+	queued uint64
+	// early holds followers' acknowledgements that arrived before this
+	// member's own write of the entries they cover (holdEarlyAck).
+	early []earlyAck
 }
 
 type persistItem struct {
@@ -75,6 +82,9 @@ func (p *persister) init(last uint64) {
 // queueAppend hands m to the persist goroutine. It returns false when the
 // node stopped.
 func (n *Node) queueAppend(m *pb.Message) bool {
+	if ents := m.GetEntries(); len(ents) > 0 {
+		n.persist.queued = ents[len(ents)-1].GetIndex()
+	}
 	// The disk may be far behind, or the member paused.
 	return handTo(n, n.persist.queue, persistItem{m: m})
 }
@@ -206,6 +216,7 @@ func (n *Node) persistNow(m *pb.Message) bool {
 			return false
 		}
 		n.persist.last.Store(snap.GetMetadata().GetIndex())
+		n.persist.queued = snap.GetMetadata().GetIndex()
 	}
 	if writes(m) {
 		start := time.Now()
@@ -218,6 +229,7 @@ func (n *Node) persistNow(m *pb.Message) bool {
 		n.synced.Add(uint64(len(m.GetEntries())))
 		if k := len(m.GetEntries()); k > 0 {
 			n.persist.last.Store(m.GetEntries()[k-1].GetIndex())
+			n.persist.queued = m.GetEntries()[k-1].GetIndex()
 		}
 	}
 	var remote []*pb.Message
@@ -255,4 +267,82 @@ func hardStateOf(m *pb.Message) *pb.HardState {
 		return nil
 	}
 	return &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+}
+
+// Early acknowledgements. With persisting off the stepping path, a
+// leader sends its appends before the persist goroutine has written them
+// to its own log (Raft thesis 10.2.1), so a quick follower's MsgAppResp
+// can arrive for an index this member's log does not hold yet. The wire
+// checks (validate.go) bound an acknowledgement by the local log's end,
+// since a follower can only acknowledge what we sent; such an ack would
+// be refused, and with every follower's refused the entry would wait for
+// the next heartbeat round to be acknowledged again: a stall of a
+// heartbeat interval per write. So an acknowledgement beyond the log's
+// end but within what the raft loop has handed to the persist goroutine
+// waits here until that write lands, and is then checked and stepped as
+// if it had just arrived.
+
+// maxEarlyAcks bounds the acknowledgements held. Acks are cumulative, so
+// past the bound a peer's newer ack replaces its older one; one dropped
+// costs only the stall this avoids.
+const maxEarlyAcks = 64
+
+// earlyAck is an acknowledgement held until the local log covers it.
+type earlyAck struct {
+	from string
+	m    *pb.Message
+}
+
+// holdEarlyAck holds m, from member from, if it acknowledges entries
+// that are queued for the local log but not written yet, and reports
+// whether it did. It runs on the raft loop, after the envelope's header
+// was admitted; m's own checks run when it is released.
+func (n *Node) holdEarlyAck(from string, m *pb.Message) bool {
+	if !asyncPersist || m.GetType() != pb.MsgAppResp {
+		return false
+	}
+	idx := m.GetIndex()
+	if idx > n.persist.queued {
+		return false // beyond anything we sent: the checks refuse it
+	}
+	if last, _ := n.store.RaftLog().LastIndex(); idx <= last {
+		return false
+	}
+	for i, e := range n.persist.early {
+		if e.from == from && e.m.GetTerm() == m.GetTerm() && e.m.GetReject() == m.GetReject() {
+			if !m.GetReject() && idx >= e.m.GetIndex() {
+				n.persist.early[i].m = m // cumulative: the newer covers the older
+				return true
+			}
+		}
+	}
+	if len(n.persist.early) >= maxEarlyAcks {
+		return false
+	}
+	n.persist.early = append(n.persist.early, earlyAck{from: from, m: m})
+	return true
+}
+
+// releaseEarlyAcks steps, in arrival order, the held acknowledgements the
+// local log now covers. Any the log no longer can (the queued tail was
+// replaced) go to the checks too, which refuse them.
+func (n *Node) releaseEarlyAcks() {
+	if len(n.persist.early) == 0 {
+		return
+	}
+	last, _ := n.store.RaftLog().LastIndex()
+	keep := n.persist.early[:0]
+	var ready []earlyAck
+	for _, e := range n.persist.early {
+		if idx := e.m.GetIndex(); idx > last && idx <= n.persist.queued {
+			keep = append(keep, e)
+			continue
+		}
+		ready = append(ready, e)
+	}
+	clear(n.persist.early[len(keep):])
+	n.persist.early = keep
+	for _, e := range ready {
+		n.stepFromWire(e.from, e.m)
+	}
 }
