@@ -1,7 +1,9 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +65,9 @@ type persister struct {
 	// the last index of the latest append queued (a shorter one truncates
 	// the tail). Only the raft loop touches it, and early.
 	queued uint64
+	// ents is the persist goroutine's scratch for a batch's merged
+	// entries.
+	ents []*pb.Entry
 	// early holds followers' acknowledgements that arrived before this
 	// member's own write of the entries they cover (holdEarlyAck).
 	early []earlyAck
@@ -142,47 +147,40 @@ func (n *Node) persistLoop() {
 }
 
 // persistBatch writes the appends of batch (ending at most with one
-// barrier), syncs once if any response depends on them, and delivers the
-// responses. It returns false when the node must stop.
+// barrier) as one write, syncs once if any response depends on them,
+// and delivers the responses. It returns false when the node must stop.
 func (n *Node) persistBatch(batch []persistItem) bool {
-	// The last write that must be synced: every earlier one is made
-	// durable with it (the log syncs in write order).
-	lastWrite, needSync := -1, false
-	for i, it := range batch {
-		if it.m == nil {
-			continue
-		}
-		if writes(it.m) {
-			lastWrite = i
-		}
-		if len(it.m.GetResponses()) > 0 {
+	needSync := false
+	for _, it := range batch {
+		if it.m != nil && len(it.m.GetResponses()) > 0 {
 			needSync = true
 		}
 	}
-	var entries uint64
-	start := time.Now()
-	for i, it := range batch {
-		m := it.m
-		if m == nil || !writes(m) {
-			continue
-		}
-		sync := needSync && i == lastWrite
-		if err := n.store.Append(hardStateOf(m), m.GetEntries(), sync); err != nil {
+	hs, ents, wrote, err := mergeAppends(n.persist.ents[:0], batch)
+	n.persist.ents = ents
+	if err != nil {
+		n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
+		return false
+	}
+	if wrote {
+		start := time.Now()
+		if err := n.store.Append(hs, ents, needSync); err != nil {
 			n.fail(fmt.Errorf("%w: persist raft log: %w", errs.Internal, err))
 			return false
 		}
-		entries += uint64(len(m.GetEntries()))
-		if k := len(m.GetEntries()); k > 0 {
+		if needSync {
+			n.counters.logSync.observe(time.Since(start))
+			n.syncs.Add(1)
+			n.synced.Add(uint64(len(ents)))
+		}
+		if k := len(ents); k > 0 {
 			// A shorter append replaces the tail: the durable end is its
 			// last entry, whatever was there before.
-			n.persist.last.Store(m.GetEntries()[k-1].GetIndex())
+			n.persist.last.Store(ents[k-1].GetIndex())
 		}
 	}
-	if needSync && lastWrite >= 0 {
-		n.counters.logSync.observe(time.Since(start))
-		n.syncs.Add(1)
-		n.synced.Add(entries)
-	}
+	// The store keeps none of them; the next batch reuses the slice.
+	clear(ents)
 	var local, remote []*pb.Message
 	for _, it := range batch {
 		if it.m == nil {
@@ -197,11 +195,95 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 			}
 		}
 	}
-	n.send(remote)
+	n.send(dropCoveredAcks(remote))
 	if len(local) == 0 {
 		return true
 	}
 	return handTo(n, n.persist.done, local)
+}
+
+// errAppendGap is a queued append that would leave a hole in the log,
+// which Raft never asks for.
+var errAppendGap = errors.New("append leaves a gap in the log")
+
+// mergeAppends folds the appends of batch into the one write that leaves
+// the log as writing them one by one would: entries that continue the
+// merged run extend it, entries starting at or before its end replace
+// its tail from there (as Store.Append truncates a log), and the last
+// hard state given wins. The entries go into buf (which the caller
+// reuses; it is returned grown), wrote reports whether there is anything
+// to write at all.
+func mergeAppends(buf []*pb.Entry, batch []persistItem) (hs *pb.HardState, ents []*pb.Entry, wrote bool, err error) {
+	ents = buf
+	for _, it := range batch {
+		m := it.m
+		if m == nil || !writes(m) {
+			continue
+		}
+		wrote = true
+		if h := hardStateOf(m); h != nil {
+			hs = h
+		}
+		add := m.GetEntries()
+		if len(add) == 0 {
+			continue
+		}
+		if len(ents) > 0 {
+			first, runFirst := add[0].GetIndex(), ents[0].GetIndex()
+			runNext := runFirst + uint64(len(ents))
+			switch {
+			case first > runNext:
+				return nil, ents, false, fmt.Errorf("%w: entries from %d after a run ending at %d", errAppendGap, first, runNext-1)
+			case first <= runFirst:
+				clear(ents)
+				ents = ents[:0]
+			default:
+				clear(ents[first-runFirst:])
+				ents = ents[:first-runFirst]
+			}
+		}
+		ents = append(ents, add...)
+	}
+	return hs, ents, wrote, nil
+}
+
+// dropCoveredAcks removes, in place, every acknowledgement that a later
+// one of msgs makes redundant: a MsgAppResp that accepts up to an index
+// promises everything before it, so of a peer's acceptances in one term
+// only the highest need go out. Rejections, votes and everything else
+// are kept, in order.
+func dropCoveredAcks(msgs []*pb.Message) []*pb.Message {
+	if len(msgs) < 2 {
+		return msgs
+	}
+	type key struct{ to, term uint64 }
+	var seen []key
+	var high []uint64
+	drop := 0
+	// From the end: an acceptance is covered by a later one of at least
+	// its index to the same peer in the same term.
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.GetType() != pb.MsgAppResp || m.GetReject() {
+			continue
+		}
+		k, idx := key{m.GetTo(), m.GetTerm()}, m.GetIndex()
+		at := slices.Index(seen, k)
+		switch {
+		case at < 0:
+			seen = append(seen, k)
+			high = append(high, idx)
+		case high[at] >= idx:
+			msgs[i] = nil
+			drop++
+		default:
+			high[at] = idx
+		}
+	}
+	if drop == 0 {
+		return msgs
+	}
+	return slices.DeleteFunc(msgs, func(m *pb.Message) bool { return m == nil })
 }
 
 // persistNow handles m on the raft loop itself, once everything queued
