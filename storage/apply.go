@@ -273,31 +273,45 @@ func (a *applier) newRevision(events []Event) error {
 	return nil
 }
 
-// pointDeleteLimit is how many history records pruneHistory deletes one
-// by one before it uses a range deletion instead. Range tombstones are
-// cheap to write but not to read past: Pebble refragments those in the
-// memtable on reads, so one per Apply made every Get slower until a flush.
-// Point tombstones in the history range cost the key reads nothing.
-const pointDeleteLimit = 1024
+// The history is pruned in two steps. The retention window moves with
+// every batch: m.oldest (what History and OldestRevision promise) is
+// always rev - HistoryRevisions + 1, exactly. The records that fall out
+// of it are deleted later, a whole chunk at once, by one range deletion
+// whose end is a multiple of the chunk: Pebble then drops the tables the
+// history filled (a delete-only compaction) instead of carrying a point
+// tombstone per revision down the levels, which grew the data directory
+// with the write rate rather than with the state. Nothing reads history
+// records below m.oldest (History seeks from it), so the few chunks'
+// worth left behind cost only disk, bounded by historyChunk. The chunk
+// ends depend only on the revision, so every member, however its
+// entries were batched, holds the same records at the same applied index.
 
-// pruneHistory drops the revisions that fell out of the retention window,
-// once per batch.
+// minHistoryChunk is the smallest number of revisions deleted at once.
+// One range tombstone per chunk also keeps the memtable's tombstones
+// (which readers refragment) few.
+const minHistoryChunk = 1024
+
+// historyChunk is how many revisions of history are deleted at once: an
+// eighth of the window, so the records left behind add at most that much
+// to the history's footprint.
+func historyChunk(window int64) int64 { return max(minHistoryChunk, window/8) }
+
+// pruneHistory moves the retention window to the revisions applied so
+// far, once per batch, and deletes the records below it when a chunk
+// boundary has been passed.
 func (a *applier) pruneHistory() error {
 	oldest := a.m.rev - a.sm.opts.HistoryRevisions + 1
 	if oldest <= a.m.oldest {
 		return nil
 	}
-	var err error
-	if oldest-a.m.oldest > pointDeleteLimit {
-		err = a.b.DeleteRange(appendHistoryKey(nil, a.m.oldest), appendHistoryKey(nil, oldest), nil)
-	} else {
-		for rev := a.m.oldest; rev < oldest && err == nil; rev++ {
-			a.ibuf = appendHistoryKey(a.ibuf[:0], rev)
-			err = a.b.Delete(a.ibuf, nil)
+	chunk := historyChunk(a.sm.opts.HistoryRevisions)
+	if end := oldest / chunk * chunk; end > a.m.oldest/chunk*chunk {
+		// From the first revision: a store pruned with another chunk size
+		// (HistoryRevisions changed) or one record at a time (older
+		// versions) may have records below the last boundary.
+		if err := a.b.DeleteRange(appendHistoryKey(nil, 0), appendHistoryKey(nil, end), nil); err != nil {
+			return fmt.Errorf("storage: apply: prune history: %w", err)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("storage: apply: prune history: %w", err)
 	}
 	a.m.oldest = oldest
 	return nil
@@ -398,7 +412,8 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 		kv.Value, kv.ModRev = nil, rev
 		events = append(events, Event{Type: EventDelete, KV: kv, Prev: &prev})
 	}
-	// Point deletes rather than one range deletion: see pointDeleteLimit.
+	// Point deletes rather than one range deletion: a tombstone per session
+	// end would pile up in the memtable, which readers refragment.
 	for _, key := range owned {
 		a.ibuf = appendOwnedKey(a.ibuf[:0], s.ID, key)
 		if err := a.b.Delete(a.ibuf, nil); err != nil {
