@@ -98,11 +98,11 @@ func (n *Node) raftLoop() {
 				return
 			}
 			n.peerDown(&ls, peer)
-		case msgs := <-n.persist.done:
+		case done := <-n.persist.done:
 			if !n.gate.enter(n.stopc) {
 				return
 			}
-			if !n.stepPersisted(msgs) {
+			if !n.stepPersisted(done) {
 				return
 			}
 		case <-n.stopc:
@@ -113,7 +113,9 @@ func (n *Node) raftLoop() {
 		}
 		if ls.lead != 0 {
 			n.retryRefused(&ls)
-			n.flushProposals(&ls)
+			if !n.holdProposals(&ls) {
+				n.flushProposals(&ls)
+			}
 			n.issueReads(&ls.reads, ls.tick)
 		}
 		for n.rn.HasReady() {
@@ -142,8 +144,8 @@ func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
 			ls.pending = append(ls.pending, p)
 		case r := <-n.readc:
 			ls.reads.queued = append(ls.reads.queued, r)
-		case msgs := <-n.persist.done:
-			if !n.stepPersisted(msgs) {
+		case done := <-n.persist.done:
+			if !n.stepPersisted(done) {
 				return false
 			}
 		default:
@@ -155,8 +157,9 @@ func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
 
 // stepPersisted steps the responses the persist goroutine delivered once
 // their appends were durable.
-func (n *Node) stepPersisted(msgs []*pb.Message) bool {
-	for _, m := range msgs {
+func (n *Node) stepPersisted(done persisted) bool {
+	n.persist.unsynced -= done.appends
+	for _, m := range done.msgs {
 		if !n.stepLocal(m) {
 			return false
 		}
@@ -165,6 +168,20 @@ func (n *Node) stepPersisted(msgs []*pb.Message) bool {
 	// arrived ahead of it can be checked and stepped.
 	n.releaseEarlyAcks()
 	return true
+}
+
+// holdProposals reports whether the pending proposals should wait for
+// the append in flight. With persisting off the stepping path nothing
+// else makes the raft loop wait, so it would hand Raft a few proposals
+// at each turn and each would become its own append message to every
+// follower, its own acknowledgement and its own write: eight times the
+// messages per put of persisting on the loop (bench/RESULTS.md). Waiting
+// while an append is being synced gives each Ready about one sync's
+// worth of proposals, as the blocking sync did, while acknowledgements,
+// reads and applies go on. Past maxStepBatch proposals they go anyway,
+// and every tick flushes (onTick), so nothing waits on a lost report.
+func (n *Node) holdProposals(ls *loopState) bool {
+	return asyncPersist && n.persist.unsynced > 0 && len(ls.pending) < maxStepBatch
 }
 
 // flushProposals hands every pending proposal to Raft in one MsgProp, so

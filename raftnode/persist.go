@@ -57,13 +57,18 @@ type persister struct {
 	queue chan persistItem
 	// done carries the stability reports (and any other self-addressed
 	// responses) back to the raft loop, in order.
-	done chan []*pb.Message
+	done chan persisted
 	// last is the highest log index known durable, for compaction,
 	// which must never discard an entry the log does not hold yet.
 	last atomic.Uint64
+	// unsynced counts the appends queued whose reports have not come
+	// back on done: while there are any, new proposals wait (holdProposals).
+	// Only appends with a self-addressed response count, as only those
+	// come back. Only the raft loop touches it, queued and early.
+	unsynced int
 	// queued is the end of the log as handed to the persist goroutine:
 	// the last index of the latest append queued (a shorter one truncates
-	// the tail). Only the raft loop touches it, and early.
+	// the tail).
 	queued uint64
 	// ents is the persist goroutine's scratch for a batch's merged
 	// entries.
@@ -73,6 +78,13 @@ type persister struct {
 	early []earlyAck
 }
 
+// persisted is one batch's self-addressed responses, and how many of
+// the appends counted in persister.unsynced the batch covered.
+type persisted struct {
+	msgs    []*pb.Message
+	appends int
+}
+
 type persistItem struct {
 	m       *pb.Message
 	barrier chan struct{}
@@ -80,7 +92,7 @@ type persistItem struct {
 
 func (p *persister) init(last uint64) {
 	p.queue = make(chan persistItem, 4096)
-	p.done = make(chan []*pb.Message, 64)
+	p.done = make(chan persisted, 64)
 	p.last.Store(last)
 }
 
@@ -89,6 +101,9 @@ func (p *persister) init(last uint64) {
 func (n *Node) queueAppend(m *pb.Message) bool {
 	if ents := m.GetEntries(); len(ents) > 0 {
 		n.persist.queued = ents[len(ents)-1].GetIndex()
+	}
+	if n.hasLocalResponse(m) {
+		n.persist.unsynced++
 	}
 	// The disk may be far behind, or the member paused.
 	return handTo(n, n.persist.queue, persistItem{m: m})
@@ -182,10 +197,14 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 	// The store keeps none of them; the next batch reuses the slice.
 	clear(ents)
 	var local, remote []*pb.Message
+	appends := 0
 	for _, it := range batch {
 		if it.m == nil {
 			close(it.barrier)
 			continue
+		}
+		if n.hasLocalResponse(it.m) {
+			appends++
 		}
 		for _, r := range it.m.GetResponses() {
 			if r.GetTo() == n.id {
@@ -199,7 +218,18 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 	if len(local) == 0 {
 		return true
 	}
-	return handTo(n, n.persist.done, local)
+	return handTo(n, n.persist.done, persisted{msgs: local, appends: appends})
+}
+
+// hasLocalResponse reports whether the append m carries a response to
+// this member, so that its completion comes back on persister.done.
+func (n *Node) hasLocalResponse(m *pb.Message) bool {
+	for _, r := range m.GetResponses() {
+		if r.GetTo() == n.id {
+			return true
+		}
+	}
+	return false
 }
 
 // errAppendGap is a queued append that would leave a hole in the log,
