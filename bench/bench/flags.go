@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +30,8 @@ type options struct {
 	profileDir string
 	cfg        scenario.Config
 	child      string
+	member     bool
+	soak       soakOptions
 }
 
 // parseFlags parses args (without the program name).
@@ -73,7 +76,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.ClientCreateLimit, "client-create-limit", 3*time.Minute,
 		"clients-sessions: time limit of the creation; sessions not created by then are reported and left out")
 	callers := fs.String("client-callers", "16,64", "client-put: concurrent callers of each point (spread over 3 clients, one per member)")
+	so := &o.soak
+	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
+	fs.DurationVar(&so.interval, "soak-interval", time.Minute, "soak: time between report lines")
+	fs.StringVar(&so.out, "soak-out", "soak.json", "soak: the JSON results file (rewritten every interval)")
+	fs.Float64Var(&so.putRate, "soak-put-rate", 300, "soak: puts per second, all processes together")
+	fs.IntVar(&so.keys, "soak-keys", 5000, "soak: keys the puts write over")
+	fs.Float64Var(&so.sessionRate, "soak-session-rate", 20, "soak: sessions created and closed per second, all processes together")
+	fs.Float64Var(&so.lockRate, "soak-lock-rate", 20, "soak: lock cycles (Lock, Unlock) per second, all processes together")
+	fs.IntVar(&so.lockNames, "soak-locks", 3, "soak: lock names the cycles use (shared by the processes)")
+	fs.IntVar(&so.lockSessions, "soak-lock-sessions", 4, "soak: sessions each process holds the locks with")
+	fs.IntVar(&so.watchers, "soak-watchers", 5, "soak: watchers of the put prefix in each process")
+	fs.BoolVar(&so.keep, "soak-keep", false, "soak: keep the members' data directories")
 	fs.StringVar(&o.child, childFlag, "", "")
+	fs.BoolVar(&o.member, memberFlag, false, "")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: go run ./bench [flags]\n\n"+
 			"Runs each scenario on coord and on embedded etcd, each side in its own child process,\n"+
@@ -83,7 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		fmt.Fprintf(stderr, "Every run also reports each side's peak RSS (scenario 7).\n\nFlags:\n")
 		fs.VisitAll(func(f *flag.Flag) {
-			if f.Name == childFlag {
+			if f.Name == childFlag || f.Name == memberFlag {
 				return
 			}
 			fmt.Fprintf(stderr, "  -%s (default %q)\n    \t%s\n", f.Name, f.DefValue, f.Usage)
@@ -91,6 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.member {
+		return o, nil
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -113,6 +132,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if c.ClientCallers, err = parseInts(*callers); err != nil {
 		return nil, fmt.Errorf("-client-callers: %w", err)
+	}
+	if so.duration < 0 || so.interval <= 0 {
+		return nil, errors.New("-soak and -soak-interval must be positive")
+	}
+	if so.putRate < 0 || so.sessionRate < 0 || so.lockRate < 0 {
+		return nil, errors.New("-soak-*-rate must not be negative")
+	}
+	for name, v := range map[string]int{"soak-keys": so.keys, "soak-locks": so.lockNames, "soak-lock-sessions": so.lockSessions} {
+		if v < 1 {
+			return nil, fmt.Errorf("-%s must be at least 1", name)
+		}
+	}
+	if so.watchers < 0 {
+		return nil, errors.New("-soak-watchers must not be negative")
 	}
 	for name, v := range map[string]int{"get-clients": c.GetClients, "get-keys": c.GetKeys,
 		"lock-holders": c.LockHolders, "create-workers": c.CreateWorkers, "failover-rounds": c.FailoverRounds,

@@ -14,7 +14,7 @@ import (
 // re-executes os.Executable(), which under go test is this binary.
 func TestMain(m *testing.M) {
 	if slices.ContainsFunc(os.Args[1:], func(a string) bool {
-		return a == "-"+childFlag || strings.HasPrefix(a, "-"+childFlag+"=")
+		return a == "-"+childFlag || strings.HasPrefix(a, "-"+childFlag+"=") || a == "-"+memberFlag
 	}) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}

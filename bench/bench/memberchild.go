@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/coordcell/coord/bench/internal/cell"
+	"github.com/coordcell/coord/bench/internal/coordcell"
+	"github.com/coordcell/coord/bench/internal/member"
+	"github.com/coordcell/coord/bench/internal/soak"
+)
+
+// memberFlag is the hidden flag with which the program re-executes
+// itself as one member process of a multi-process cell (-soak, -shape
+// procs): it then speaks package member's protocol on stdin and stdout.
+const memberFlag = "member"
+
+// runMember is a member process's main.
+func runMember(ctx context.Context, stdout, stderr io.Writer) int {
+	openers := map[string]cell.MemberOpener{"coord": coordcell.OpenMember}
+	err := member.Serve(ctx, os.Stdin, stdout, openers, func(m cell.Member) member.Service {
+		return &memberServices{soak: soak.NewService(m)}
+	})
+	if err != nil {
+		io.WriteString(stderr, "bench member: "+err.Error()+"\n")
+		return 1
+	}
+	return 0
+}
+
+// memberServices routes a member process's requests by their prefix.
+type memberServices struct {
+	soak *soak.Service
+}
+
+// Handle passes the soak operations to the soak service.
+func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMessage) (any, error) {
+	if strings.HasPrefix(op, "soak-") {
+		return s.soak.Handle(ctx, op, body)
+	}
+	return nil, errors.New("bench member: unknown operation " + op)
+}
+
+// Close closes every service.
+func (s *memberServices) Close() error { return s.soak.Close() }

@@ -1,0 +1,68 @@
+package cell
+
+import (
+	"context"
+	"time"
+)
+
+// MemberSpec places one member of a cell whose members run in separate
+// processes: each process opens its own member from the same peer lists.
+type MemberSpec struct {
+	// Index is this member's number, 0..len(PeerAddrs)-1.
+	Index int `json:"index"`
+	// PeerAddrs are every member's peer (Raft transport) address, by
+	// index.
+	PeerAddrs []string `json:"peer_addrs"`
+	// ClientAddrs are every member's client address, by index, for the
+	// sides whose members need one to start (etcd).
+	ClientAddrs []string `json:"client_addrs,omitempty"`
+	// Dir is this member's own data directory. It must be on a real
+	// disk: the bench measures fsync.
+	Dir string `json:"dir"`
+}
+
+// Member is one member of a cell, in this process, called the way a
+// service embedding it calls it: in-process, not through a client. Every
+// method is safe for concurrent use.
+type Member interface {
+	// Side names the implementation: "coord" or "etcd".
+	Side() string
+	// Put writes value under key.
+	Put(ctx context.Context, key string, value []byte) error
+	// Get reads key: linearizable, or member-local when serializable;
+	// a missing key is not an error.
+	Get(ctx context.Context, key string, serializable bool) error
+	// NewSession creates a session with the given TTL.
+	NewSession(ctx context.Context, ttl time.Duration) (Session, error)
+	// Watch is Cell.Watch on this member.
+	Watch(ctx context.Context, prefix string, fn func(key string)) error
+	// Close stops the member and removes nothing from disk.
+	Close() error
+}
+
+// MemberOpener starts one member of a multi-process cell. It returns once
+// the member runs, not once the cell has a quorum (the other members may
+// not have started yet): see AwaitMemberWrite.
+type MemberOpener func(ctx context.Context, spec MemberSpec) (Member, error)
+
+// AwaitMemberWrite retries a small write through m until one commits:
+// the cell has a leader and a quorum. ctx bounds the wait.
+func AwaitMemberWrite(ctx context.Context, m Member) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		err := m.Put(actx, "bench/ready", []byte("ready"))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}

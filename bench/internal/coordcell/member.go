@@ -1,0 +1,87 @@
+package coordcell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/bench/internal/cell"
+)
+
+// Member is one coord member in this process, its peers in other
+// processes: coord's own TCP transport, default timings, fsync on. It
+// implements cell.Member.
+type Member struct{ n *coord.Node }
+
+var _ cell.Member = (*Member)(nil)
+
+// OpenMember opens member spec.Index of a cell whose members are at
+// spec.PeerAddrs.
+func OpenMember(ctx context.Context, spec cell.MemberSpec) (cell.Member, error) {
+	if spec.Index < 0 || spec.Index >= len(spec.PeerAddrs) {
+		return nil, fmt.Errorf("coord member %d of %d", spec.Index, len(spec.PeerAddrs))
+	}
+	peers := make([]coord.Peer, len(spec.PeerAddrs))
+	for i, a := range spec.PeerAddrs {
+		peers[i] = coord.Peer{Name: memberName(i), Addr: a}
+	}
+	n, err := coord.Open(ctx, coord.Config{
+		Name:    memberName(spec.Index),
+		Addr:    spec.PeerAddrs[spec.Index],
+		Peers:   peers,
+		DataDir: spec.Dir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coord member %d: %w", spec.Index, err)
+	}
+	return &Member{n: n}, nil
+}
+
+// Side returns "coord".
+func (m *Member) Side() string { return "coord" }
+
+// Put writes through the member.
+func (m *Member) Put(ctx context.Context, key string, value []byte) error {
+	_, err := m.n.Put(ctx, key, value)
+	return err
+}
+
+// Get reads through the member; a missing key is not an error.
+func (m *Member) Get(ctx context.Context, key string, serializable bool) error {
+	var opts []coord.ReadOption
+	if serializable {
+		opts = append(opts, coord.Serializable())
+	}
+	_, err := m.n.Get(ctx, key, opts...)
+	if errors.Is(err, coord.ErrNotFound) {
+		err = nil
+	}
+	return err
+}
+
+// NewSession creates a session on the member.
+func (m *Member) NewSession(ctx context.Context, ttl time.Duration) (cell.Session, error) {
+	s, err := m.n.NewSession(ctx, coord.WithTTL(ttl))
+	if err != nil {
+		return nil, err
+	}
+	return &session{s: s}, nil
+}
+
+// Watch watches prefix on the member.
+func (m *Member) Watch(ctx context.Context, prefix string, fn func(key string)) error {
+	w := m.n.Watch(ctx, prefix)
+	go func() {
+		for ev := range w.Events() {
+			if ev.Type != coord.EventProgress {
+				fn(ev.KV.Key)
+			}
+		}
+	}()
+	return nil
+}
+
+// Close closes the node.
+func (m *Member) Close() error { return m.n.Close() }
