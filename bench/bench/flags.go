@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ type options struct {
 	cfg        scenario.Config
 	child      string
 	member     bool
+	shape      string
 	soak       soakOptions
 }
 
@@ -76,6 +78,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.ClientCreateLimit, "client-create-limit", 3*time.Minute,
 		"clients-sessions: time limit of the creation; sessions not created by then are reported and left out")
 	callers := fs.String("client-callers", "16,64", "client-put: concurrent callers of each point (spread over 3 clients, one per member)")
+	fs.StringVar(&o.shape, "shape", shapeOne, "where the 3 members of each side run: one (in one process, as before), procs (one OS process each, "+
+		"loopback TCP, the workers spread over the processes calling their own member in-process: scenarios put, get, lock; "+
+		"each member process's CPU and peak RSS and their sums), or both (each scenario in both shapes, side by side)")
 	so := &o.soak
 	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
 	fs.DurationVar(&so.interval, "soak-interval", time.Minute, "soak: time between report lines")
@@ -117,6 +122,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var err error
 	if o.scenarios, err = parseScenarios(*scen, c.SessionsLarge > 0); err != nil {
 		return nil, err
+	}
+	switch o.shape {
+	case shapeOne, shapeBoth:
+	case shapeProcs:
+		if *scen == "all" {
+			o.scenarios = slices.DeleteFunc(o.scenarios, func(n string) bool { return !procsScenarios[n] })
+		}
+		for _, n := range o.scenarios {
+			if !procsScenarios[n] {
+				return nil, fmt.Errorf("-shape procs runs put, get and lock, not %s", n)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("-shape %q: want one, procs or both", o.shape)
 	}
 	if o.sides, err = parseSides(*sides); err != nil {
 		return nil, err

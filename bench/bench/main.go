@@ -10,6 +10,19 @@
 // reported are that side's own. Children report JSON on stdout; the
 // parent prints the table and writes the JSON file named by -out.
 //
+// # One member per process
+//
+//	go run ./bench -shape procs    # or -shape both, beside the one-process shape
+//
+// runs put, get and lock with each side's three members in three OS
+// processes (coord: its TCP transport on loopback; etcd: three embedded
+// servers, each called through its in-process v3client), the workers
+// dealt over the processes and calling their own member in-process, as a
+// user's service would. Each member process's CPU time and peak RSS (its
+// rusage) are reported, and their sums, under the scenario name with
+// "@procs"; the figures keep the one-process names, so the table lines
+// the shapes up. The member processes are the ones the soak uses.
+//
 // # Soak
 //
 //	go run ./bench -soak 1h [-soak-interval 1m] [-dir /disk] [-soak-out soak.json]

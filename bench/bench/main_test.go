@@ -92,6 +92,14 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
+	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock"}) {
+		t.Errorf("-shape procs runs %v (%v), want put, get, lock", o.scenarios, err)
+	}
+	for _, bad := range [][]string{{"-shape", "procs", "-scenario", "watch"}, {"-shape", "cloud"}, {"-soak", "-1s"}, {"-soak-keys", "0"}} {
+		if _, err := parseFlags(bad, &stderr); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
 	stderr.Reset()
 	parseFlags([]string{"-h"}, &stderr)
 	if strings.Contains(stderr.String(), "-"+childFlag) {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/coordcell"
+	"github.com/coordcell/coord/bench/internal/etcdcell"
 	"github.com/coordcell/coord/bench/internal/member"
+	"github.com/coordcell/coord/bench/internal/scenario"
 	"github.com/coordcell/coord/bench/internal/soak"
 )
 
@@ -21,9 +24,9 @@ const memberFlag = "member"
 
 // runMember is a member process's main.
 func runMember(ctx context.Context, stdout, stderr io.Writer) int {
-	openers := map[string]cell.MemberOpener{"coord": coordcell.OpenMember}
+	openers := map[string]cell.MemberOpener{"coord": coordcell.OpenMember, "etcd": etcdcell.OpenMember}
 	err := member.Serve(ctx, os.Stdin, stdout, openers, func(m cell.Member) member.Service {
-		return &memberServices{soak: soak.NewService(m)}
+		return &memberServices{m: m, soak: soak.NewService(m)}
 	})
 	if err != nil {
 		io.WriteString(stderr, "bench member: "+err.Error()+"\n")
@@ -34,13 +37,22 @@ func runMember(ctx context.Context, stdout, stderr io.Writer) int {
 
 // memberServices routes a member process's requests by their prefix.
 type memberServices struct {
+	m    cell.Member
 	soak *soak.Service
 }
 
-// Handle passes the soak operations to the soak service.
+// Handle passes the soak operations to the soak service, and runs the
+// multi-process shape's load points.
 func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMessage) (any, error) {
 	if strings.HasPrefix(op, "soak-") {
 		return s.soak.Handle(ctx, op, body)
+	}
+	if op == opLoad {
+		var l scenario.MemberLoad
+		if err := json.Unmarshal(body, &l); err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		return scenario.RunMemberLoad(ctx, s.m, l)
 	}
 	return nil, errors.New("bench member: unknown operation " + op)
 }

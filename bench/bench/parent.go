@@ -27,6 +27,7 @@ type results struct {
 	DurationSeconds float64         `json:"duration_seconds"`
 	Machine         machine         `json:"machine"`
 	EtcdClient      string          `json:"etcd_client"`
+	Shape           string          `json:"shape"`
 	Config          scenario.Config `json:"config"`
 	Rows            []report.Row    `json:"rows"`
 	Children        []report.Child  `json:"children"`
@@ -46,30 +47,48 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		Started:    time.Now(),
 		Machine:    readMachine(),
 		EtcdClient: string(o.etcdClient),
+		Shape:      o.shape,
 		Config:     o.cfg,
 	}
 	fmt.Fprintf(stderr, "bench: %s; %d CPUs (%s); data under %s\n",
 		res.Command, res.Machine.NumCPU, res.Machine.CPUModel, o.dir)
 	failed := false
+	var order []string
 	for _, name := range o.scenarios {
 		sc, _ := scenario.ByName(name)
+		one := o.shape != shapeProcs
+		procs := o.shape != shapeOne && procsScenarios[name]
+		if one {
+			order = append(order, name)
+		}
+		if procs {
+			order = append(order, name+procsSuffix)
+		}
 		for _, side := range o.sides {
 			if sc.CoordOnly && side != "coord" {
 				continue
 			}
-			ch := runOne(ctx, exe, args, side, name, stderr)
-			if ch.Error != "" {
-				failed = true
-				fmt.Fprintf(stderr, "== %s %s FAILED: %s\n", side, name, ch.Error)
+			var chs []report.Child
+			if one {
+				chs = append(chs, runOne(ctx, exe, args, side, name, stderr))
 			}
-			res.Children = append(res.Children, ch)
+			if procs && ctx.Err() == nil {
+				chs = append(chs, runProcs(ctx, o, exe, side, name, stderr))
+			}
+			for _, ch := range chs {
+				if ch.Error != "" {
+					failed = true
+					fmt.Fprintf(stderr, "== %s %s FAILED: %s\n", side, ch.Scenario, ch.Error)
+				}
+			}
+			res.Children = append(res.Children, chs...)
 			if ctx.Err() != nil {
 				return 1
 			}
 		}
 	}
 	res.DurationSeconds = time.Since(res.Started).Seconds()
-	res.Rows = report.Rows(o.scenarios, res.Children)
+	res.Rows = report.Rows(order, res.Children)
 	fmt.Fprintln(stdout)
 	if err := report.WriteTable(stdout, res.Rows); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)

@@ -4,6 +4,7 @@
 package report
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -26,6 +27,17 @@ type Child struct {
 	// VmHWM is the peak RSS the child read from /proc/self/status just
 	// before it reported; it should match PeakRSS.
 	VmHWM int64 `json:"vmhwm_bytes"`
+	// Processes is set when the scenario ran one member per process
+	// (-shape procs): each member process's CPU time and peak RSS, by
+	// member. CPUSeconds and PeakRSS are then their sums.
+	Processes []Process `json:"processes,omitempty"`
+}
+
+// Process is what one member process of a multi-process run used, from
+// its rusage.
+type Process struct {
+	CPUSeconds float64 `json:"cpu_seconds"`
+	PeakRSS    int64   `json:"peak_rss_bytes"`
 }
 
 // Row is one figure with both sides.
@@ -66,6 +78,7 @@ func Rows(order []string, children []Child) []Row {
 			continue
 		}
 		var names []string
+		procs := 0 // member processes of a multi-process run
 		labels := map[string]scenario.Metric{}
 		vals := map[string]map[string]float64{"coord": {}, "etcd": {}}
 		for _, ch := range []*Child{coord, etcd} {
@@ -81,13 +94,34 @@ func Rows(order []string, children []Child) []Row {
 			}
 			vals[ch.Side][sc+".child_cpu"] = ch.CPUSeconds
 			vals[ch.Side][sc+".child_rss"] = mb(ch.PeakRSS)
+			for i, p := range ch.Processes {
+				vals[ch.Side][fmt.Sprintf("%s.proc%d_cpu", sc, i)] = p.CPUSeconds
+				vals[ch.Side][fmt.Sprintf("%s.proc%d_rss", sc, i)] = mb(p.PeakRSS)
+			}
+			if len(ch.Processes) > 0 {
+				procs = max(procs, len(ch.Processes))
+				continue
+			}
 			if coord != nil && etcd != nil {
 				peak[ch.Side] = max(peak[ch.Side], mb(ch.PeakRSS))
 			}
 		}
-		labels[sc+".child_cpu"] = scenario.Metric{Label: sc + " process: CPU time", Unit: "s"}
-		labels[sc+".child_rss"] = scenario.Metric{Label: sc + " process: peak RSS", Unit: "MB"}
-		names = append(names, sc+".child_cpu", sc+".child_rss")
+		if procs == 0 {
+			labels[sc+".child_cpu"] = scenario.Metric{Label: sc + " process: CPU time", Unit: "s"}
+			labels[sc+".child_rss"] = scenario.Metric{Label: sc + " process: peak RSS", Unit: "MB"}
+			names = append(names, sc+".child_cpu", sc+".child_rss")
+		}
+		for i := range procs {
+			cpu, rss := fmt.Sprintf("%s.proc%d_cpu", sc, i), fmt.Sprintf("%s.proc%d_rss", sc, i)
+			labels[cpu] = scenario.Metric{Label: fmt.Sprintf("%s member process %d: CPU time", sc, i), Unit: "s"}
+			labels[rss] = scenario.Metric{Label: fmt.Sprintf("%s member process %d: peak RSS", sc, i), Unit: "MB"}
+			names = append(names, cpu, rss)
+		}
+		if procs > 0 {
+			labels[sc+".child_cpu"] = scenario.Metric{Label: sc + " member processes: CPU time, sum", Unit: "s"}
+			labels[sc+".child_rss"] = scenario.Metric{Label: sc + " member processes: peak RSS, sum", Unit: "MB"}
+			names = append(names, sc+".child_cpu", sc+".child_rss")
+		}
 		for _, n := range names {
 			rows = append(rows, newRow(sc, n, labels[n], vals["coord"], vals["etcd"]))
 		}

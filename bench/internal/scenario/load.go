@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"github.com/coordcell/coord/bench/internal/hist"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,11 +14,11 @@ const opTimeout = 10 * time.Second
 
 // loadResult is the outcome of one closed-loop load point.
 type loadResult struct {
-	ops      int           // operations started in the measured window
-	done     int           // operations that succeeded, warm-up included
-	errs     int           // of which failed
-	elapsed  time.Duration // the measured window
-	lat      *histogram    // latencies of the successful ones
+	ops      int             // operations started in the measured window
+	done     int             // operations that succeeded, warm-up included
+	errs     int             // of which failed
+	elapsed  time.Duration   // the measured window
+	lat      *hist.Histogram // latencies of the successful ones
 	firstErr error
 }
 
@@ -28,8 +29,8 @@ func (r loadResult) rate() float64 { return float64(r.ops-r.errs) / r.elapsed.Se
 func (r loadResult) metrics(name, label, unit string) []Metric {
 	out := []Metric{
 		{Name: name + ".rate", Label: label + ": throughput", Unit: unit, Value: r.rate(), HigherIsBetter: true},
-		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(r.lat.quantile(50))},
-		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(r.lat.quantile(99))},
+		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(r.lat.Quantile(50))},
+		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(r.lat.Quantile(99))},
 	}
 	if r.errs > 0 {
 		out = append(out, Metric{Name: name + ".errors", Label: label + ": errors", Unit: "ops", Value: float64(r.errs)})
@@ -45,11 +46,11 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 	op func(ctx context.Context, worker, seq int) error) (loadResult, error) {
 	var measuring, stop atomic.Bool
 	var mu sync.Mutex
-	res := loadResult{elapsed: dur, lat: new(histogram)}
+	res := loadResult{elapsed: dur, lat: new(hist.Histogram)}
 	var wg sync.WaitGroup
 	for w := range clients {
 		wg.Go(func() {
-			lat := new(histogram)
+			lat := new(hist.Histogram)
 			ops, errs, done := 0, 0, 0
 			var firstErr error
 			for seq := 0; !stop.Load() && ctx.Err() == nil; seq++ {
@@ -72,13 +73,13 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 					}
 					continue
 				}
-				lat.add(time.Since(start))
+				lat.Add(time.Since(start))
 			}
 			mu.Lock()
 			res.ops += ops
 			res.done += done
 			res.errs += errs
-			res.lat.merge(lat)
+			res.lat.Merge(lat)
 			if res.firstErr == nil {
 				res.firstErr = firstErr
 			}

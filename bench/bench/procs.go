@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coordcell/coord/bench/internal/hist"
+	"github.com/coordcell/coord/bench/internal/member"
+	"github.com/coordcell/coord/bench/internal/report"
+	"github.com/coordcell/coord/bench/internal/scenario"
+)
+
+// The shapes of -shape.
+const (
+	shapeOne   = "one"   // three members in one process (the default)
+	shapeProcs = "procs" // one member per process
+	shapeBoth  = "both"
+)
+
+// procsSuffix names a scenario's multi-process run in the table and the
+// JSON file: "put@procs".
+const procsSuffix = "@procs"
+
+// opLoad is the member processes' operation that runs a
+// scenario.MemberLoad.
+const opLoad = "load"
+
+// procsScenarios are the scenarios the multi-process shape runs.
+var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true}
+
+// runProcs runs scenario name on side with one member per process: a
+// fresh cell of member processes (package member, as the soak), each
+// running its share of the workers against its own member in-process. Its
+// report has the merged figures under the one-process scenario's names,
+// and each process's CPU time and peak RSS from its rusage.
+func runProcs(ctx context.Context, o *options, exe, side, name string, stderr io.Writer) report.Child {
+	sc := name + procsSuffix
+	fmt.Fprintf(stderr, "== %s %s\n", side, sc)
+	ch := report.Child{Side: side, Scenario: sc}
+	start := time.Now()
+	dir, err := os.MkdirTemp(o.dir, "coord-bench-procs-"+side+"-")
+	if err != nil {
+		ch.Error = err.Error()
+		return ch
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, childLimit)
+	defer cancel()
+	startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
+	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr)
+	cancelStart()
+	if err != nil {
+		ch.Error = err.Error()
+		return ch
+	}
+	ch.Metrics, err = procsPoints(ctx, c, name, &o.cfg, func(format string, args ...any) {
+		fmt.Fprintf(stderr, "   [%s %s] "+format+"\n", append([]any{side, sc}, args...)...)
+	})
+	if err != nil {
+		ch.Error = err.Error()
+	}
+	usage, stopErr := c.Stop(30 * time.Second)
+	if stopErr != nil && ch.Error == "" {
+		ch.Error = "stopping the members: " + stopErr.Error()
+	}
+	ch.WallSeconds = time.Since(start).Seconds()
+	for _, u := range usage {
+		ch.Processes = append(ch.Processes, report.Process{CPUSeconds: u.CPU.Seconds(), PeakRSS: u.PeakRSS})
+		ch.CPUSeconds += u.CPU.Seconds()
+		ch.PeakRSS += u.PeakRSS
+	}
+	fmt.Fprintf(stderr, "== %s %s: %.1fs, CPU %.1fs, peak RSS %.0f MB (sums over %d member processes)\n",
+		side, sc, ch.WallSeconds, ch.CPUSeconds, float64(ch.PeakRSS)/(1<<20), len(usage))
+	return ch
+}
+
+// procsPoints runs the load points of scenario name, each spread over
+// the member processes, and returns the figures.
+func procsPoints(ctx context.Context, c member.Cell, name string, cfg *scenario.Config,
+	logf func(string, ...any)) ([]scenario.Metric, error) {
+	point := func(kind string, workers int) scenario.MemberLoad {
+		return scenario.MemberLoad{Kind: kind, Workers: workers, Warmup: cfg.Warmup, Duration: cfg.Duration,
+			ValueSize: cfg.ValueSize, Keys: cfg.GetKeys}
+	}
+	var out []scenario.Metric
+	switch name {
+	case "put":
+		for _, n := range cfg.PutClients {
+			r, err := spread(ctx, c, point(scenario.LoadPut, n))
+			if err != nil {
+				return out, fmt.Errorf("put, %d clients: %w", n, err)
+			}
+			logf("put, %d clients: %.0f ops/s", n, r.rate())
+			out = append(out, r.metrics(fmt.Sprintf("put.c%d", n),
+				fmt.Sprintf("put %dB, %d clients, 3 procs", cfg.ValueSize, n), "ops/s")...)
+		}
+	case "get":
+		if err := preloadProcs(ctx, c, point(scenario.LoadPreload, 0)); err != nil {
+			return nil, err
+		}
+		for _, kind := range []string{"linearizable", "serializable"} {
+			r, err := spread(ctx, c, point("get-"+kind, cfg.GetClients))
+			if err != nil {
+				return out, fmt.Errorf("%s get: %w", kind, err)
+			}
+			logf("%s get, %d clients: %.0f ops/s", kind, cfg.GetClients, r.rate())
+			out = append(out, r.metrics("get."+kind,
+				fmt.Sprintf("get %s, %d clients, 3 procs", kind, cfg.GetClients), "ops/s")...)
+		}
+	case "lock":
+		for _, kind := range []string{"contended", "uncontended"} {
+			r, err := spread(ctx, c, point("lock-"+kind, cfg.LockHolders))
+			if err != nil {
+				return out, fmt.Errorf("%s lock: %w", kind, err)
+			}
+			logf("%s lock, %d holders: %.0f cycles/s", kind, cfg.LockHolders, r.rate())
+			out = append(out, r.metrics("lock."+kind,
+				fmt.Sprintf("lock+unlock %s, %d holders, 3 procs", kind, cfg.LockHolders), "cycles/s")...)
+		}
+	default:
+		return nil, fmt.Errorf("scenario %s has no multi-process shape", name)
+	}
+	return out, nil
+}
+
+// procsResult is a load point's results from every process, merged.
+type procsResult struct {
+	ops, errs int
+	elapsed   time.Duration
+	lat       hist.Histogram
+}
+
+func (r procsResult) rate() float64 { return float64(r.ops-r.errs) / r.elapsed.Seconds() }
+
+// metrics names the figures as the one-process scenarios do, so the
+// table lines both shapes up.
+func (r procsResult) metrics(name, label, unit string) []scenario.Metric {
+	out := []scenario.Metric{
+		{Name: name + ".rate", Label: label + ": throughput", Unit: unit, Value: r.rate(), HigherIsBetter: true},
+		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(r.lat.Quantile(50))},
+		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(r.lat.Quantile(99))},
+	}
+	if r.errs > 0 {
+		out = append(out, scenario.Metric{Name: name + ".errors", Label: label + ": errors", Unit: "ops", Value: float64(r.errs)})
+	}
+	return out
+}
+
+// spread runs l with its workers dealt over the processes (worker w on
+// process w%3, as the one-process scenarios deal them over members), all
+// at once, and merges their results. It fails when every measured
+// operation failed, as a one-process point does.
+func spread(ctx context.Context, c member.Cell, l scenario.MemberLoad) (procsResult, error) {
+	total := l.Workers
+	res := make([]scenario.MemberLoadResult, len(c))
+	errs := make([]error, len(c))
+	var wg sync.WaitGroup
+	for p, proc := range c {
+		pl := l
+		pl.Workers = (total - p + len(c) - 1) / len(c)
+		pl.FirstWorker = p * total // disjoint worker numbers, so keys and locks are too
+		wg.Go(func() { _, errs[p] = proc.Call(ctx, opLoad, pl, &res[p]) })
+	}
+	wg.Wait()
+	var out procsResult
+	var first string
+	for p, r := range res {
+		out.ops += r.Ops
+		out.errs += r.Errors
+		out.lat.Merge(&r.Latency)
+		out.elapsed = max(out.elapsed, time.Duration(r.ElapsedSeconds*float64(time.Second)))
+		if first == "" && r.FirstError != "" {
+			first = fmt.Sprintf("member %d: %s", p, r.FirstError)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, err
+	}
+	if out.ops > 0 && out.errs == out.ops {
+		return out, fmt.Errorf("every operation failed, the first with: %s", first)
+	}
+	return out, nil
+}
+
+// preloadProcs writes the get keys, each process a third of them.
+func preloadProcs(ctx context.Context, c member.Cell, l scenario.MemberLoad) error {
+	errs := make([]error, len(c))
+	var wg sync.WaitGroup
+	for p, proc := range c {
+		pl := l
+		pl.Workers, pl.FirstWorker = len(c), p
+		wg.Go(func() { _, errs[p] = proc.Call(ctx, opLoad, pl, nil) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

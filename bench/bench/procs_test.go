@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRunProcs runs -shape procs end to end on a tiny put scenario: on
+// each side three member processes, the table with each process's CPU
+// and peak RSS and their sums, the JSON file.
+func TestRunProcs(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-shape", "procs", "-scenario", "put", "-duration", "200ms", "-warmup", "50ms", "-clients", "1,4",
+		"-dir", dir, "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Children) != 2 || res.Shape != shapeProcs {
+		t.Fatalf("%d children, shape %q", len(res.Children), res.Shape)
+	}
+	for _, ch := range res.Children {
+		if ch.Error != "" || ch.Scenario != "put@procs" || len(ch.Processes) != 3 || len(ch.Metrics) == 0 {
+			t.Fatalf("child %s %s: %+v", ch.Side, ch.Scenario, ch)
+		}
+		var sum float64
+		for i, p := range ch.Processes {
+			if p.CPUSeconds <= 0 || p.PeakRSS <= 0 {
+				t.Errorf("%s process %d: %+v", ch.Side, i, p)
+			}
+			sum += p.CPUSeconds
+		}
+		if ch.CPUSeconds != sum {
+			t.Errorf("%s: CPU %v, processes sum to %v", ch.Side, ch.CPUSeconds, sum)
+		}
+	}
+	var names []string
+	for _, r := range res.Rows {
+		names = append(names, r.Name)
+		if r.Name == "put.c4.rate" && (r.Coord == nil || r.Etcd == nil || *r.Coord <= 0) {
+			t.Errorf("row %s: %+v", r.Name, r)
+		}
+	}
+	for _, n := range []string{"put.c1.rate", "put.c4.p99", "put@procs.proc0_cpu", "put@procs.proc2_rss", "put@procs.child_cpu"} {
+		if !slices.Contains(names, n) {
+			t.Errorf("no row %s in %v", n, names)
+		}
+	}
+	if !strings.Contains(stdout.String(), "member processes: CPU time, sum") {
+		t.Errorf("no sums in the table:\n%s", stdout.String())
+	}
+}
