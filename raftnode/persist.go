@@ -61,10 +61,9 @@ type persister struct {
 	// last is the highest log index known durable, for compaction,
 	// which must never discard an entry the log does not hold yet.
 	last atomic.Uint64
-	// unsynced counts the appends queued whose reports have not come
-	// back on done: while there are any, new proposals wait (holdProposals).
-	// Only appends with a self-addressed response count, as only those
-	// come back. Only the raft loop touches it, queued and early.
+	// unsynced counts the appends of entries queued whose reports have
+	// not come back on done: while there are any, new proposals wait
+	// (holdProposals, holdsProposals). Only the raft loop touches it, queued and early.
 	unsynced int
 	// queued is the end of the log as handed to the persist goroutine:
 	// the last index of the latest append queued (a shorter one truncates
@@ -102,7 +101,7 @@ func (n *Node) queueAppend(m *pb.Message) bool {
 	if ents := m.GetEntries(); len(ents) > 0 {
 		n.persist.queued = ents[len(ents)-1].GetIndex()
 	}
-	if n.hasLocalResponse(m) {
+	if n.holdsProposals(m) {
 		n.persist.unsynced++
 	}
 	// The disk may be far behind, or the member paused.
@@ -203,7 +202,7 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 			close(it.barrier)
 			continue
 		}
-		if n.hasLocalResponse(it.m) {
+		if n.holdsProposals(it.m) {
 			appends++
 		}
 		for _, r := range it.m.GetResponses() {
@@ -221,9 +220,16 @@ func (n *Node) persistBatch(batch []persistItem) bool {
 	return handTo(n, n.persist.done, persisted{msgs: local, appends: appends})
 }
 
-// hasLocalResponse reports whether the append m carries a response to
-// this member, so that its completion comes back on persister.done.
-func (n *Node) hasLocalResponse(m *pb.Message) bool {
+// holdsProposals reports whether the append m counts in
+// persister.unsynced: it writes entries (a write of the hard state alone,
+// such as a new commit index, batches nothing on the network, and
+// holding proposals for its sync would cost a single caller one more
+// sync per write) and carries a response to this member, so that its
+// completion comes back on persister.done.
+func (n *Node) holdsProposals(m *pb.Message) bool {
+	if len(m.GetEntries()) == 0 {
+		return false
+	}
 	for _, r := range m.GetResponses() {
 		if r.GetTo() == n.id {
 			return true
