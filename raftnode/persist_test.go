@@ -101,6 +101,9 @@ func TestMergedAppendsLeaveTheSameLog(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, last, "round %d", round)
 		}
+		if len(model) == 0 {
+			continue // hard states only so far: no entries to compare
+		}
 		a, err := oneByOne.RaftLog().Entries(2, want+1, math.MaxUint64)
 		require.NoError(t, err)
 		b, err := merged.RaftLog().Entries(2, want+1, math.MaxUint64)
