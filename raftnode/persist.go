@@ -29,13 +29,14 @@ import (
 
 // asyncPersist turns persisting off the stepping path on; off (the
 // default), the raft loop writes and syncs each Ready's log itself
-// (handleReadySync). Off is faster today: on two cores the async path
-// sent about eight times the Raft messages per put (without the sync to
-// wait on, the loop ships a small append to each follower every few
-// proposals, losing network batching) and wrote the WAL once per queued
-// append; put throughput at 64 callers was 0.54x of sync's and a single
-// caller's p99 several times worse (bench/RESULTS.md). It is fixed for
-// the life of the program (set once at package init, read only after).
+// (handleReadySync). Async once sent eight times the messages per put,
+// wrote the WAL once per queued append and stalled a write for a
+// heartbeat round when a follower's ack beat the leader's own write;
+// all three are fixed (holdProposals, mergeAppends, holdEarlyAck), and
+// async now wins at 64 callers, but on two busy cores it still loses to
+// sync for a single caller and is even at 16 (bench/RESULTS.md), so sync
+// stays the default. It is fixed for the life of the program (set once
+// at package init, read only after).
 var asyncPersist = persistMode == "async"
 
 // persistMode is empty in every normal build. Linking with
