@@ -164,9 +164,6 @@ func (n *Node) stepPersisted(done persisted) bool {
 			return false
 		}
 	}
-	// The log now holds what these reports cover: acknowledgements that
-	// arrived ahead of it can be checked and stepped.
-	n.releaseEarlyAcks()
 	return true
 }
 
@@ -497,9 +494,6 @@ func (n *Node) handleEnvelope(env transport.Envelope) {
 	}
 	switch {
 	case d.raft != nil:
-		if n.holdEarlyAck(env.From, d.raft) {
-			return
-		}
 		n.stepFromWire(env.From, d.raft)
 	case d.chunk != nil:
 		if err := n.checkChunk(env.From, d.chunk); err != nil {

@@ -32,7 +32,8 @@ import (
 // (handleReadySync). Async once sent eight times the messages per put,
 // wrote the WAL once per queued append and stalled a write for a
 // heartbeat round when a follower's ack beat the leader's own write;
-// all three are fixed (holdProposals, mergeAppends, holdEarlyAck), and
+// all three are fixed (holdProposals, mergeAppends, and acks admitted up
+// to persister.queued), and
 // async now wins at 64 callers, but on two busy cores it still loses to
 // sync for a single caller and is even at 16 (bench/RESULTS.md), so sync
 // stays the default. It is fixed for the life of the program (set once
@@ -64,18 +65,19 @@ type persister struct {
 	last atomic.Uint64
 	// unsynced counts the appends of entries queued whose reports have
 	// not come back on done: while there are any, new proposals wait
-	// (holdProposals, holdsProposals). Only the raft loop touches it, queued and early.
+	// (holdProposals, holdsProposals). Only the raft loop touches it and
+	// queued.
 	unsynced int
 	// queued is the end of the log as handed to the persist goroutine:
 	// the last index of the latest append queued (a shorter one truncates
-	// the tail).
+	// the tail). A leader sends its appends before its own write lands
+	// (Raft thesis 10.2.1), so a quick follower may acknowledge up to
+	// here while the store's log still ends earlier; the wire checks
+	// (validate.go) admit acknowledgements up to it.
 	queued uint64
 	// ents is the persist goroutine's scratch for a batch's merged
 	// entries.
 	ents []*pb.Entry
-	// early holds followers' acknowledgements that arrived before this
-	// member's own write of the entries they cover (holdEarlyAck).
-	early []earlyAck
 }
 
 // persisted is one batch's self-addressed responses, and how many of
@@ -386,82 +388,4 @@ func hardStateOf(m *pb.Message) *pb.HardState {
 		return nil
 	}
 	return &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
-}
-
-// Early acknowledgements. With persisting off the stepping path, a
-// leader sends its appends before the persist goroutine has written them
-// to its own log (Raft thesis 10.2.1), so a quick follower's MsgAppResp
-// can arrive for an index this member's log does not hold yet. The wire
-// checks (validate.go) bound an acknowledgement by the local log's end,
-// since a follower can only acknowledge what we sent; such an ack would
-// be refused, and with every follower's refused the entry would wait for
-// the next heartbeat round to be acknowledged again: a stall of a
-// heartbeat interval per write. So an acknowledgement beyond the log's
-// end but within what the raft loop has handed to the persist goroutine
-// waits here until that write lands, and is then checked and stepped as
-// if it had just arrived.
-
-// maxEarlyAcks bounds the acknowledgements held. Acks are cumulative, so
-// past the bound a peer's newer ack replaces its older one; one dropped
-// costs only the stall this avoids.
-const maxEarlyAcks = 64
-
-// earlyAck is an acknowledgement held until the local log covers it.
-type earlyAck struct {
-	from string
-	m    *pb.Message
-}
-
-// holdEarlyAck holds m, from member from, if it acknowledges entries
-// that are queued for the local log but not written yet, and reports
-// whether it did. It runs on the raft loop, after the envelope's header
-// was admitted; m's own checks run when it is released.
-func (n *Node) holdEarlyAck(from string, m *pb.Message) bool {
-	if !asyncPersist || m.GetType() != pb.MsgAppResp {
-		return false
-	}
-	idx := m.GetIndex()
-	if idx > n.persist.queued {
-		return false // beyond anything we sent: the checks refuse it
-	}
-	if last, _ := n.store.RaftLog().LastIndex(); idx <= last {
-		return false
-	}
-	for i, e := range n.persist.early {
-		if e.from == from && e.m.GetTerm() == m.GetTerm() && e.m.GetReject() == m.GetReject() {
-			if !m.GetReject() && idx >= e.m.GetIndex() {
-				n.persist.early[i].m = m // cumulative: the newer covers the older
-				return true
-			}
-		}
-	}
-	if len(n.persist.early) >= maxEarlyAcks {
-		return false
-	}
-	n.persist.early = append(n.persist.early, earlyAck{from: from, m: m})
-	return true
-}
-
-// releaseEarlyAcks steps, in arrival order, the held acknowledgements the
-// local log now covers. Any the log no longer can (the queued tail was
-// replaced) go to the checks too, which refuse them.
-func (n *Node) releaseEarlyAcks() {
-	if len(n.persist.early) == 0 {
-		return
-	}
-	last, _ := n.store.RaftLog().LastIndex()
-	keep := n.persist.early[:0]
-	var ready []earlyAck
-	for _, e := range n.persist.early {
-		if idx := e.m.GetIndex(); idx > last && idx <= n.persist.queued {
-			keep = append(keep, e)
-			continue
-		}
-		ready = append(ready, e)
-	}
-	clear(n.persist.early[len(keep):])
-	n.persist.early = keep
-	for _, e := range ready {
-		n.stepFromWire(e.from, e.m)
-	}
 }

@@ -156,9 +156,10 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 			return errDropEntries
 		}
 	case pb.MsgAppResp:
-		// Followers acknowledge only what we sent, and we send only what
-		// we persisted first (the Ready that sent it also appended it).
+		// Followers acknowledge only what we sent: what our log holds, or
+		// (persisting asynchronously) what is queued for it.
 		last, _ := n.store.RaftLog().LastIndex()
+		last = max(last, n.persist.queued)
 		if m.GetIndex() > last || (m.GetReject() && m.GetRejectHint() > m.GetIndex()) {
 			return errDropIndex
 		}
