@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Apply applies committed entries in order in one Pebble batch (not
-// synced: the log sync that follows covers it; the entries are in the
-// durable log anyway). cs, when non-nil, is the conf state after these
+// Apply applies committed entries in order in one Pebble batch, which
+// the image writer commits after Apply returns (image.go): the state
+// Apply publishes is in memory at once, and in Pebble shortly after. cs, when non-nil, is the conf state after these
 // entries (raftnode has applied their conf changes). An entry whose
 // command carries an unknown format version stops the apply with
 // command.ErrVersion; a malformed one yields StatusInvalid.
@@ -30,11 +30,18 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 	defer sm.life.RUnlock()
 	sm.applyMu.Lock()
 	defer sm.applyMu.Unlock()
+	if err := sm.img.failed(); err != nil {
+		return ApplyOutput{}, err
+	}
 
 	var out ApplyOutput
 	a := &sm.ap
 	b := sm.db.NewBatch()
-	defer b.Close()
+	defer func() {
+		if b != nil {
+			b.Close()
+		}
+	}()
 	a.begin(sm, b, &out)
 	defer a.end()
 
@@ -96,9 +103,10 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 	if err := b.Set(metaAppliedKey, a.vbuf, nil); err != nil {
 		return ApplyOutput{}, fmt.Errorf("storage: apply: %w", err)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return ApplyOutput{}, fmt.Errorf("storage: apply: commit: %w", err)
+	if err := sm.img.push(b); err != nil {
+		return ApplyOutput{}, err
 	}
+	b = nil // the writer's now
 	sm.publish(a.m, newCS, a.mem)
 	return out, nil
 }

@@ -47,6 +47,9 @@ func (s *Store) Seed(cs *pb.ConfState, members []MemberInfo, kvs []command.KV, r
 	defer sm.life.RUnlock()
 	sm.applyMu.Lock()
 	defer sm.applyMu.Unlock()
+	if err := sm.drainImage(); err != nil {
+		return err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	var kbuf, vbuf []byte

@@ -100,6 +100,9 @@ func (sm *StateMachine) Members() ([]MemberInfo, error) {
 		return nil, err
 	}
 	defer sm.life.RUnlock()
+	if err := sm.drainImage(); err != nil {
+		return nil, err
+	}
 	lo := []byte{prefixStateMeta, 'm'}
 	it, err := sm.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
@@ -132,6 +135,9 @@ func (sm *StateMachine) WasRemoved(id uint64) (bool, error) {
 		return false, err
 	}
 	defer sm.life.RUnlock()
+	if err := sm.drainImage(); err != nil {
+		return false, err
+	}
 	_, closer, err := sm.db.Get(removedKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil

@@ -43,11 +43,11 @@ func TestSessionOwnerIsStored(t *testing.T) {
 	ts.reopen()
 	check()
 
-	v, closer, err := ts.db.Get(appendSessionKey(nil, plain))
+	v, closer, err := ts.image().Get(appendSessionKey(nil, plain))
 	require.NoError(t, err)
 	require.Equal(t, sessionFormat1, v[0], "a member's session keeps format 1")
 	closer.Close()
-	v, closer, err = ts.db.Get(appendSessionKey(nil, owned))
+	v, closer, err = ts.image().Get(appendSessionKey(nil, owned))
 	require.NoError(t, err)
 	require.Equal(t, sessionFormat2, v[0])
 	closer.Close()

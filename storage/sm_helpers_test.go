@@ -139,10 +139,18 @@ func (ts *testSM) get(key string) (command.KV, bool) {
 	return kv, ok
 }
 
+// image returns the database once it holds the applied state: Apply
+// leaves its batches to the image writer.
+func (ts *testSM) image() *pebble.DB {
+	ts.t.Helper()
+	require.NoError(ts.t, ts.drainImage())
+	return ts.db
+}
+
 // dump returns every pair of the state range, rendered for comparison.
 func (ts *testSM) dump() []string {
 	ts.t.Helper()
-	return dumpRange(ts.t, ts.db, prefixStateFirst, prefixStateEnd)
+	return dumpRange(ts.t, ts.image(), prefixStateFirst, prefixStateEnd)
 }
 
 func dumpRange(t testing.TB, db *pebble.DB, lo, hi byte) []string {

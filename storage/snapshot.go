@@ -55,6 +55,9 @@ func (sm *StateMachine) snapshot() (*pb.Snapshot, error) {
 		return nil, err
 	}
 	defer sm.life.RUnlock()
+	if err := sm.drainImage(); err != nil {
+		return nil, err
+	}
 	s := sm.db.NewSnapshot()
 	m, cs, err := readMeta(s)
 	if err != nil {
@@ -335,6 +338,10 @@ func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error 
 		return err
 	}
 	defer sm.life.RUnlock()
+	// A batch still queued would land on top of the installed state.
+	if err := sm.drainImage(); err != nil {
+		return err
+	}
 	meta := snap.GetMetadata()
 	index, term := meta.GetIndex(), meta.GetTerm()
 	rev, err := decodeSnapData(snap.GetData())

@@ -64,7 +64,7 @@ func transferSM(t *testing.T, from, to *StateMachine, snap *pb.Snapshot) int {
 // install installs the staged snapshot as Store.InstallSnapshot does.
 func install(t *testing.T, ts *testSM, snap *pb.Snapshot) {
 	t.Helper()
-	b := ts.db.NewBatch()
+	b := ts.image().NewBatch()
 	defer b.Close()
 	require.NoError(t, ts.installStaged(b, snap))
 	require.NoError(t, b.Commit(pebble.Sync))
@@ -105,7 +105,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	install(t, b, snap)
 
 	require.Equal(t, atSnap, b.dump())
-	require.Empty(t, dumpRange(t, b.db, prefixStaging, prefixStaging+1))
+	require.Empty(t, dumpRange(t, b.image(), prefixStaging, prefixStaging+1))
 	require.Equal(t, snap.GetMetadata().GetIndex(), b.AppliedIndex())
 	require.Equal(t, rev, b.Revision())
 	require.Equal(t, oldest, b.OldestRevision())
@@ -180,7 +180,7 @@ func TestSnapshotChunksRejected(t *testing.T) {
 		require.False(t, ts.StagedComplete(5, 1), name)
 	}
 	require.ErrorIs(t, ts.StageChunk(5, 1, 0, []byte{9}, true), ErrFormat, "an unknown format says so")
-	require.Empty(t, dumpRange(t, ts.db, prefixStaging, prefixStaging+1))
+	require.Empty(t, dumpRange(t, ts.image(), prefixStaging, prefixStaging+1))
 
 	// Out of order, or of another snapshot.
 	require.ErrorIs(t, ts.StageChunk(5, 1, 1, good, false), ErrSnapshotChunk, "nothing staged yet")
@@ -200,7 +200,7 @@ func TestSnapshotChunksRejected(t *testing.T) {
 		Data:     []byte{snapDataFormat1, 0},
 		Metadata: &pb.SnapshotMetadata{Index: new(uint64(6)), Term: new(uint64(1))},
 	}
-	b := ts.db.NewBatch()
+	b := ts.image().NewBatch()
 	defer b.Close()
 	require.ErrorIs(t, ts.installStaged(b, snap), ErrSnapshotIncomplete)
 	snap.Metadata.Index = new(uint64(5))
@@ -235,7 +235,7 @@ func TestSnapshotStagedStateMustMatchMetadata(t *testing.T) {
 
 	// Metadata claiming another revision than the staged state's.
 	bad := &pb.Snapshot{Data: []byte{snapDataFormat1, 100}, Metadata: snap.GetMetadata()}
-	batch := b.db.NewBatch()
+	batch := b.image().NewBatch()
 	defer batch.Close()
 	require.ErrorIs(t, b.installStaged(batch, bad), ErrCorrupt)
 	require.Empty(t, b.dump())

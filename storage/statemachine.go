@@ -27,6 +27,9 @@ import (
 type StateMachine struct {
 	db   *pebble.DB
 	opts *Options
+	// img commits Apply's batches to Pebble behind the applied index
+	// (image.go).
+	img *imageWriter
 
 	// life keeps the database open under every operation: each holds it for
 	// reading, close takes it for writing, so nothing touches a closed
@@ -80,6 +83,7 @@ func newStateMachine(db *pebble.DB, opts *Options) (*StateMachine, error) {
 	if err := sm.load(); err != nil {
 		return nil, err
 	}
+	sm.img = newImageWriter(opts.imageFault, opts.beforeImageCommit)
 	return sm, nil
 }
 
@@ -226,6 +230,10 @@ func (sm *StateMachine) enter() error {
 	return nil
 }
 
+// drainImage waits until Pebble holds the state as of the applied index
+// (see image.go). The caller holds life for reading.
+func (sm *StateMachine) drainImage() error { return sm.img.drain() }
+
 // Get returns the key, or found=false. The caller owns the value.
 func (sm *StateMachine) Get(key string) (kv command.KV, found bool, err error) {
 	if err := sm.enter(); err != nil {
@@ -288,6 +296,10 @@ func (sm *StateMachine) History(fromRev int64, limit int) ([]Revision, error) {
 		return nil, err
 	}
 	defer sm.life.RUnlock()
+	// The history goes as far as the revisions Apply reported.
+	if err := sm.drainImage(); err != nil {
+		return nil, err
+	}
 	it, err := sm.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{prefixStateMeta},
 		UpperBound: []byte{prefixHistory + 1},
@@ -403,6 +415,9 @@ func (sm *StateMachine) bootstrapInto(b *pebble.Batch, cs *pb.ConfState, members
 	defer sm.life.RUnlock()
 	sm.applyMu.Lock()
 	defer sm.applyMu.Unlock()
+	if err := sm.drainImage(); err != nil {
+		return smMeta{}, err
+	}
 	if sm.cur.index != 0 {
 		return smMeta{}, fmt.Errorf("storage: bootstrap of a state machine that applied up to index %d", sm.cur.index)
 	}
@@ -439,6 +454,9 @@ func (sm *StateMachine) close() {
 		return
 	}
 	sm.closed = true
+	// What Apply queued goes to Pebble before it closes; an error is the
+	// store's fault, reported already.
+	_ = sm.img.close()
 	sm.snapMu.Lock()
 	defer sm.snapMu.Unlock()
 	for r := range sm.readers {

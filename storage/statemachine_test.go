@@ -64,7 +64,7 @@ func TestSessionEphemeralKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, sessions)
 	// No index entries survive their session.
-	require.Empty(t, dumpRange(t, ts.db, prefixSessionKey, prefixSessionKey+1))
+	require.Empty(t, dumpRange(t, ts.image(), prefixSessionKey, prefixSessionKey+1))
 }
 
 func TestSessionEndIsIdempotent(t *testing.T) {
@@ -193,7 +193,7 @@ func TestHistoryRetention(t *testing.T) {
 	}
 	// The records below the window stay on disk until a whole chunk of
 	// them can go (TestHistoryPruneChunks).
-	require.Len(t, dumpRange(t, ts.db, prefixHistory, prefixHistory+1), 12)
+	require.Len(t, dumpRange(t, ts.image(), prefixHistory, prefixHistory+1), 12)
 
 	// Retention is per revision, however the entries were batched.
 	var cmds []*command.Command
@@ -332,21 +332,21 @@ func TestStateMachineUnknownRecordFormat(t *testing.T) {
 	ts.put("a", "1")
 	// Keys are read from disk once, when the state machine opens (then
 	// served from memory), so that is where a bad record is refused.
-	require.NoError(t, ts.db.Set(appendKVKey(nil, "bad"), []byte{99, 1, 2}, pebble.Sync))
-	_, err := newStateMachine(ts.db, &ts.opts)
+	require.NoError(t, ts.image().Set(appendKVKey(nil, "bad"), []byte{99, 1, 2}, pebble.Sync))
+	_, err := newStateMachine(ts.image(), &ts.opts)
 	require.ErrorIs(t, err, ErrFormat)
-	require.NoError(t, ts.db.Delete(appendKVKey(nil, "bad"), pebble.Sync))
-	require.NoError(t, ts.db.Set(appendKVKey(nil, "short"), []byte{kvFormat1, 0x80}, pebble.Sync))
-	_, err = newStateMachine(ts.db, &ts.opts)
+	require.NoError(t, ts.image().Delete(appendKVKey(nil, "bad"), pebble.Sync))
+	require.NoError(t, ts.image().Set(appendKVKey(nil, "short"), []byte{kvFormat1, 0x80}, pebble.Sync))
+	_, err = newStateMachine(ts.image(), &ts.opts)
 	require.ErrorIs(t, err, ErrCorrupt)
 
-	require.NoError(t, ts.db.Set(appendHistoryKey(nil, 1), []byte{42}, pebble.Sync))
+	require.NoError(t, ts.image().Set(appendHistoryKey(nil, 1), []byte{42}, pebble.Sync))
 	_, err = ts.History(0, 0)
 	require.ErrorIs(t, err, ErrFormat)
 
-	require.NoError(t, ts.db.Set(metaAppliedKey, []byte{7, 0}, pebble.Sync))
+	require.NoError(t, ts.image().Set(metaAppliedKey, []byte{7, 0}, pebble.Sync))
 	ts.StateMachine.close()
-	_, err = newStateMachine(ts.db, &ts.opts)
+	_, err = newStateMachine(ts.image(), &ts.opts)
 	require.ErrorIs(t, err, ErrFormat)
 }
 

@@ -149,6 +149,11 @@ type Options struct {
 	// wrapFS, if set, wraps the file system under the store (tests inject
 	// disk errors with it).
 	wrapFS func(vfs.FS) vfs.FS
+	// imageFault records a failed commit of the state machine's image
+	// as the store's fault (set by Open); beforeImageCommit, if set, runs
+	// before each such commit (tests hold the image writer with it).
+	imageFault        func(error) error
+	beforeImageCommit func()
 	// tunePebble, if set, adjusts Pebble's options before Open (tests
 	// stop automatic compactions with it, so the tables they corrupt are
 	// the ones a manual compaction must read).
@@ -274,6 +279,7 @@ func Open(opts Options) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("storage: open raft log: %w", err)
 	}
+	opts.imageFault = f.fail
 	st.sm, err = newStateMachine(db, &opts)
 	if err != nil {
 		return nil, err
@@ -449,12 +455,16 @@ func (s *Store) Append(hs *pb.HardState, ents []*pb.Entry, sync bool) (err error
 	return s.marks.advance(term, vote, last, false)
 }
 
-// Sync makes every write so far durable.
+// Sync makes every write so far durable, the state machine's image as of
+// the applied index included: the Raft log may then drop what it applied.
 func (s *Store) Sync() (err error) {
 	if err := s.faults.get(); err != nil {
 		return err
 	}
 	defer recoverFault(&err)
+	if err := s.sm.syncImage(); err != nil {
+		return err
+	}
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("storage: sync: %w", err)
 	}
@@ -479,6 +489,9 @@ func (s *Store) Close() error {
 func (s *Store) closeMarks() (err error) {
 	defer recoverFault(&err)
 	term, vote, last := s.raftState()
+	if err := s.sm.syncImage(); err != nil {
+		return err
+	}
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("storage: close: %w", err)
 	}

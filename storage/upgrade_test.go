@@ -186,6 +186,7 @@ func TestStateMachineAheadOfLog(t *testing.T) {
 	require.NoError(t, s.Append(nil, ents[4:], false)) // 6..10 not
 	_, err = s.StateMachine().Apply(ents[:8], nil)     // through 9
 	require.NoError(t, err)
+	require.NoError(t, s.sm.syncImage()) // the image as of the applied index
 	require.NoError(t, s.db.LogData(nil, pebble.Sync))
 	crashed := disk.Crash(nil)
 	require.NoError(t, s.Close())
@@ -221,6 +222,7 @@ func TestStateMachineAheadOfCommit(t *testing.T) {
 	require.NoError(t, s.Append(hs, ents, true))
 	_, err = s.StateMachine().Apply(ents[:3], nil) // through 4
 	require.NoError(t, err)
+	require.NoError(t, s.sm.syncImage()) // the image as of the applied index
 	require.NoError(t, s.db.LogData(nil, pebble.Sync))
 	crashed := disk.Crash(nil)
 	require.NoError(t, s.Close())
