@@ -213,6 +213,12 @@ func Open(opts Options) (s *Store, err error) {
 		// only reads for watch history and snapshots: a small block cache does, and
 		// several members often share one process.
 		CacheSize: 8 << 20,
+		// The Raft log is in storage/wal and the image is written behind
+		// the applied index, so a flush never holds up a commit: a smaller
+		// memtable than Pebble's 4 MiB costs nothing on the write path and
+		// saves ~4 MiB of resident memory per member (measured: 117 -> 106
+		// MB peak RSS in bench's client-put, three members per process).
+		MemTableSize: 2 << 20,
 	}
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
