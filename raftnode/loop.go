@@ -184,6 +184,9 @@ func (n *Node) holdProposals(ls *loopState) bool {
 // flushProposals hands every pending proposal to Raft in one MsgProp, so
 // that a burst of callers costs one append (and one fsync) on the leader.
 func (n *Node) flushProposals(ls *loopState) {
+	// Callers that gave up while their proposal waited here were told it
+	// did not happen (ErrNoQuorum): theirs are dropped, not proposed.
+	ls.pending = n.waiters.markHanded(ls.pending)
 	if len(ls.pending) == 0 {
 		return
 	}
@@ -196,9 +199,6 @@ func (n *Node) flushProposals(ls *loopState) {
 	for i, p := range ls.pending {
 		slab[i].Data = p.data
 		ents[i] = &slab[i]
-		// Marked before Raft sees it: a caller that gives up from now on
-		// must report the outcome as unknown, never as "did not happen".
-		p.handed.Store(true)
 	}
 	err := n.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(n.id), Entries: ents})
 	if errors.Is(err, raft.ErrProposalDropped) {

@@ -184,14 +184,41 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 
 // abandon stops waiting for p, unless its result raced in.
 func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
-	if n.waiters.take(p.id) == nil {
+	// handed is read under the waiters' lock, the one markHanded marks it
+	// under: once the waiter is gone, markHanded will not hand p over.
+	n.waiters.mu.Lock()
+	_, waiting := n.waiters.m[p.id]
+	delete(n.waiters.m, p.id)
+	handed := p.handed.Load()
+	n.waiters.mu.Unlock()
+	if !waiting {
 		r := <-p.resc
 		return r.res, r.err
 	}
-	if p.handed.Load() {
+	if handed {
 		return command.Result{}, fmt.Errorf("%w: %w", errs.Ambiguous, cause)
 	}
 	return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, cause)
+}
+
+// markHanded marks the proposals of ps whose callers still wait as handed
+// to Raft and returns them, reusing ps's storage; the others' callers
+// gave up and were told their command did not happen, so it must not.
+// Marking under the lock abandon takes makes the two exclusive: a caller
+// either removed its waiter first (and its proposal is dropped here) or
+// finds it marked (and reports ErrAmbiguous).
+func (w *waiters) markHanded(ps []*proposal) []*proposal {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	keep := ps[:0]
+	for _, p := range ps {
+		if _, ok := w.m[p.id]; ok {
+			p.handed.Store(true)
+			keep = append(keep, p)
+		}
+	}
+	clear(ps[len(keep):])
+	return keep
 }
 
 // stillWaiting returns the proposals of ps whose callers still wait,
