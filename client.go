@@ -89,6 +89,9 @@ type Client struct {
 	conn    *clientwire.ClientConn // nil while (re)connecting
 	welcome clientwire.Welcome
 	ready   chan struct{} // closed when conn is set; replaced when it is lost
+	// cleared is closed when conn, having ended, is taken away: until
+	// then current must not hand out the dead connection.
+	cleared chan struct{}
 	next    int           // index in order of the member to try next
 	order   []string      // cfg.Members, shuffled
 	learned []string      // addresses its members gave (client_members.go)
@@ -262,6 +265,7 @@ func tlsRefused(err error) bool {
 func (c *Client) setConn(conn *clientwire.ClientConn) {
 	c.mu.Lock()
 	c.conn, c.welcome = conn, conn.Welcome()
+	c.cleared = make(chan struct{})
 	close(c.ready)
 	c.mu.Unlock()
 	c.log.Debug("connected", "member", c.welcome.Member)
@@ -279,6 +283,7 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 		c.mu.Lock()
 		c.conn = nil
 		c.ready = make(chan struct{})
+		close(c.cleared)
 		c.mu.Unlock()
 		c.log.Info("lost its member; connecting to another", "member", conn.Welcome().Member, "err", conn.Err())
 		for {
@@ -342,13 +347,20 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 func (c *Client) current(ctx context.Context) (*clientwire.ClientConn, error) {
 	for {
 		c.mu.Lock()
-		conn, ready, closed := c.conn, c.ready, c.closed
+		conn, ready, cleared, closed := c.conn, c.ready, c.cleared, c.closed
 		c.mu.Unlock()
 		if closed {
 			return nil, ErrClosed
 		}
 		if conn != nil {
-			return conn, nil
+			select {
+			case <-conn.Done():
+				// Ended, and about to be replaced: wait for that rather
+				// than send on it.
+				ready = cleared
+			default:
+				return conn, nil
+			}
 		}
 		select {
 		case <-ready:
@@ -502,13 +514,25 @@ func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Res
 	if err != nil {
 		return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	conn, err := c.current(ctx)
-	if err != nil {
-		return command.Result{}, err // never sent
-	}
-	res, err := conn.Propose(ctx, data)
-	if err != nil {
-		return command.Result{}, proposeErr(conn, err)
+	var res *clientwire.ProposeResult
+	for {
+		conn, err := c.current(ctx)
+		if err != nil {
+			return command.Result{}, err // never sent
+		}
+		res, err = conn.Propose(ctx, data)
+		if err == nil {
+			break
+		}
+		if !memberClosing(err) {
+			return command.Result{}, proposeErr(conn, err)
+		}
+		// The member is closing and did not hand the command to the
+		// cell (it would have answered ErrAmbiguous): it certainly did
+		// not happen, so the next member may take it.
+		if err := waitConnEnd(ctx, conn); err != nil {
+			return command.Result{}, fmt.Errorf("%w: member %s is closing: %w", ErrNoQuorum, conn.Welcome().Member, err)
+		}
 	}
 	if err := resultErr(res.Result); err != nil {
 		return res.Result, err
@@ -559,14 +583,17 @@ func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.Read
 		}
 		var we *clientwire.Error
 		switch {
-		case errors.As(err, &we):
+		case errors.As(err, &we) && !memberClosing(err):
 			return nil, errFromCode(we.Code, we.Message)
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
 		case attempt > 0:
 			return nil, fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
 		}
-		<-conn.Done() // ended: the next current() waits for the next member
+		// Ended or closing: the next current() waits for the next member.
+		if err := waitConnEnd(ctx, conn); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, err)
+		}
 	}
 }
 

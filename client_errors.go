@@ -160,3 +160,25 @@ func errFromRefusal(err error) error {
 	}
 	return err
 }
+
+// memberClosing reports whether err is a member's answer that it is
+// closing. To a client that is not itself closed this is a lost member,
+// not the end: the request was not handed to the cell (a command in
+// flight is answered ErrAmbiguous instead) and the next member may take
+// it.
+func memberClosing(err error) bool {
+	var we *clientwire.Error
+	return errors.As(err, &we) && we.Code == clientwire.CodeClosed
+}
+
+// waitConnEnd waits until conn ends (a closing member closes every
+// client connection), so that the next Client.current returns the next
+// member's; it returns ctx's error if ctx ends first.
+func waitConnEnd(ctx context.Context, conn *clientwire.ClientConn) error {
+	select {
+	case <-conn.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -455,7 +455,7 @@ func (k *clientKeeper) grantedTTL(ctx context.Context, id SessionID) (time.Durat
 		}
 		var we *clientwire.Error
 		switch {
-		case errors.As(err, &we):
+		case errors.As(err, &we) && !memberClosing(err):
 			return 0, errFromCode(we.Code, we.Message)
 		case errors.Is(err, clientwire.ErrVersion):
 			return 0, fmt.Errorf("%w: the client's member is too old to resume a session: %w", ErrInvalidArgument, err)

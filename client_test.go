@@ -594,3 +594,61 @@ func TestClientKeepAliveSendsOnlyNewSessionsBetweenIntervals(t *testing.T) {
 		t.Fatalf("keep-alives re-sent every session while sessions were created: %d IDs", ids)
 	}
 }
+
+// A member that is closing answers ErrClosed while its client
+// connections are still open (Close leaves gossip first): to a client
+// that is not closed, that is a lost member, not the end. Its reads and
+// writes wait for the connection to end and go to the next member.
+func TestClientMovesOnFromClosingMember(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.Put(ctx, "k", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	victim := memberIndex(c, cl.Member())
+	c.Node(victim).StartClosing()
+
+	// While the connection stays open a read waits for it to end: the
+	// caller's deadline ends it, never the client's own ErrClosed.
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := cl.Get(short, "k")
+	cancelShort()
+	if !errors.Is(err, coord.ErrNoQuorum) || errors.Is(err, coord.ErrClosed) {
+		t.Fatalf("Get on a closing member: %v, want ErrNoQuorum (seed %d)", err, c.Seed())
+	}
+
+	// Across the close: the read succeeds on the next member; the write
+	// too, or (in flight when the connection closed) is ErrAmbiguous.
+	put, get := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := cl.Put(ctx, "k", []byte("v2"))
+		put <- err
+	}()
+	go func() {
+		_, err := cl.Get(ctx, "k")
+		get <- err
+	}()
+	if err := c.Node(victim).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-get; err != nil {
+		t.Fatalf("read across the member's close: %v (seed %d)", err, c.Seed())
+	}
+	putErr := <-put
+	if putErr != nil && !errors.Is(putErr, coord.ErrAmbiguous) {
+		t.Fatalf("write across the member's close: %v (seed %d)", putErr, c.Seed())
+	}
+	if now := cl.Member(); now == c.Name(victim) {
+		t.Fatalf("client still on %s", now)
+	}
+	kv, err := cl.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if putErr == nil && (string(kv.Value) != "v2" || kv.Version != 2) {
+		t.Fatalf("k = %q version %d, want v2 version 2", kv.Value, kv.Version)
+	}
+}

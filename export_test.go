@@ -78,3 +78,9 @@ func (p *QueueProbe) WaitFor(ctx context.Context, cond func(waits, wakes int) bo
 		}
 	}
 }
+
+// StartClosing marks n as closing, the first step of Close, without
+// taking the next ones: its client connections stay open (as they do
+// for up to a second while a gossiping member leaves) and it answers
+// requests with ErrClosed.
+func (n *Node) StartClosing() { n.cancelClose() }

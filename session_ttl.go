@@ -234,7 +234,7 @@ func (k *clientKeeper) timeToLive(ctx context.Context, id SessionID) (time.Durat
 		}
 		var we *clientwire.Error
 		switch {
-		case errors.As(err, &we):
+		case errors.As(err, &we) && !memberClosing(err):
 			return 0, errFromCode(we.Code, we.Message)
 		case errors.Is(err, clientwire.ErrVersion):
 			return 0, fmt.Errorf("coord: the client's member is too old to report a time to live: %w", err)
