@@ -92,9 +92,9 @@ type Client struct {
 	// cleared is closed when conn, having ended, is taken away: until
 	// then current must not hand out the dead connection.
 	cleared chan struct{}
-	next    int           // index in order of the member to try next
-	order   []string      // cfg.Members, shuffled
-	learned []string      // addresses its members gave (client_members.go)
+	next    int      // index in order of the member to try next
+	order   []string // cfg.Members, shuffled
+	learned []string // addresses its members gave (client_members.go)
 	closed  bool
 
 	ka      *clientKeeper
