@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -523,5 +524,72 @@ func TestCloseWhileCallsGiveUp(t *testing.T) {
 			}
 		}
 		cancel()
+	}
+}
+
+// blockingKeepAlives holds each keep-alive until released, so a test can
+// queue more behind it.
+type blockingKeepAlives struct {
+	*fakeHandler
+	got     chan *KeepAlive
+	release chan struct{}
+}
+
+func (b *blockingKeepAlives) KeepAlive(ctx context.Context, identity string, ka *KeepAlive) (*KeepAliveAck, error) {
+	b.got <- ka
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &KeepAliveAck{Confirmed: ka.SessionIDs}, nil
+}
+
+// Keep-alives that arrive while one is being answered are merged, not
+// dropped: a client's keep-alives of its new sessions alone must not
+// replace the regular one listing all of them (found by bench's
+// clients-sessions: thousands of sessions expired while being created).
+func TestKeepAlivesQueuedBehindOneAreMerged(t *testing.T) {
+	h := &blockingKeepAlives{fakeHandler: newFake(), got: make(chan *KeepAlive, 4), release: make(chan struct{})}
+	acks := make(chan *KeepAliveAck, 4)
+	c, _ := dial(t, h, "alice", Limits{}, ClientOptions{OnKeepAliveAck: func(a *KeepAliveAck) { acks <- a }})
+	send := func(ka *KeepAlive) {
+		t.Helper()
+		if err := c.KeepAlive(ka); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&KeepAlive{Seq: 1, SessionIDs: []int64{1}})
+	if ka := <-h.got; ka.Seq != 1 {
+		t.Fatalf("first keep-alive: %+v", ka)
+	}
+	send(&KeepAlive{Seq: 2, SessionIDs: []int64{1, 2, 3}}) // a regular one: all sessions
+	send(&KeepAlive{Seq: 3, SessionIDs: []int64{4}})       // a new session's
+	// The reader takes frames in order: once this read is answered, both
+	// keep-alives above have been offered.
+	if _, err := c.Read(context.Background(), &Read{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	h.release <- struct{}{}
+	ka := <-h.got
+	got := slices.Sorted(slices.Values(ka.SessionIDs))
+	if ka.Seq != 3 || !slices.Equal(got, []int64{1, 2, 3, 4}) {
+		t.Fatalf("queued keep-alives became %+v (sorted IDs %v), want Seq 3 listing 1-4", ka, got)
+	}
+	h.release <- struct{}{}
+	for _, want := range []uint64{1, 3} {
+		if a := <-acks; a.Seq != want {
+			t.Fatalf("ack %+v, want Seq %d", a, want)
+		}
+	}
+}
+
+func TestMergeKeepAlivesBounded(t *testing.T) {
+	ka := &KeepAlive{Seq: 9, SessionIDs: []int64{1, 2}}
+	if got := mergeKeepAlives(ka, &KeepAlive{Seq: 8, SessionIDs: []int64{2, 3}}, 4); !slices.Equal(got.SessionIDs, []int64{1, 2, 3}) || got.Seq != 9 {
+		t.Fatalf("merge: %+v", got)
+	}
+	if got := mergeKeepAlives(ka, &KeepAlive{Seq: 8, SessionIDs: []int64{3, 4, 5}}, 4); got != ka {
+		t.Fatalf("merge past the limit: %+v, want the newer alone", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -211,9 +212,16 @@ func (s *session) request(id uint64, do func(context.Context) (Message, error)) 
 	return nil
 }
 
-// offerKeepAlive leaves ka for the keep-alive goroutine, replacing an
-// older one it has not taken yet: each keep-alive lists all the client's
-// sessions, so the newest says everything. Only the reader sends here.
+// offerKeepAlive leaves ka for the keep-alive goroutine. One it has not
+// taken yet is merged into ka, not dropped: a client sends keep-alives of
+// only its new sessions between its regular ones of all of them, so a
+// newer keep-alive need not list what an older one did (dropping a
+// regular one behind a burst of new sessions' left every session it
+// listed unconfirmed until it expired). The merge answers under ka's Seq,
+// the newer send time: a batch composed after ka arrived confirms that
+// time for every session it carries. A merge that would list more IDs
+// than one frame can keeps ka alone; the client's next regular
+// keep-alive lists the rest. Only the reader sends here.
 func (s *session) offerKeepAlive(ka *KeepAlive) {
 	for {
 		select {
@@ -222,10 +230,31 @@ func (s *session) offerKeepAlive(ka *KeepAlive) {
 		default:
 		}
 		select {
-		case <-s.kaSlot:
+		case older := <-s.kaSlot:
+			ka = mergeKeepAlives(ka, older, s.lim.MaxFrame)
 		default:
 		}
 	}
+}
+
+// mergeKeepAlives returns ka listing older's sessions too, each once, or
+// ka as it is if together they would list more than limit IDs.
+func mergeKeepAlives(ka, older *KeepAlive, limit int) *KeepAlive {
+	if len(ka.SessionIDs)+len(older.SessionIDs) > limit {
+		return ka
+	}
+	listed := make(map[int64]struct{}, len(ka.SessionIDs))
+	for _, id := range ka.SessionIDs {
+		listed[id] = struct{}{}
+	}
+	ids := slices.Clip(ka.SessionIDs)
+	for _, id := range older.SessionIDs {
+		if _, ok := listed[id]; !ok {
+			listed[id] = struct{}{}
+			ids = append(ids, id)
+		}
+	}
+	return &KeepAlive{Seq: ka.Seq, SessionIDs: ids}
 }
 
 // keepAlives hands keep-alives to the Handler one at a time, and waits
