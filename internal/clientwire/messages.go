@@ -184,7 +184,8 @@ type WatchCancel struct {
 }
 
 // KeepAlive keeps every listed session of the client alive: one message
-// per interval for all of them. Seq rises with each one sent.
+// per interval lists all of them, and between those one may list only
+// sessions new since. Seq rises with each one sent.
 type KeepAlive struct {
 	Seq        uint64
 	SessionIDs []int64
