@@ -17,13 +17,14 @@ import (
 // fakeHandler answers reads with the key, blocks on keys "block/…" until
 // its context ends, and streams n events for a watch of prefix "n/".
 type fakeHandler struct {
+	blocked   chan string   // keys whose read began to block
 	cancelled chan string   // keys whose blocked read saw its ctx end
 	watchErr  chan error    // what each sink push loop ended with
 	pushed    chan struct{} // a "n/" watch has pushed all its events
 }
 
 func newFake() *fakeHandler {
-	return &fakeHandler{cancelled: make(chan string, 100), watchErr: make(chan error, 10), pushed: make(chan struct{}, 10)}
+	return &fakeHandler{blocked: make(chan string, 100), cancelled: make(chan string, 100), watchErr: make(chan error, 10), pushed: make(chan struct{}, 10)}
 }
 
 func (f *fakeHandler) Welcome(identity string, h *Hello) (*Welcome, error) {
@@ -39,6 +40,10 @@ func (f *fakeHandler) Propose(ctx context.Context, identity string, c *command.C
 
 func (f *fakeHandler) Read(ctx context.Context, identity string, r *Read) (*ReadResult, error) {
 	if len(r.Key) > 6 && r.Key[:6] == "block/" {
+		select {
+		case f.blocked <- r.Key:
+		default: // tests that block many reads do not wait on this
+		}
 		<-ctx.Done()
 		f.cancelled <- r.Key
 		return nil, ctx.Err()
@@ -205,10 +210,10 @@ func TestMemberSeesCancel(t *testing.T) {
 		_, err := c.Read(ctx, &Read{Key: "block/2"})
 		done <- err
 	}()
-	// Give the request time to reach the member by pinging behind it on
-	// the same ordered connection.
-	if err := c.Ping(context.Background()); err != nil {
-		t.Fatal(err)
+	// Cancel only once the member runs the read: cancelled before it is
+	// sent, the read never reaches the member.
+	if key := <-h.blocked; key != "block/2" {
+		t.Fatalf("blocked %q", key)
 	}
 	cancel()
 	if key := <-h.cancelled; key != "block/2" {
