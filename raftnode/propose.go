@@ -207,28 +207,21 @@ func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
 // Marking under the lock abandon takes makes the two exclusive: a caller
 // either removed its waiter first (and its proposal is dropped here) or
 // finds it marked (and reports ErrAmbiguous).
-func (w *waiters) markHanded(ps []*proposal) []*proposal {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	keep := ps[:0]
-	for _, p := range ps {
-		if _, ok := w.m[p.id]; ok {
-			p.handed.Store(true)
-			keep = append(keep, p)
-		}
-	}
-	clear(ps[len(keep):])
-	return keep
-}
+func (w *waiters) markHanded(ps []*proposal) []*proposal { return w.keepWaiting(ps, true) }
 
 // stillWaiting returns the proposals of ps whose callers still wait,
 // reusing ps's storage.
-func (w *waiters) stillWaiting(ps []*proposal) []*proposal {
+func (w *waiters) stillWaiting(ps []*proposal) []*proposal { return w.keepWaiting(ps, false) }
+
+func (w *waiters) keepWaiting(ps []*proposal, hand bool) []*proposal {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	keep := ps[:0]
 	for _, p := range ps {
 		if _, ok := w.m[p.id]; ok {
+			if hand {
+				p.handed.Store(true)
+			}
 			keep = append(keep, p)
 		}
 	}
