@@ -184,13 +184,7 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 
 // abandon stops waiting for p, unless its result raced in.
 func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
-	// handed is read under the waiters' lock, the one markHanded marks it
-	// under: once the waiter is gone, markHanded will not hand p over.
-	n.waiters.mu.Lock()
-	_, waiting := n.waiters.m[p.id]
-	delete(n.waiters.m, p.id)
-	handed := p.handed.Load()
-	n.waiters.mu.Unlock()
+	waiting, handed := n.waiters.giveUp(p)
 	if !waiting {
 		r := <-p.resc
 		return r.res, r.err
@@ -199,6 +193,18 @@ func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
 		return command.Result{}, fmt.Errorf("%w: %w", errs.Ambiguous, cause)
 	}
 	return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, cause)
+}
+
+// giveUp removes p's waiter and reports whether it was still there and
+// whether p had been handed to Raft. handed is read under the lock
+// markHanded marks it under: once the waiter is gone, p is never handed
+// over.
+func (w *waiters) giveUp(p *proposal) (waiting, handed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, waiting = w.m[p.id]
+	delete(w.m, p.id)
+	return waiting, p.handed.Load()
 }
 
 // markHanded marks the proposals of ps whose callers still wait as handed
