@@ -409,6 +409,19 @@ func (h apRecorder) first(t time.Time, action, member string) (apEvent, bool) {
 	return apEvent{}, false
 }
 
+// decided returns the last decision logged at or after t with action on
+// member, whatever its outcome: a change seen applied may have been
+// logged with an error (the commit outlasted the autopilot's timeout).
+func (h apRecorder) decided(t time.Time, action, member string) (apEvent, bool) {
+	es := h.since(t)
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].action == action && es[i].member == member {
+			return es[i], true
+		}
+	}
+	return apEvent{}, false
+}
+
 func (h apRecorder) log(t *testing.T, since time.Time) {
 	t.Helper()
 	for _, e := range h.since(since) {
@@ -505,12 +518,14 @@ func TestGossipFlappingStandbyNotChurned(t *testing.T) {
 	}
 	t.Logf("after %v of flapping (%s dead since the start): voters %v; leader's last decision %+v",
 		time.Since(start).Round(time.Millisecond), c.Name(v), votersOf(c, l), c.Node(l).Autopilot())
+	var p apEvent
 	waitUntil(t, 60*time.Second, c.Name(s)+" stable, promoted in place of "+c.Name(v), func() bool {
+		// The decision is logged after the change commits: wait for both.
+		var logged bool
+		p, logged = rec.decided(start, "promote", c.Name(s))
 		vs := votersOf(c, l)
-		return len(vs) == 3 && slices.Contains(vs, c.Name(s)) && !slices.Contains(vs, c.Name(v))
+		return logged && len(vs) == 3 && slices.Contains(vs, c.Name(s)) && !slices.Contains(vs, c.Name(v))
 	})
-	p, ok := rec.first(start, "promote", c.Name(s))
-	require.True(t, ok, "no promotion of %s logged", c.Name(s))
 	rec.log(t, start)
 	t.Logf("last heal to promotion: %v (stabilization %v)", p.at.Sub(healed).Round(time.Millisecond), stabilization)
 	putVia(t, c, l, "after-flapping")
@@ -556,8 +571,9 @@ func TestGossipRemovedNameComesBackAsNew(t *testing.T) {
 	crashed := time.Now()
 	c.Crash(w)
 	waitUntil(t, 60*time.Second, c.Name(v)+" promoted in place of "+c.Name(w), func() bool {
+		_, logged := rec.decided(replaced, "promote", c.Name(v)) // logged after the commit
 		vs := votersOf(c, l)
-		return len(vs) == 3 && slices.Contains(vs, c.Name(v)) && !slices.Contains(vs, c.Name(w))
+		return logged && len(vs) == 3 && slices.Contains(vs, c.Name(v)) && !slices.Contains(vs, c.Name(w))
 	})
 	rec.log(t, start)
 	p1, _ := rec.first(start, "promote", c.Name(s))
@@ -583,12 +599,18 @@ func TestGossipLeftMemberRemovedAtOnce(t *testing.T) {
 	start := time.Now()
 	for _, i := range []int{s, v} {
 		require.NoError(t, c.Node(i).Close())
+		var e apEvent
 		waitUntil(t, 30*time.Second, c.Name(i)+" removed after leaving", func() bool {
-			_, there := memberNamed(membersOf(c, l), c.Name(i))
-			return !there
+			// The decision is logged after the change commits, so the
+			// list can show the removal first: wait for both. An empty
+			// list is a failed query, not a removal. A logged error
+			// (a slow commit, say) still names the decision's reason.
+			ms := membersOf(c, l)
+			_, there := memberNamed(ms, c.Name(i))
+			var logged bool
+			e, logged = rec.decided(start, "remove", c.Name(i))
+			return len(ms) > 0 && !there && logged
 		})
-		e, ok := rec.first(start, "remove", c.Name(i))
-		require.True(t, ok, "no removal of %s logged", c.Name(i))
 		require.Equal(t, "left the cell", e.reason)
 	}
 	require.Len(t, votersOf(c, l), 2)
@@ -597,7 +619,7 @@ func TestGossipLeftMemberRemovedAtOnce(t *testing.T) {
 	waitUntil(t, 60*time.Second, "the new "+c.Name(v)+" promoted back to 3 voters", func() bool {
 		// The decision is logged once the change is committed: wait for
 		// both, so the log below is whole.
-		_, logged := rec.first(start, "promote", c.Name(n))
+		_, logged := rec.decided(start, "promote", c.Name(n))
 		vs := votersOf(c, l)
 		return logged && len(vs) == 3 && slices.Contains(vs, c.Name(n))
 	})
