@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -41,6 +42,14 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer stopProfile()
+	}
+	if o.traceDir != "" {
+		stopTrace, err := startTrace(o.traceDir, side+"-"+name)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench child:", err)
+			return 1
+		}
+		defer stopTrace()
 	}
 	start := time.Now()
 	var dirs []string
@@ -108,5 +117,25 @@ func startProfile(dir, base string) (func(), error) {
 			pprof.Lookup("allocs").WriteTo(a, 0)
 			a.Close()
 		}
+	}, nil
+}
+
+// startTrace starts a runtime execution trace written to
+// dir/base.trace; the function it returns stops it.
+func startTrace(dir, base string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, base+".trace"))
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
 	}, nil
 }

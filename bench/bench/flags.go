@@ -29,6 +29,7 @@ type options struct {
 	dir        string
 	etcdClient etcdcell.ClientMode
 	profileDir string
+	traceDir   string
 	cfg        scenario.Config
 	child      string
 	member     bool
@@ -51,6 +52,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")
 
 	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory")
+	fs.StringVar(&o.traceDir, "trace", "", "write each child's runtime execution trace into this directory (side-scenario.trace; each measured operation "+
+		"is a region \"op\"): large, so run it with one scenario, one side and one load point, e.g. -scenario put -sides coord -clients 64")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measured time of each put, get and lock point")
 	fs.DurationVar(&c.Warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each put, get and lock point")
 	clients := fs.String("clients", "1,16,64", "put: concurrent clients of each point")

@@ -3,10 +3,12 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"github.com/coordcell/coord/bench/internal/hist"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coordcell/coord/bench/internal/hist"
 )
 
 // opTimeout bounds one operation of a load.
@@ -57,7 +59,14 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 				counted := measuring.Load()
 				start := time.Now()
 				octx, cancel := context.WithTimeout(ctx, opTimeout)
+				var region *trace.Region // in an execution trace (-trace), the measured calls are regions
+				if counted {
+					region = trace.StartRegion(octx, "op")
+				}
 				err := op(octx, w, seq)
+				if region != nil {
+					region.End()
+				}
 				cancel()
 				if err == nil {
 					done++
