@@ -22,19 +22,20 @@ const childFlag = "child"
 
 // options are the program's flags.
 type options struct {
-	scenarios  []string
-	sides      []string
-	out        string
-	md         string
-	dir        string
-	etcdClient etcdcell.ClientMode
-	profileDir string
-	traceDir   string
-	cfg        scenario.Config
-	child      string
-	member     bool
-	shape      string
-	soak       soakOptions
+	scenarios   []string
+	sides       []string
+	out         string
+	md          string
+	dir         string
+	etcdClient  etcdcell.ClientMode
+	profileDir  string
+	traceDir    string
+	traceReport string
+	cfg         scenario.Config
+	child       string
+	member      bool
+	shape       string
+	soak        soakOptions
 }
 
 // parseFlags parses args (without the program name).
@@ -54,6 +55,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory")
 	fs.StringVar(&o.traceDir, "trace", "", "write each child's runtime execution trace into this directory (side-scenario.trace; each measured operation "+
 		"is a region \"op\"): large, so run it with one scenario, one side and one load point, e.g. -scenario put -sides coord -clients 64")
+	fs.StringVar(&o.traceReport, "trace-report", "", "instead of running, read a trace written by -trace and print where its slowest operations waited "+
+		"(running, waiting for a CPU, blocked; fsyncs, GC and the goroutines that had the CPUs around them)")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measured time of each put, get and lock point")
 	fs.DurationVar(&c.Warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each put, get and lock point")
 	clients := fs.String("clients", "1,16,64", "put: concurrent clients of each point")

@@ -44,9 +44,23 @@
 // the JSON file, which is also rewritten every interval. Ctrl-C ends
 // the run early with the summary. The member processes die with the
 // parent (Linux: PR_SET_PDEATHSIG; everywhere: their stdin closes).
+//
+// # Where the slowest calls wait
+//
+//	go run ./bench -scenario put -sides coord,etcd -clients 64 -trace DIR
+//	go run ./bench -trace-report DIR/coord-put.trace
+//
+// -trace writes each child's runtime execution trace, each measured call
+// a region "op"; -trace-report reads one and splits the calls' latency
+// into running, waiting for a CPU and blocked, by latency band, with the
+// share of each band that overlapped the GC, a Pebble flush or
+// compaction, a Raft loop kept from a CPU, or a slow raft-log fsync; then
+// it groups the slowest 1% into episodes and says which goroutines had
+// the CPUs in each (package optrace).
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -54,6 +68,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+
+	"github.com/coordcell/coord/bench/internal/optrace"
 )
 
 func main() {
@@ -76,6 +92,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.member {
 		return runMember(ctx, stdout, stderr)
 	}
+	if o.traceReport != "" {
+		return runTraceReport(o.traceReport, stdout, stderr)
+	}
 	if o.soak.duration > 0 {
 		return runSoak(ctx, o, args, stdout, stderr)
 	}
@@ -83,4 +102,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runChild(ctx, o, stdout, stderr)
 	}
 	return runParent(ctx, o, args, stdout, stderr)
+}
+
+// runTraceReport prints where the slowest operations of a trace written
+// by -trace waited.
+func runTraceReport(file string, stdout, stderr io.Writer) int {
+	f, err := os.Open(file)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	defer f.Close()
+	rep, err := optrace.Read(bufio.NewReader(f))
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	rep.Write(stdout)
+	return 0
 }
