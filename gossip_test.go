@@ -23,12 +23,18 @@ func voterNames(t *testing.T, n *coord.Node) []string {
 	if err != nil {
 		return nil
 	}
+	return voters(ms)
+}
+
+// voters returns the names of the voters in ms, sorted.
+func voters(ms []coord.Member) []string {
 	var out []string
 	for _, m := range ms {
 		if m.Role == coord.MemberVoter {
 			out = append(out, m.Name)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -99,7 +105,7 @@ func TestGossipReplacesDeadVoter(t *testing.T) {
 		return err == nil && len(ms) == 4 && len(voterNames(t, c.Leader())) == 3
 	})
 	l := c.LeaderIndex()
-	vs := voterNames(t, c.Node(l))
+	vs := votersNow(t, c, l)
 	victim := -1
 	for i := range 4 {
 		if i != l && slices.Contains(vs, c.Name(i)) {
@@ -176,22 +182,18 @@ func putVia(t *testing.T, c *coordtest.Cluster, i int, key string) {
 	})
 }
 
-// votersOf returns the voters member i's applied configuration lists.
+// votersOf returns the voters member i's applied configuration lists;
+// nil when the query fails (Members waits for a read barrier), so it
+// fits a waitUntil condition. votersNow is for assertions.
 func votersOf(c *coordtest.Cluster, i int) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	ms, err := c.Node(i).Members(ctx)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, m := range ms {
-		if m.Role == coord.MemberVoter {
-			out = append(out, m.Name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return voters(membersOf(c, i))
+}
+
+// votersNow returns the voters member i lists, retrying a failed query
+// (a read barrier can time out on a busy machine) for up to 30s.
+func votersNow(t *testing.T, c *coordtest.Cluster, i int) []string {
+	t.Helper()
+	return voters(membersNow(t, c, i))
 }
 
 // TestGossipMinorityPartitionRemovesNoMajority cuts 2 voters of 5 (the
@@ -221,14 +223,14 @@ func TestGossipMinorityPartitionRemovesNoMajority(t *testing.T) {
 	deadline := time.Now().Add(3 * 2 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, i := range majority {
-			vs := votersOf(c, majority[0])
+			vs := votersNow(t, c, majority[0])
 			require.Contains(t, vs, c.Name(i), "majority member %s lost its vote during the partition", c.Name(i))
 		}
 		time.Sleep(100 * time.Millisecond) // sampling the configuration over the partition's life
 	}
 	c.Heal()
 	putVia(t, c, majority[0], "after")
-	vs := votersOf(c, majority[0])
+	vs := votersNow(t, c, majority[0])
 	for _, i := range majority {
 		require.Contains(t, vs, c.Name(i))
 	}
@@ -430,7 +432,8 @@ func (h apRecorder) log(t *testing.T, since time.Time) {
 	}
 }
 
-// membersOf returns the members member i's applied configuration lists.
+// membersOf returns the members member i's applied configuration lists;
+// nil when the query fails. membersNow is for assertions.
 func membersOf(c *coordtest.Cluster, i int) []coord.Member {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -438,6 +441,18 @@ func membersOf(c *coordtest.Cluster, i int) []coord.Member {
 	if err != nil {
 		return nil
 	}
+	return ms
+}
+
+// membersNow returns member i's answer to Members, retrying a failed
+// query for up to 30s.
+func membersNow(t *testing.T, c *coordtest.Cluster, i int) []coord.Member {
+	t.Helper()
+	var ms []coord.Member
+	waitUntil(t, 30*time.Second, "an answer to Members from "+c.Name(i), func() bool {
+		ms = membersOf(c, i)
+		return ms != nil
+	})
 	return ms
 }
 
@@ -463,7 +478,7 @@ func threeVotersAndStandby(t *testing.T, c *coordtest.Cluster) (leader, standby,
 		return len(ms) == 4 && roles[coord.MemberVoter] == 3 && roles[coord.MemberStandby] == 1
 	})
 	leader, standby, voter = c.LeaderIndex(), -1, -1
-	ms := membersOf(c, leader)
+	ms := membersNow(t, c, leader)
 	for i := range c.Size() {
 		m, ok := memberNamed(ms, c.Name(i))
 		switch {
@@ -493,7 +508,7 @@ func TestGossipFlappingStandbyNotChurned(t *testing.T) {
 			cfg.Gossip.Autopilot.Stabilization = stabilization
 		}))
 	l, s, v := threeVotersAndStandby(t, c)
-	before := votersOf(c, l)
+	before := votersNow(t, c, l)
 	start := time.Now()
 	c.Isolate(s)
 	c.Crash(v)
@@ -501,7 +516,7 @@ func TestGossipFlappingStandbyNotChurned(t *testing.T) {
 	// configuration is sampled throughout.
 	hold := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); {
-			require.Equal(t, before, votersOf(c, l), "the voters changed while %s flapped", c.Name(s))
+			require.Equal(t, before, votersNow(t, c, l), "the voters changed while %s flapped", c.Name(s))
 			require.Empty(t, rec.since(start), "the autopilot decided while %s flapped", c.Name(s))
 			time.Sleep(100 * time.Millisecond) // sampling the configuration over the flapping
 		}
@@ -540,7 +555,7 @@ func TestGossipRemovedNameComesBackAsNew(t *testing.T) {
 	c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(slog.New(rec)),
 		coordtest.WithConfig(func(i int, cfg *coord.Config) { cfg.Gossip.Autopilot.Voters = 3 }))
 	l, s, v := threeVotersAndStandby(t, c)
-	old, ok := memberNamed(membersOf(c, l), c.Name(v))
+	old, ok := memberNamed(membersNow(t, c, l), c.Name(v))
 	require.True(t, ok)
 	start := time.Now()
 	c.Crash(v)
@@ -563,7 +578,7 @@ func TestGossipRemovedNameComesBackAsNew(t *testing.T) {
 	// The next voter to die is replaced by the member that came back.
 	w := -1
 	for i := range c.Size() {
-		if i != l && i != v && slices.Contains(votersOf(c, l), c.Name(i)) {
+		if i != l && i != v && slices.Contains(votersNow(t, c, l), c.Name(i)) {
 			w = i
 		}
 	}
@@ -613,7 +628,7 @@ func TestGossipLeftMemberRemovedAtOnce(t *testing.T) {
 		})
 		require.Equal(t, "left the cell", e.reason)
 	}
-	require.Len(t, votersOf(c, l), 2)
+	require.Len(t, votersNow(t, c, l), 2)
 	putVia(t, c, l, "two-voters")
 	n := c.StartGossiping(c.Name(v))
 	waitUntil(t, 60*time.Second, "the new "+c.Name(v)+" promoted back to 3 voters", func() bool {
