@@ -182,6 +182,23 @@ func (o *Options) wrap(fs vfs.FS) vfs.FS {
 	return o.wrapFS(fs)
 }
 
+// memTableBytes returns the size of a store's memtables: 2 MiB on
+// average, drawn at random between 1.5 and 2.5 MiB for each store.
+//
+// The Raft log is in storage/wal and the image is written behind the
+// applied index, so a flush never holds a commit up. Half of Pebble's 4
+// MiB saves ~4 MiB resident per member (bench client-put, three members
+// per process: peak RSS 117 -> 106 MB) for twice the flushes, which share
+// the disk and CPU with commits. The spread is for the members of one
+// cell: they apply the same entries, so with equal memtables they would
+// flush, and then compact, at the same moments, and where they share CPUs
+// (a test cell, members on one machine) those bursts together keep the
+// Raft loops from a CPU for tens of milliseconds (bench/RESULTS.md: put
+// p99 at 64 clients).
+func memTableBytes() uint64 {
+	return 3<<19 + rand.Uint64N(1<<20)
+}
+
 // Store is one member's data directory: its Raft log and its state
 // machine.
 type Store struct {
@@ -212,13 +229,8 @@ func Open(opts Options) (s *Store, err error) {
 		// The state machine reads its live state from memory, so Pebble
 		// only reads for watch history and snapshots: a small block cache does, and
 		// several members often share one process.
-		CacheSize: 8 << 20,
-		// The Raft log is in storage/wal and the image is written behind
-		// the applied index, so a flush never holds a commit up. Half of
-		// Pebble's 4 MiB saves ~4 MiB resident per member (bench client-put,
-		// three members per process: peak RSS 117 -> 106 MB) for twice the
-		// flushes, which share the disk and CPU with commits.
-		MemTableSize: 2 << 20,
+		CacheSize:    8 << 20,
+		MemTableSize: memTableBytes(),
 	}
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
