@@ -99,20 +99,12 @@ func opener(side string, mode etcdcell.ClientMode) (cell.Opener, error) {
 // function it returns stops it and writes the allocation profile to
 // dir/base.allocs.pprof.
 func startProfile(dir, base string) (func(), error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.Create(filepath.Join(dir, base+".cpu.pprof"))
+	stop, err := startRecording(dir, base+".cpu.pprof", pprof.StartCPUProfile, pprof.StopCPUProfile)
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+		stop()
 		if a, err := os.Create(filepath.Join(dir, base+".allocs.pprof")); err == nil {
 			pprof.Lookup("allocs").WriteTo(a, 0)
 			a.Close()
@@ -123,19 +115,25 @@ func startProfile(dir, base string) (func(), error) {
 // startTrace starts a runtime execution trace written to
 // dir/base.trace; the function it returns stops it.
 func startTrace(dir, base string) (func(), error) {
+	return startRecording(dir, base+".trace", trace.Start, trace.Stop)
+}
+
+// startRecording creates dir/name and starts a recording into it; the
+// function it returns stops the recording and closes the file.
+func startRecording(dir, name string, start func(io.Writer) error, stop func()) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.Create(filepath.Join(dir, base+".trace"))
+	f, err := os.Create(filepath.Join(dir, name))
 	if err != nil {
 		return nil, err
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return func() {
-		trace.Stop()
+		stop()
 		f.Close()
 	}, nil
 }
