@@ -72,7 +72,6 @@ type Report struct {
 }
 
 type gor struct {
-	state trace.GoState
 	since time.Duration
 	kind  string
 	inOp  bool
@@ -109,7 +108,7 @@ func Read(r io.Reader) (*Report, error) {
 			}
 			g := gs[ev.Goroutine()]
 			if g == nil { // running since before the trace began
-				g = &gor{state: trace.GoRunning, since: now}
+				g = &gor{since: now}
 				gs[ev.Goroutine()] = g
 			}
 			g.op.Running += now - g.since // running since its last transition
@@ -180,7 +179,7 @@ func Read(r io.Reader) (*Report, error) {
 				rep.Fsyncs[s.kind] = append(rep.Fsyncs[s.kind], s.to-s.from)
 				delete(inSync, id)
 			}
-			g.state, g.since = to, now
+			g.since = now
 		}
 	}
 	slices.SortFunc(rep.Ops, func(a, b Op) int { return cmp.Compare(a.Dur(), b.Dur()) })

@@ -90,9 +90,10 @@ func (r *Report) Write(w io.Writer) {
 			continue
 		}
 		var sum Op
+		var total time.Duration
 		var gc, pebble, loop, sync int
 		for _, o := range ops {
-			sum.Start += o.Dur()
+			total += o.Dur()
 			sum.Running += o.Running + o.Syscall
 			sum.Runnable += o.Runnable
 			sum.Blocked += o.Blocked
@@ -103,7 +104,7 @@ func (r *Report) Write(w io.Writer) {
 		}
 		k := time.Duration(len(ops))
 		pc := func(x int) string { return fmt.Sprintf("%3.0f%%", 100*float64(x)/float64(len(ops))) }
-		fmt.Fprintf(w, "%-9s %6d %9v | %9v %9v %9v | %s %s %s %s\n", b.name, len(ops), ms(sum.Start/k),
+		fmt.Fprintf(w, "%-9s %6d %9v | %9v %9v %9v | %s %s %s %s\n", b.name, len(ops), ms(total/k),
 			ms(sum.Running/k), ms(sum.Runnable/k), ms(sum.Blocked/k), pc(gc), pc(pebble), pc(loop), pc(sync))
 	}
 
