@@ -28,8 +28,8 @@ type loopState struct {
 	// leader is known: the term changed (resend.go).
 	resendAll bool
 	reads     readState
-	lead         uint64
-	term         uint64
+	lead      uint64
+	term      uint64
 	// leaderlessSince is the tick at which the member last lost sight of
 	// a leader; meaningful only while lead == 0.
 	leaderlessSince uint64
