@@ -356,7 +356,10 @@ func (a *applier) proposerCheck(p *command.Proposer) (repeat *command.Result, re
 		}
 		return nil, 0, true
 	}
-	if p.Born < t.horizon {
+	// A keyed proposer has no birth to go by: a key unknown here is new
+	// (its record lasts as long as its owner keeps writing; see the
+	// bounds above).
+	if p.Key == "" && p.Born < t.horizon {
 		return nil, command.StatusRetired, false
 	}
 	return nil, 0, true
