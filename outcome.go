@@ -81,7 +81,9 @@ type AmbiguousError struct {
 	Err error
 }
 
-func (e *AmbiguousError) Error() string { return fmt.Sprintf("%v (write %v): %v", ErrAmbiguous, e.ID, e.Err) }
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("%v (write %v): %v", ErrAmbiguous, e.ID, e.Err)
+}
 
 // Unwrap returns ErrAmbiguous and the cause.
 func (e *AmbiguousError) Unwrap() []error { return []error{ErrAmbiguous, e.Err} }
