@@ -346,15 +346,22 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 	res, err := n.raft.Propose(ctx, cmd)
 	n.sessionStats.countProposed(cmd, res, err)
 	if err != nil {
-		return res, err
+		return res, ambiguous(err)
 	}
 	switch res.Status {
 	case command.StatusOK:
+		if res.Repeat && res.Trimmed {
+			return res, fmt.Errorf("%w: the write applied at revision %d, but its reads were not kept for a repeat", ErrRetired, res.Rev)
+		}
 		return res, nil
 	case command.StatusQuotaExceeded:
 		return res, ErrQuotaExceeded
 	case command.StatusNoSession:
 		return res, ErrSessionExpired
+	case command.StatusRetired:
+		return res, fmt.Errorf("%w: the write was sent again after the cell retired its record; it did not apply now", ErrRetired)
+	case command.StatusNotApplied:
+		return res, nil // a resolve's answer; Outcome reads it
 	default:
 		return res, fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
 	}

@@ -22,7 +22,19 @@ var (
 	// context ended or the leader changed before it was seen to apply). It
 	// may or may not have been applied: read the state before retrying.
 	// Contrast with ErrNoQuorum, which means it certainly did not happen.
+	//
+	// Writes are exactly-once: the library sends a write again when it
+	// may have been lost and the cell applies it once, so a call whose
+	// context lives waits for the one real result. ErrAmbiguous is
+	// returned only when the context ended (or the member closed) first,
+	// as an *AmbiguousError whose ID Node.Outcome (or Client.Outcome)
+	// settles: applied, with its result, or never to apply.
 	ErrAmbiguous = errs.Ambiguous
+	// ErrRetired: the cell no longer knows a write's outcome: its
+	// exactly-once record was retired (its proposer fell silent for a
+	// million log entries, or kept too many) before this retry or
+	// Outcome reached it. It did not apply now; an earlier copy may have.
+	ErrRetired = errs.Retired
 	// ErrNoQuorum: this node cannot reach a quorum (it is on the minority
 	// side of a partition, or the cell has no leader); the request was not
 	// carried out. Writes and linearizable reads fail with it rather than

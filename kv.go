@@ -55,6 +55,7 @@ type WriteOption func(*writeOptions)
 type writeOptions struct {
 	ifVersion *int64
 	session   int64
+	idemKey   string
 }
 
 // IfVersion makes the write conditional on the key's current version:
@@ -165,7 +166,11 @@ func commitIfVersion(ctx context.Context, b backend, txn *command.Txn, key strin
 	if o.ifVersion != nil {
 		txn.If = []command.Compare{{Key: key, Target: command.TargetVersion, Op: command.Equal, Int: *o.ifVersion}}
 	}
-	res, err := commitTxn(ctx, b, txn)
+	prop, err := o.proposerFor()
+	if err != nil {
+		return command.Result{}, err
+	}
+	res, err := commitTxnAs(ctx, b, txn, prop)
 	if err != nil {
 		return res, err
 	}
@@ -178,8 +183,14 @@ func commitIfVersion(ctx context.Context, b backend, txn *command.Txn, key strin
 // commitTxn validates txn against the cell's limits and proposes it: the
 // one path of every write.
 func commitTxn(ctx context.Context, b backend, txn *command.Txn) (command.Result, error) {
+	return commitTxnAs(ctx, b, txn, nil)
+}
+
+// commitTxnAs is commitTxn with the proposer the caller asked for (an
+// idempotency key), nil for the backend's own.
+func commitTxnAs(ctx context.Context, b backend, txn *command.Txn, prop *command.Proposer) (command.Result, error) {
 	if err := b.limits().checkTxn(txn); err != nil {
 		return command.Result{}, err
 	}
-	return b.propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn})
+	return b.propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn, Proposer: prop})
 }

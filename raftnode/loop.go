@@ -24,13 +24,12 @@ type loopState struct {
 	// given to Raft and wait to apply.
 	pending []*proposal
 	handed  []*proposal
-	// suspects were handed before the last leader change; if they have
-	// not applied within a grace period they end with ErrAmbiguous.
-	suspects     []*proposal
-	suspectSince uint64
-	reads        readState
-	lead         uint64
-	term         uint64
+	// resendAll asks for every handed command to be handed again once a
+	// leader is known: the term changed (resend.go).
+	resendAll bool
+	reads     readState
+	lead      uint64
+	term      uint64
 	// leaderlessSince is the tick at which the member last lost sight of
 	// a leader; meaningful only while lead == 0.
 	leaderlessSince uint64
@@ -121,6 +120,12 @@ func (n *Node) raftLoop() {
 		for n.rn.HasReady() {
 			if !n.handleReady(&ls) {
 				return
+			}
+			// A new leader learnt from this Ready gets the commands the
+			// old one may have lost at once, not at the next tick.
+			if ls.resendAll && ls.lead != 0 {
+				ls.resendAll = false
+				n.resendDue(&ls, true)
 			}
 		}
 	}
@@ -214,6 +219,7 @@ func (n *Node) flushProposals(ls *loopState) {
 			n.waiters.deliver(p.id, proposalResult{err: fmt.Errorf("%w: propose: %v", errs.Internal, err)})
 		}
 	}
+	n.markSent(ls, ls.pending)
 	ls.handed = append(ls.handed, ls.pending...)
 	clear(ls.pending)
 	ls.pending = ls.pending[:0]
@@ -235,19 +241,14 @@ func (n *Node) onTick(ls *loopState) {
 	if ls.lead != 0 {
 		n.retryRefused(ls)
 		n.flushProposals(ls)
+		n.resendDue(ls, ls.resendAll)
+		ls.resendAll = false
 		n.retryReads(&ls.reads, ls.tick, et)
 		n.issueReads(&ls.reads, ls.tick)
 	}
 	// Forget handed proposals that have applied (their waiter is gone).
 	if ls.tick%8 == 0 {
 		ls.handed = n.waiters.stillWaiting(ls.handed)
-	}
-	if len(ls.suspects) > 0 && ls.tick-ls.suspectSince > 2*et {
-		for _, p := range ls.suspects {
-			n.waiters.deliver(p.id, proposalResult{err: fmt.Errorf(
-				"%w: leadership changed after the command was proposed", errs.Ambiguous)})
-		}
-		ls.suspects = nil
 	}
 }
 
@@ -261,11 +262,9 @@ func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
 	}
 	if term != ls.term && len(ls.handed) > 0 {
 		// Commands handed to the old leader may be lost with it, or may
-		// still commit under the new one: give them a grace period.
-		ls.handed = n.waiters.stillWaiting(ls.handed)
-		ls.suspects = append(ls.suspects, ls.handed...)
-		ls.handed = nil
-		ls.suspectSince = ls.tick
+		// still commit under the new one: hand them all again to the new
+		// one, which applies each once (resend.go).
+		ls.resendAll = true
 	}
 	if lead != 0 {
 		n.counters.leaderChanges.Add(1)
@@ -449,7 +448,7 @@ func (n *Node) installSnapshot(snap *pb.Snapshot) bool {
 	}
 	n.counters.snapshotsInstalled.Add(1)
 	n.log.Info("installed snapshot", "index", snap.GetMetadata().GetIndex())
-	n.endCoveredBySnapshot(snap.GetMetadata().GetIndex())
+	n.endCoveredBySnapshot()
 	return n.handOver(applyJob{snap: snap})
 }
 

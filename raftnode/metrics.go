@@ -28,6 +28,10 @@ type Metrics struct {
 	ProposalsCommitted uint64
 	ProposalsFailed    uint64
 	ProposalsAmbiguous uint64
+	// ProposalsResent counts the commands handed to Raft again because
+	// they may have been lost (a forward not seen to apply, a change of
+	// term): each applies once all the same (resend.go).
+	ProposalsResent uint64
 	// SnapshotsSent counts snapshots streamed to followers to the end,
 	// SnapshotsSendFailed those that failed on the way (Raft retries),
 	// and SnapshotsInstalled the leader's snapshots that replaced this
@@ -115,6 +119,7 @@ type counters struct {
 	committed           atomic.Uint64
 	failed              atomic.Uint64
 	ambiguous           atomic.Uint64
+	resent              atomic.Uint64
 	snapshotsSent       atomic.Uint64
 	snapshotsSendFailed atomic.Uint64
 	snapshotsInstalled  atomic.Uint64
@@ -142,6 +147,7 @@ func (n *Node) Metrics() Metrics {
 		ProposalsCommitted:  c.committed.Load(),
 		ProposalsFailed:     c.failed.Load(),
 		ProposalsAmbiguous:  c.ambiguous.Load(),
+		ProposalsResent:     c.resent.Load(),
 		SnapshotsSent:       c.snapshotsSent.Load(),
 		SnapshotsSendFailed: c.snapshotsSendFailed.Load(),
 		SnapshotsInstalled:  c.snapshotsInstalled.Load(),

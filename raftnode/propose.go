@@ -16,11 +16,23 @@ import (
 type proposal struct {
 	id   uint64
 	data []byte
+	// prop is the command's proposer (every command proposed here has
+	// one: this member's, or the client's it forwards), so that the
+	// proposer table can be asked after it and its sequence number
+	// released.
+	prop command.Proposer
+	// own is set when prop is this member's proposer, whose sequence
+	// numbers the waiters hand out and release.
+	own  bool
 	resc chan proposalResult // buffered 1; written once, by whoever removes the waiter
 	// handed is set once the raft loop gave the command to Raft: from then
 	// on its outcome is unknown until it applies (ErrAmbiguous), before
 	// then it certainly did not happen.
 	handed atomic.Bool
+	// sentTick and backoff belong to the raft loop: when the command was
+	// last handed to Raft, and how many ticks to wait before handing it
+	// again should it not have applied (resend.go).
+	sentTick, backoff uint64
 }
 
 type proposalResult struct {
@@ -28,11 +40,16 @@ type proposalResult struct {
 	err error
 }
 
-// waiters maps command IDs to the proposals waiting for them to apply.
+// waiters maps command IDs to the proposals waiting for them to apply,
+// and numbers this member's commands for the proposer table.
 type waiters struct {
 	mu   sync.Mutex
 	m    map[uint64]*proposal
 	next atomic.Uint64
+	// proposer is this boot's proposer ID: random, so a restarted member
+	// never meets the records of its earlier boots.
+	proposer uint64
+	seqs     seqWindow // guarded by mu
 }
 
 func (w *waiters) init() {
@@ -40,6 +57,10 @@ func (w *waiters) init() {
 	// A random start keeps IDs from one incarnation (or one member)
 	// from matching another's waiters when old log entries replay.
 	w.next.Store(rand.Uint64())
+	for w.proposer == 0 {
+		w.proposer = rand.Uint64()
+	}
+	w.seqs.init()
 }
 
 func (w *waiters) newID() uint64 {
@@ -50,18 +71,51 @@ func (w *waiters) newID() uint64 {
 	}
 }
 
+// stamp gives cmd this member's proposer and its next sequence number,
+// unless it has a proposer already (a client's), and returns the
+// proposal to wait on.
+func (w *waiters) stamp(cmd *command.Command, born uint64) *proposal {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cmd.ID = w.newID()
+	p := &proposal{id: cmd.ID, resc: make(chan proposalResult, 1)}
+	if cmd.Proposer == nil {
+		seq, floor := w.seqs.take()
+		cmd.Proposer = &command.Proposer{ID: w.proposer, Seq: seq, Floor: floor, Born: born}
+		p.own = true
+	}
+	p.prop = *cmd.Proposer
+	return p
+}
+
 func (w *waiters) add(p *proposal) {
 	w.mu.Lock()
 	w.m[p.id] = p
 	w.mu.Unlock()
 }
 
+// removeLocked forgets p's waiter; pin keeps its sequence number's result
+// wanted (an outcome the caller was not told and may ask for).
+func (w *waiters) removeLocked(p *proposal, pin bool) {
+	delete(w.m, p.id)
+	if !p.own {
+		return
+	}
+	if pin {
+		w.seqs.pin(p.prop.Seq)
+	} else {
+		w.seqs.done(p.prop.Seq)
+	}
+}
+
 // take removes and returns the waiter for id, or nil if it is gone.
 func (w *waiters) take(id uint64) *proposal {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	p := w.m[id]
-	delete(w.m, id)
-	w.mu.Unlock()
+	if p != nil {
+		w.removeLocked(p, false)
+	}
 	return p
 }
 
@@ -84,7 +138,7 @@ func (w *waiters) deliverApplied(applied []storage.Applied) {
 			continue
 		}
 		if p := w.m[a.ID]; p != nil {
-			delete(w.m, a.ID)
+			w.removeLocked(p, false)
 			p.resc <- proposalResult{res: a.Result}
 		}
 	}
@@ -100,36 +154,36 @@ func (w *waiters) failAll(err error) {
 	for _, p := range ps {
 		e := err
 		if p.handed.Load() {
-			e = fmt.Errorf("%w: %w", errs.Ambiguous, err)
+			e = &AmbiguousError{Proposer: p.prop, Err: err}
 		}
 		p.resc <- proposalResult{err: e}
 	}
 }
 
-// endCoveredBySnapshot ends the waiters a snapshot may have overtaken.
-// It runs on the raft loop once the snapshot at index replaced the state
-// machine, so every entry committed before it either applied (and woke
-// its waiter) or is inside the snapshot, whose state says nothing of
-// which command made it. A command handed to Raft may be either inside
-// it or still to commit after it; which one cannot be told, so each ends
-// at once with ErrAmbiguous rather than waiting for an apply that may
-// never come. Commands not yet handed to Raft wait on. Readers waiting
-// for an index are released by the apply loop when it reaches the
-// snapshot's.
-func (n *Node) endCoveredBySnapshot(index uint64) {
-	err := fmt.Errorf("%w: a snapshot (index %d) replaced this member's state while the command was in flight",
-		errs.Ambiguous, index)
+// endCoveredBySnapshot answers the waiters a snapshot may have
+// overtaken. It runs on the raft loop once the snapshot at index replaced
+// the state machine, so every entry committed before it either applied
+// (and woke its waiter) or is inside the snapshot. The proposer table is
+// in the snapshot too: a command inside it has its result there, which
+// its caller gets now. The others were not inside it; they apply later
+// or are handed to Raft again (resend.go), and never apply twice.
+func (n *Node) endCoveredBySnapshot() {
 	n.waiters.mu.Lock()
-	var ended []*proposal
-	for id, p := range n.waiters.m {
-		if p.handed.Load() {
-			ended = append(ended, p)
-			delete(n.waiters.m, id)
+	var found []*proposal
+	var results []command.Result
+	for _, p := range n.waiters.m {
+		if !p.handed.Load() {
+			continue
+		}
+		if res, ok := n.sm.ProposerResult(&p.prop); ok {
+			n.waiters.removeLocked(p, false)
+			found = append(found, p)
+			results = append(results, res)
 		}
 	}
 	n.waiters.mu.Unlock()
-	for _, p := range ended {
-		p.resc <- proposalResult{err: err}
+	for i, p := range found {
+		p.resc <- proposalResult{res: results[i]}
 	}
 }
 
@@ -156,20 +210,21 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 		return command.Result{}, n.errStopped()
 	default:
 	}
-	cmd.ID = n.waiters.newID()
+	p := n.waiters.stamp(cmd, n.applied.get())
 	data, err := command.Encode(cmd)
 	if err != nil {
+		n.waiters.release(p)
 		return command.Result{}, fmt.Errorf("%w: encode command: %v", errs.Internal, err)
 	}
-	p := &proposal{id: cmd.ID, data: data, resc: make(chan proposalResult, 1)}
+	p.data = data
 	n.waiters.add(p)
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
-		n.waiters.take(p.id)
+		n.waiters.release(p)
 		return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 	case <-n.stopc:
-		n.waiters.take(p.id)
+		n.waiters.release(p)
 		return command.Result{}, n.errStopped()
 	}
 	select {
@@ -190,7 +245,7 @@ func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
 		return r.res, r.err
 	}
 	if handed {
-		return command.Result{}, fmt.Errorf("%w: %w", errs.Ambiguous, cause)
+		return command.Result{}, &AmbiguousError{Proposer: p.prop, Err: cause}
 	}
 	return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, cause)
 }
@@ -203,8 +258,25 @@ func (w *waiters) giveUp(p *proposal) (waiting, handed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, waiting = w.m[p.id]
-	delete(w.m, p.id)
-	return waiting, p.handed.Load()
+	handed = p.handed.Load()
+	if waiting {
+		// A caller told ErrAmbiguous may ask for the outcome later: its
+		// result stays wanted for a while.
+		w.removeLocked(p, handed)
+	}
+	return waiting, handed
+}
+
+// release forgets a proposal that was never handed to Raft.
+func (w *waiters) release(p *proposal) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.m[p.id]; ok || p.own {
+		delete(w.m, p.id)
+		if p.own {
+			w.seqs.done(p.prop.Seq)
+		}
+	}
 }
 
 // markHanded marks the proposals of ps whose callers still wait as handed

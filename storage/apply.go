@@ -55,6 +55,11 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 			return ApplyOutput{}, fmt.Errorf("storage: apply: entry %d does not follow applied index %d", idx, a.m.index)
 		}
 		a.m.index, a.m.term = idx, e.GetTerm()
+		if idx%retireEvery == 0 {
+			if err := a.retireProposers(idx); err != nil {
+				return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
+			}
+		}
 		// Conf changes go to Raft through raftnode (which passes the
 		// outcome as cs); here they update the address book. Empty
 		// entries are new leaders' no-ops.
@@ -75,7 +80,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 			a.result(Applied{Index: idx, Result: a.status(command.StatusInvalid)})
 			continue
 		}
-		res, err := a.exec(idx, e.GetTerm(), cmd)
+		res, err := a.execOnce(idx, e.GetTerm(), cmd)
 		if err != nil {
 			return ApplyOutput{}, fmt.Errorf("storage: apply entry %d: %w", idx, err)
 		}
@@ -169,6 +174,33 @@ func (a *applier) result(r Applied) {
 // status is the result of a command that changed nothing.
 func (a *applier) status(s command.Status) command.Result {
 	return command.Result{Status: s, Rev: a.m.rev}
+}
+
+// execOnce runs cmd, once: a command with a proposer that already
+// applied gets its kept result instead (proposers.go).
+func (a *applier) execOnce(idx, term uint64, cmd *command.Command) (command.Result, error) {
+	p := cmd.Proposer
+	if p == nil {
+		return a.exec(idx, term, cmd)
+	}
+	if cmd.Kind == command.KindResolve {
+		return a.resolve(idx, cmd)
+	}
+	kept, refused, run := a.proposerCheck(p)
+	switch {
+	case kept != nil:
+		return repeatResult(kept, cmd), nil
+	case !run:
+		return a.status(refused), nil
+	}
+	res, err := a.exec(idx, term, cmd)
+	if err != nil {
+		return command.Result{}, err
+	}
+	if err := a.recordResult(idx, p, cmd, &res); err != nil {
+		return command.Result{}, err
+	}
+	return res, nil
 }
 
 func (a *applier) exec(idx, term uint64, cmd *command.Command) (command.Result, error) {

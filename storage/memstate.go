@@ -68,6 +68,8 @@ type memState struct {
 	// delays indexes the lock-delay markers among keys (see lockdelay.go),
 	// so the sessions leader finds them without walking every lock.
 	delays *btree.BTreeG[string]
+	// props is the proposer table (proposers.go).
+	props proposerTable
 }
 
 func newMemState() memState {
@@ -76,13 +78,15 @@ func newMemState() memState {
 		sessions: btree.NewG(btreeDegree, sessionLess),
 		owned:    btree.NewG(btreeDegree, ownedLess),
 		delays:   btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
+		props:    newProposerTable(),
 	}
 }
 
 // clone returns a copy to write on, in O(1): the trees share their nodes
 // until either side writes.
 func (s memState) clone() memState {
-	return memState{keys: s.keys.Clone(), sessions: s.sessions.Clone(), owned: s.owned.Clone(), delays: s.delays.Clone()}
+	return memState{keys: s.keys.Clone(), sessions: s.sessions.Clone(), owned: s.owned.Clone(), delays: s.delays.Clone(),
+		props: s.props.clone()}
 }
 
 // view is the state readers see: the live state as of one revision. They
@@ -110,33 +114,46 @@ const memFirst, memEnd = prefixKV, prefixSessionKey + 1
 // loadMemState builds the live state from the records readable through r.
 func loadMemState(r pebble.Reader) (memState, error) {
 	s := newMemState()
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{memFirst}, UpperBound: []byte{memEnd}})
+	if err := loadRange(r, memFirst, memEnd, s.add); err != nil {
+		return s, err
+	}
+	// The proposer table lies past the history, which memory does not hold.
+	err := loadRange(r, prefixProposer, prefixProposer+1, s.add)
+	return s, err
+}
+
+// loadRange calls add with every record whose key's first byte is in
+// [first, end).
+func loadRange(r pebble.Reader, first, end byte, add func(k, val []byte) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{first}, UpperBound: []byte{end}})
 	if err != nil {
-		return s, fmt.Errorf("storage: load state: %w", err)
+		return fmt.Errorf("storage: load state: %w", err)
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return s, fmt.Errorf("storage: load state: %w", err)
+			return fmt.Errorf("storage: load state: %w", err)
 		}
-		if err := s.add(it.Key(), val); err != nil {
-			return s, err
+		if err := add(it.Key(), val); err != nil {
+			return err
 		}
 	}
 	if err := it.Error(); err != nil {
-		return s, fmt.Errorf("storage: load state: %w", err)
+		return fmt.Errorf("storage: load state: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 // add decodes the stored pair (k, val) into s if it is one of the records
 // s holds. Neither k nor val is kept.
-func (s memState) add(k, val []byte) error {
+func (s *memState) add(k, val []byte) error {
 	if len(k) == 0 {
 		return nil
 	}
 	switch k[0] {
+	case prefixProposer:
+		return s.props.add(k, val)
 	case prefixKV:
 		var kv command.KV
 		if err := decodeKVRecord(val, &kv); err != nil {

@@ -173,7 +173,7 @@ func TestSnapshotChunksRejected(t *testing.T) {
 		"empty key":       append([]byte{chunkFormat1}, pair("", "v")...),
 		"raft log key":    append([]byte{chunkFormat1}, pair("\x01\x00\x00\x00\x00\x00\x00\x00\x01", "entry")...),
 		"staging key":     append([]byte{chunkFormat1}, pair("\x03\x11k", "v")...),
-		"past the state":  append([]byte{chunkFormat1}, pair("\x15", "v")...),
+		"past the state":  append([]byte{chunkFormat1}, pair("\x16", "v")...),
 	} {
 		err := ts.StageChunk(5, 1, 0, data, true)
 		require.ErrorIs(t, err, ErrSnapshotChunk, name)

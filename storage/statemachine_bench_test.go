@@ -77,3 +77,50 @@ func BenchmarkGet(b *testing.B) {
 		i += 7
 	}
 }
+
+// BenchmarkApplyOnce compares BenchmarkApply's puts without a proposer
+// and as members and clients now propose them, naming their proposer:
+// the state machine then also keeps each result and moves the proposer's
+// floor (proposers.go). The commands are encoded outside the timer.
+func BenchmarkApplyOnce(b *testing.B) {
+	for _, batch := range []int{1, 64} {
+		for _, once := range []bool{false, true} {
+			b.Run(fmt.Sprintf("batch=%d/proposer=%v", batch, once), func(b *testing.B) { benchApplyOnce(b, batch, once) })
+		}
+	}
+}
+
+func benchApplyOnce(b *testing.B, batch int, once bool) {
+	ts := openTestSM(b, nil, Options{})
+	value := make([]byte, 100)
+	ents := make([]*pb.Entry, batch)
+	for i := range ents {
+		ents[i] = &pb.Entry{Index: new(uint64(0)), Term: new(uint64(1))}
+	}
+	next := uint64(1)
+	b.SetBytes(int64(batch * len(value)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		for _, e := range ents {
+			*e.Index = next
+			c := txnCmd(command.Txn{Then: []command.Op{
+				{Type: command.OpPut, Key: fmt.Sprintf("bench/key/%06d", next%10_000), Value: value},
+			}})
+			if once {
+				// 64 callers in flight: the floor trails by 64.
+				c.Proposer = &command.Proposer{ID: 1, Seq: next, Floor: max(1, next-64), Born: next - 1}
+			}
+			data, err := command.Encode(c)
+			require.NoError(b, err)
+			e.Data = data
+			next++
+		}
+		b.StartTimer()
+		if _, err := ts.Apply(ents, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(int(next-1)), "ns/entry")
+}

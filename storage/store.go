@@ -91,7 +91,8 @@ const (
 	prefixSession    byte = 0x12 // sessions: prefix + id (8 bytes BE)
 	prefixSessionKey byte = 0x13 // ephemeral index: prefix + id (8 BE) + key
 	prefixHistory    byte = 0x14 // change history: prefix + revision (8 bytes BE)
-	prefixStateEnd   byte = 0x15 // exclusive upper bound of the state range
+	prefixProposer   byte = 0x15 // the proposer table (proposers.go)
+	prefixStateEnd   byte = 0x16 // exclusive upper bound of the state range
 )
 
 // MemDisk is an in-memory disk that outlives the store opened on it, so a
@@ -137,6 +138,17 @@ type Options struct {
 	// would exceed it fail with StatusQuotaExceeded; deletes always work.
 	// 0 = 2 GiB.
 	QuotaBytes int64
+	// The proposer table's bounds (proposers.go): how many log entries an
+	// idle proposer is kept for, how many proposers are kept in all and
+	// per owner, how many results per proposer, and how many bytes of
+	// results in all and per result (larger results keep no reads). 0 =
+	// the Default of each.
+	ProposerRetainEntries uint64
+	MaxProposers          int
+	MaxProposersPerOwner  int
+	MaxResultsPerProposer int
+	MaxProposerBytes      int64
+	MaxResultBytes        int
 	// OnFault is called once, with an error wrapping ErrFault, when the
 	// store meets a fault it cannot go on after (corruption, a full disk,
 	// repeated I/O errors). From then on the store writes nothing and its
@@ -172,6 +184,18 @@ func (o *Options) setDefaults() {
 	}
 	if o.QuotaBytes == 0 {
 		o.QuotaBytes = 2 << 30
+	}
+	setDefault(&o.ProposerRetainEntries, DefaultProposerRetainEntries)
+	setDefault(&o.MaxProposers, DefaultMaxProposers)
+	setDefault(&o.MaxProposersPerOwner, DefaultMaxProposersPerOwner)
+	setDefault(&o.MaxResultsPerProposer, DefaultMaxResultsPerProposer)
+	setDefault(&o.MaxProposerBytes, DefaultMaxProposerBytes)
+	setDefault(&o.MaxResultBytes, DefaultMaxResultBytes)
+}
+
+func setDefault[T int | int64 | uint64](v *T, d T) {
+	if *v == 0 {
+		*v = d
 	}
 }
 

@@ -7,10 +7,10 @@ import (
 	"github.com/coordcell/coord/internal/wirebytes"
 )
 
-// Formats 2 to 5, after the version byte:
+// Formats 2 to 6, after the version byte:
 //
-//	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
-//	         [Txn if bodyTxn] [Session if bodySession]
+//	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession|bodyProposer)
+//	         [Txn if bodyTxn] [Session if bodySession] [Proposer if bodyProposer]
 //	Txn      list If | list Then | list Else (the three counts first), then
 //	         the If compares, the Then ops, the Else ops
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
@@ -20,6 +20,7 @@ import (
 //	         | [format 3: uvarint Term] | [formats 4, 5: uvarint Term | str Owner]
 //	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
+//	Proposer str Owner | uvarint ID | uvarint Seq | uvarint Floor | uvarint Born | str Key
 //	str      uvarint length | bytes
 //	bytes    uvarint length+1, 0 for nil | bytes
 //	list     uvarint count+1, 0 for nil
@@ -37,11 +38,15 @@ import (
 // when the Owner is not empty, and a format 4 command with an empty one is
 // refused. Format 5 is format 4 with LockDelay in the expired byte: it is
 // written exactly when LockDelay is set, and a format 5 command without it
-// is refused. So the one-encoding rule holds across all four.
+// is refused. Format 6 is format 5 (its session carries the flags byte,
+// the term and the owner) with a Proposer: it is written exactly when the
+// command has one, and a format 6 command without one is refused. So the
+// one-encoding rule holds across all five.
 
 const (
-	bodyTxn     = 1 << 0
-	bodySession = 1 << 1
+	bodyTxn      = 1 << 0
+	bodySession  = 1 << 1
+	bodyProposer = 1 << 2
 
 	opPrefix = 1 << 0
 )
@@ -67,8 +72,10 @@ func lockDelayed(c *Command) bool { return c.Session != nil && c.Session.LockDel
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case lockDelayed(c):
+	case c.Proposer != nil:
 		return Version
+	case lockDelayed(c):
+		return versionLockDelay
 	case owned(c):
 		return versionOwned
 	case termed(c):
@@ -88,6 +95,10 @@ func encodedLen(c *Command) int {
 			n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
 		}
 		n += opsLen(t.Then) + opsLen(t.Else)
+	}
+	if p := c.Proposer; p != nil {
+		n += wirebytes.StringLen(p.Owner) + wirebytes.UvarintLen(p.ID) + wirebytes.UvarintLen(p.Seq) +
+			wirebytes.UvarintLen(p.Floor) + wirebytes.UvarintLen(p.Born) + wirebytes.StringLen(p.Key)
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
@@ -128,6 +139,9 @@ func encodeBinary(c *Command) []byte {
 	}
 	if c.Session != nil {
 		body |= bodySession
+	}
+	if c.Proposer != nil {
+		body |= bodyProposer
 	}
 	b = append(b, byte(c.Kind), body)
 	if t := c.Txn; t != nil {
@@ -172,6 +186,14 @@ func encodeBinary(c *Command) []byte {
 			b = binary.AppendVarint(b, cr.Nanos)
 		}
 	}
+	if p := c.Proposer; p != nil {
+		b = wirebytes.AppendString(b, p.Owner)
+		b = binary.AppendUvarint(b, p.ID)
+		b = binary.AppendUvarint(b, p.Seq)
+		b = binary.AppendUvarint(b, p.Floor)
+		b = binary.AppendUvarint(b, p.Born)
+		b = wirebytes.AppendString(b, p.Key)
+	}
 	return b
 }
 
@@ -190,7 +212,7 @@ func appendOps(b []byte, ops []Op) []byte {
 	return b
 }
 
-// decoder reads formats 2 to 5 with a minimal reader: each command has one
+// decoder reads formats 2 to 6 with a minimal reader: each command has one
 // encoding. The first error sticks, so callers check it once per stretch.
 type decoder struct {
 	wirebytes.Reader
@@ -203,7 +225,8 @@ type decoder struct {
 	termed bool
 	// owned is set for formats 4 and 5: sessions carry an owner.
 	owned bool
-	// flags is set for format 5: the expired byte carries LockDelay too.
+	// flags is set for formats 5 and 6: the expired byte carries
+	// LockDelay too.
 	flags bool
 }
 
@@ -239,6 +262,27 @@ type (
 	}
 )
 
+// bodies allocates a command with the bodies the flags name, except the
+// proposer, in one allocation.
+func bodies(body byte) *Command {
+	switch body &^ bodyProposer {
+	case 0:
+		return new(Command)
+	case bodyTxn:
+		p := new(cmdTxn)
+		p.c.Txn = &p.t
+		return &p.c
+	case bodySession:
+		p := new(cmdSession)
+		p.c.Session = &p.s
+		return &p.c
+	default: // bodyTxn | bodySession
+		p := new(cmdBoth)
+		p.c.Txn, p.c.Session = &p.t, &p.s
+		return &p.c
+	}
+}
+
 func decodeBinary(version byte, data []byte) (*Command, error) {
 	if len(data) < 10 {
 		return nil, fmt.Errorf("%w: truncated header", ErrMalformed)
@@ -250,36 +294,27 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		Reader: wirebytes.NewMinimalReader(data[10:], ErrMalformed),
 		termed: version >= versionTermed,
 		owned:  version >= versionOwned,
-		flags:  version == Version,
+		flags:  version >= versionLockDelay,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
 	}
-	var c *Command
-	switch body {
-	case 0:
-		c = new(Command)
-	case bodyTxn:
-		p := new(cmdTxn)
-		c = &p.c
-		c.Txn = &p.t
-	case bodySession:
-		p := new(cmdSession)
-		c = &p.c
-		c.Session = &p.s
-	case bodyTxn | bodySession:
-		p := new(cmdBoth)
-		c = &p.c
-		c.Txn, c.Session = &p.t, &p.s
-	default:
+	if body&^(bodyTxn|bodySession|bodyProposer) != 0 {
 		return nil, fmt.Errorf("%w: body flags %#x", ErrMalformed, body)
 	}
+	c := bodies(body)
 	c.ID, c.Kind = id, kind
 	if c.Txn != nil {
 		d.txn(c.Txn)
 	}
 	if c.Session != nil {
 		d.session(c.Session)
+	}
+	if body&bodyProposer != 0 {
+		c.Proposer = d.proposer()
+	}
+	if d.Err() == nil && kind == KindResolve && (c.Proposer == nil || c.Txn != nil || c.Session != nil) {
+		d.Fail("a resolve carries a proposer and nothing else")
 	}
 	if d.Done() == nil && version != format(c) {
 		d.Fail("format %d for a command of format %d", version, format(c))
@@ -288,6 +323,17 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+func (d *decoder) proposer() *Proposer {
+	return &Proposer{
+		Owner: d.str(),
+		ID:    d.Uvarint(),
+		Seq:   d.Uvarint(),
+		Floor: d.Uvarint(),
+		Born:  d.Uvarint(),
+		Key:   d.str(),
+	}
 }
 
 func (d *decoder) txn(t *Txn) {

@@ -30,6 +30,7 @@ func encodeV1(t testing.TB, c *Command) []byte {
 // empty lists nor empty values, so they come back nil.
 func normalizeV1(c *Command) *Command {
 	c = clone(c)
+	c.Proposer = nil // format 1 has none
 	if t := c.Txn; t != nil {
 		if len(t.If) == 0 {
 			t.If = nil
@@ -171,15 +172,25 @@ func binaryCases() map[string]*Command {
 		"seen by term 300":    {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
 		"txn, termed session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}},
 			Session: &Session{ID: 1, Term: 128}},
+		"put, proposer": {ID: 7, Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpPut, Key: "a", Value: []byte("v")}}},
+			Proposer: &Proposer{ID: math.MaxUint64, Seq: 9, Floor: 3, Born: 1 << 40}},
+		"client session, proposer": {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:bob"},
+			Proposer: &Proposer{Owner: "client:bob", ID: 1, Seq: 1}},
+		"expiry with delay, proposer": {Kind: KindSessionEnd, Session: &Session{ID: 9, Expired: true, LockDelay: true, Term: 4},
+			Proposer: &Proposer{ID: 1, Seq: 2, Floor: 1}},
+		"idempotency key": {Kind: KindTxn, Txn: &Txn{}, Proposer: &Proposer{Owner: "client:x", Key: "job-17"}},
+		"resolve":         {Kind: KindResolve, Proposer: &Proposer{ID: 5, Seq: 4}},
 	}
 }
 
-// wantVersion is the format Encode must write for c: 5 only when a
-// lock-delay flag needs it, 4 only when a session owner does, 3 only
-// when a session term does, so everything else stays format 2 byte for
-// byte.
+// wantVersion is the format Encode must write for c: 6 only when a
+// proposer needs it, 5 only when a lock-delay flag does, 4 only when a
+// session owner does, 3 only when a session term does, so everything
+// else stays format 2 byte for byte.
 func wantVersion(c *Command) byte {
 	switch {
+	case c.Proposer != nil:
+		return 6
 	case c.Session != nil && c.Session.LockDelay:
 		return 5
 	case c.Session != nil && c.Session.Owner != "":
@@ -291,7 +302,21 @@ func randomCommand(r *rand.Rand) *Command {
 		}
 		return r.IntN(5)
 	}
-	c := &Command{ID: r.Uint64() >> r.IntN(64), Kind: Kind(1 + r.IntN(int(maxKind)))}
+	c := &Command{ID: r.Uint64() >> r.IntN(64), Kind: Kind(1 + r.IntN(int(maxKind-1)))}
+	if r.IntN(3) == 0 {
+		u := func() uint64 { return r.Uint64() >> r.IntN(64) }
+		c.Proposer = &Proposer{ID: u(), Seq: u(), Floor: u(), Born: u()}
+		if r.IntN(2) == 0 {
+			c.Proposer.Owner = string(data(length()))
+		}
+		if r.IntN(4) == 0 {
+			c.Proposer.Key = string(data(length()))
+		}
+		if r.IntN(5) == 0 {
+			c.Kind = KindResolve
+			return c
+		}
+	}
 	if r.IntN(2) == 0 {
 		c.Txn = &Txn{}
 		if n := count(); n >= 0 {
@@ -490,13 +515,16 @@ func TestDecodeMalformed(t *testing.T) {
 		return append([]byte{versionOwned, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	header5 := func(kind Kind, body byte) []byte {
+		return append([]byte{versionLockDelay, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header6 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	for name, data := range map[string][]byte{
 		"kind 0":            header(0, 0),
 		"kind past the end": header(maxKind+1, 0),
-		"body flags":        header(KindNoop, 4),
+		"body flags":        header(KindNoop, 8),
 		"huge if count":     cat(header(KindTxn, bodyTxn), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 1}),
 		"count beyond data": cat(header(KindTxn, bodyTxn), []byte{1, 3, 1}, bytes.Repeat([]byte{0}, 9)),
 		"counts together beyond data": cat(header(KindTxn, bodyTxn), []byte{3, 2, 2},
@@ -513,7 +541,17 @@ func TestDecodeMalformed(t *testing.T) {
 		"header only":    {versionBinary2},
 		"v3 header only": {versionTermed},
 		"v4 header only": {versionOwned},
-		"v5 header only": {Version},
+		"v5 header only": {versionLockDelay},
+		"v6 header only": {Version},
+		// Format 6 is only for a command with a proposer, and only format
+		// 6 carries one.
+		"v6 no proposer":       header6(KindNoop, 0),
+		"v5 with a proposer":   cat(header5(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
+		"v2 with a proposer":   cat(header(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
+		"v6 proposer cut":      cat(header6(KindNoop, bodyProposer), []byte{0, 1, 1}),
+		"v6 owner beyond data": cat(header6(KindNoop, bodyProposer), []byte{9, 'c', 1, 1, 0, 0, 0}),
+		"v6 resolve with txn":  cat(header6(KindResolve, bodyTxn|bodyProposer), []byte{0, 0, 0}, []byte{0, 1, 1, 0, 0, 0}),
+		"v6 resolve, none":     header6(KindResolve, 0),
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),

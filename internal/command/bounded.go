@@ -19,6 +19,8 @@ func Bounded(data []byte) bool {
 	switch {
 	case kind == KindSessionEnd:
 		return false
+	case kind == KindResolve:
+		return true
 	case kind != KindTxn || body&bodyTxn == 0:
 		return true
 	}

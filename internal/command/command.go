@@ -25,14 +25,19 @@ import (
 // and misreading one would make this member's state differ from the
 // others'.
 //
-// Encode writes format 3, 4 or 5 only for a command that needs it (a
+// Encode writes format 3, 4, 5 or 6 only for a command that needs it (a
 // session command carrying a leader's term, a client's session creation
-// carrying its owner, an expiry that must leave lock-delay markers);
-// every other command is written in format 2, byte for byte as before.
-// So a member not yet upgraded halts (and replays after its upgrade)
-// only on the commands whose meaning it would get wrong, and keeps
-// applying all the others.
-const Version byte = 5
+// carrying its owner, an expiry that must leave lock-delay markers, a
+// command that names its proposer for exactly-once application); every
+// other command is written in format 2, byte for byte as before. So a
+// member not yet upgraded halts (and replays after its upgrade) only on
+// the commands whose meaning it would get wrong, and keeps applying all
+// the others.
+const Version byte = 6
+
+// versionLockDelay is the binary format with the session's lock-delay
+// flag, without a proposer.
+const versionLockDelay byte = 5
 
 // versionOwned is the binary format with the session term and owner,
 // without the lock-delay flag.
@@ -80,8 +85,14 @@ const (
 	// A new leader grants a session only its TTL minus that time, so a
 	// dead session cannot be kept alive by leaders that keep changing.
 	KindSessionCredit
+	// KindResolve settles the outcome of another command of the same
+	// proposer (Proposer names it: its owner, ID and Seq): if that
+	// command applied, its recorded result is the result; if not, it is
+	// recorded as never to apply, so a copy still in flight changes
+	// nothing when it arrives. Written in format 6 only.
+	KindResolve
 
-	maxKind = KindSessionCredit
+	maxKind = KindResolve
 )
 
 // OpType is the type of one operation inside a transaction.
@@ -192,6 +203,38 @@ type Credit struct {
 	Nanos int64 `msgpack:"ns"`
 }
 
+// Proposer names the command's origin for exactly-once application (the
+// Raft dissertation, section 6.3): the state machine keeps the result of
+// each proposer's recent commands, so a command proposed again (a
+// forward that may have been dropped, a retry through another member or
+// to a new leader) applies once and every copy gets the first result.
+type Proposer struct {
+	// Owner binds the proposer to an authenticated identity: "" for a
+	// member, "client:" and the identity for a client's commands (set by
+	// the member that admits them, never by the client), so no client can
+	// name another's proposer.
+	Owner string
+	// ID names one proposer of the owner: a member's boot, a client
+	// instance. Random, so restarts never meet an old record.
+	ID uint64
+	// Seq numbers the proposer's commands from 1. With Key set it is 0.
+	Seq uint64
+	// Floor is the lowest Seq whose result the proposer may still ask for:
+	// the state machine forgets results below it, and refuses a command
+	// below it that it does not know (an old copy of a command answered
+	// long ago).
+	Floor uint64
+	// Born is the proposing member's applied index when the command's
+	// call began. A command of a proposer the state machine has no record
+	// of is refused when Born is below the retirement horizon, since its
+	// record may have been retired with the result in it.
+	Born uint64
+	// Key, when not empty, is a caller's own idempotency key: the
+	// command's record is found by (Owner, Key) rather than (Owner, ID,
+	// Seq), so a caller may resubmit it after a restart.
+	Key string
+}
+
 // Command is one replicated request.
 type Command struct {
 	// ID identifies the request so the proposing node can wake its waiter
@@ -201,6 +244,8 @@ type Command struct {
 	Kind    Kind     `msgpack:"kind"`
 	Txn     *Txn     `msgpack:"txn,omitempty"`
 	Session *Session `msgpack:"ses,omitempty"`
+	// Proposer, when set, makes the command exactly-once (format 6).
+	Proposer *Proposer `msgpack:"-"`
 }
 
 // Encode returns the versioned encoding of c, in format Version.
@@ -211,14 +256,14 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 to 5. It never
+// Decode parses an encoded command of format version 1 to 6. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionOwned, versionTermed, versionBinary2:
+	case Version, versionLockDelay, versionOwned, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
@@ -247,6 +292,15 @@ const (
 	// reached the log in another term than the one it was decided in: the
 	// leader that decided it no longer led, so nothing changed.
 	StatusStaleTerm
+	// StatusRetired means the command's proposer record was retired (or
+	// its sequence number fell below the proposer's floor) before this
+	// copy applied: it changed nothing now, and whether an earlier copy
+	// applied is no longer known.
+	StatusRetired
+	// StatusNotApplied is a KindResolve's answer (and, afterwards, the
+	// answer to every copy of the command it settled): the command never
+	// applied and never will.
+	StatusNotApplied
 )
 
 // KV is a key as stored, returned in results.
@@ -281,6 +335,13 @@ type Result struct {
 	// of the session a KindSessionEnd ended (zero if it had already
 	// ended).
 	SessionID int64
+	// Repeat is set on the result of a copy of a command that had already
+	// applied: the result is the first copy's, as recorded.
+	Repeat bool
+	// Trimmed is set when Repeat's recorded result had its read values
+	// dropped (a transaction whose reads outgrew what the proposer table
+	// keeps per result): the command applied, its reads are gone.
+	Trimmed bool
 }
 
 // Member describes a member in a membership change: it travels as the

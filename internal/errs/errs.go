@@ -50,3 +50,8 @@ var (
 var (
 	InvalidArgument = errors.New("coord: invalid argument")
 )
+
+// Exactly-once writes (raftnode's resends, storage's proposer table).
+var (
+	Retired = errors.New("coord: outcome no longer known; the write's record was retired")
+)

@@ -1,0 +1,224 @@
+package storage
+
+import (
+	"testing"
+
+	"github.com/coordcell/coord/internal/command"
+	"github.com/stretchr/testify/require"
+)
+
+// onceCmd is a put of key=value by proposer id's command seq.
+func onceCmd(id, seq, floor uint64, key, value string) *command.Command {
+	c := txnCmd(command.Txn{Then: []command.Op{putOp(key, value)}})
+	c.Proposer = &command.Proposer{ID: id, Seq: seq, Floor: floor}
+	return c
+}
+
+func resolveCmd(id, seq uint64) *command.Command {
+	return &command.Command{Kind: command.KindResolve, Proposer: &command.Proposer{ID: id, Seq: seq}}
+}
+
+func TestProposerCopiesApplyOnce(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	first := ts.do(onceCmd(7, 1, 1, "k", "v"))
+	require.Equal(t, command.StatusOK, first.Status)
+	require.False(t, first.Repeat)
+	// Other writes in between, then the copy (a re-sent forward).
+	ts.put("other", "x")
+	out := ts.apply(onceCmd(7, 1, 1, "k", "v"), onceCmd(7, 1, 1, "k", "v"))
+	for _, r := range out.Results {
+		require.True(t, r.Result.Repeat)
+		require.Equal(t, first.Rev, r.Result.Rev)
+		require.Equal(t, first.Ops[0].KVs[0], r.Result.Ops[0].KVs[0], "the first copy's result, put value included")
+	}
+	require.Empty(t, out.Changes, "a copy writes nothing")
+	kv, ok := ts.get("k")
+	require.True(t, ok)
+	require.EqualValues(t, 1, kv.Version)
+
+	// Another proposer's command of the same numbers is its own.
+	r := ts.do(onceCmd(8, 1, 1, "k", "w"))
+	require.False(t, r.Repeat)
+	kv, _ = ts.get("k")
+	require.EqualValues(t, 2, kv.Version)
+
+	// The same ID under another owner (a client) is another proposer.
+	c := onceCmd(7, 1, 1, "k", "u")
+	c.Proposer.Owner = "client:mallory"
+	r = ts.do(c)
+	require.False(t, r.Repeat)
+}
+
+func TestProposerSessionCreateOnce(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	c := &command.Command{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9},
+		Proposer: &command.Proposer{ID: 3, Seq: 1, Floor: 1}}
+	a := ts.do(c)
+	b := ts.do(c)
+	require.Equal(t, a.SessionID, b.SessionID)
+	require.True(t, b.Repeat)
+	sessions, err := ts.Sessions()
+	require.NoError(t, err)
+	require.Len(t, sessions, 1)
+}
+
+func TestProposerFloorForgetsAndRefuses(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	for seq := uint64(1); seq <= 5; seq++ {
+		ts.do(onceCmd(1, seq, 1, "k", "v"))
+	}
+	require.Equal(t, 5, ts.ProposerStats().Results)
+	// The proposer says it needs nothing below 5.
+	ts.do(onceCmd(1, 6, 5, "k", "v"))
+	st := ts.ProposerStats()
+	require.Equal(t, 2, st.Results)
+	before, _ := ts.get("k")
+	// A late copy of 3 is refused, not applied again.
+	r := ts.do(onceCmd(1, 3, 1, "k", "v"))
+	require.Equal(t, command.StatusRetired, r.Status)
+	after, _ := ts.get("k")
+	require.Equal(t, before, after)
+	// A copy of 5 still gets its result.
+	require.True(t, ts.do(onceCmd(1, 5, 1, "k", "v")).Repeat)
+}
+
+func TestProposerResultsPerProposerBounded(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 4})
+	for seq := uint64(1); seq <= 10; seq++ {
+		ts.do(onceCmd(1, seq, 1, "k", "v"))
+	}
+	require.Equal(t, 4, ts.ProposerStats().Results)
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 2, 1, "k", "v")).Status)
+	require.True(t, ts.do(onceCmd(1, 9, 1, "k", "v")).Repeat)
+}
+
+func TestProposerResolve(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	applied := ts.do(onceCmd(1, 1, 1, "a", "1"))
+
+	// Resolving an applied command gives its result.
+	r := ts.do(resolveCmd(1, 1))
+	require.Equal(t, command.StatusOK, r.Status)
+	require.Equal(t, applied.Rev, r.Rev)
+	require.True(t, r.Repeat)
+
+	// Resolving one that never arrived settles it as never applied...
+	r = ts.do(resolveCmd(1, 2))
+	require.Equal(t, command.StatusNotApplied, r.Status)
+	// ...so its copy, arriving late, changes nothing.
+	late := ts.do(onceCmd(1, 2, 1, "b", "2"))
+	require.Equal(t, command.StatusNotApplied, late.Status)
+	_, ok := ts.get("b")
+	require.False(t, ok)
+	// Resolving again says the same.
+	require.Equal(t, command.StatusNotApplied, ts.do(resolveCmd(1, 2)).Status)
+}
+
+func TestProposerIdempotencyKey(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	c := func(v string) *command.Command {
+		cmd := txnCmd(command.Txn{Then: []command.Op{putOp("job", v)}})
+		cmd.Proposer = &command.Proposer{Owner: "client:x", Key: "job-17"}
+		return cmd
+	}
+	first := ts.do(c("run-1"))
+	// Resubmitted after a restart, by another proposer ID: the same key.
+	again := ts.do(c("run-1"))
+	require.True(t, again.Repeat)
+	require.Equal(t, first.Rev, again.Rev)
+	kv, _ := ts.get("job")
+	require.EqualValues(t, 1, kv.Version)
+}
+
+func TestProposerRetiredByIdleEntries(t *testing.T) {
+	ts := openTestSM(t, nil, Options{ProposerRetainEntries: 10})
+	ts.do(onceCmd(1, 1, 1, "k", "v"))
+	born := ts.AppliedIndex()
+	for ts.AppliedIndex() < 2*retireEvery {
+		ts.apply(nil, nil, nil, nil, nil, nil, nil, nil)
+	}
+	st := ts.ProposerStats()
+	require.Zero(t, st.Proposers)
+	require.Zero(t, st.Results)
+	require.GreaterOrEqual(t, st.Horizon, born)
+
+	// A copy of its command, from a call that began before the horizon,
+	// is refused: its record (and result) are gone.
+	old := onceCmd(1, 1, 1, "k", "v")
+	old.Proposer.Born = born - 1
+	require.Equal(t, command.StatusRetired, ts.do(old).Status)
+	kv, _ := ts.get("k")
+	require.EqualValues(t, 1, kv.Version)
+
+	// A new proposer, whose calls begin after the horizon, applies.
+	fresh := onceCmd(2, 1, 1, "k", "w")
+	fresh.Proposer.Born = ts.AppliedIndex()
+	require.Equal(t, command.StatusOK, ts.do(fresh).Status)
+}
+
+func TestProposerRetiredPerOwner(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxProposersPerOwner: 3})
+	for id := uint64(1); id <= 6; id++ {
+		c := onceCmd(id, 1, 1, "k", "v")
+		c.Proposer.Owner = "client:flood"
+		ts.do(c)
+	}
+	honest := onceCmd(99, 1, 1, "h", "v")
+	honest.Proposer.Owner = "client:honest"
+	ts.do(honest)
+	for ts.AppliedIndex() < retireEvery {
+		ts.apply(nil)
+	}
+	require.Equal(t, 4, ts.ProposerStats().Proposers, "the flooding owner keeps its 3 newest; the other owner is untouched")
+	require.True(t, ts.do(honest).Repeat)
+}
+
+func TestProposerTableSurvivesRestartAndSnapshot(t *testing.T) {
+	a := openTestSM(t, nil, Options{})
+	a.do(onceCmd(1, 1, 1, "k", "v"))
+	a.do(resolveCmd(1, 2))
+	k := txnCmd(command.Txn{Then: []command.Op{getOp("k")}})
+	k.Proposer = &command.Proposer{Owner: "client:x", Key: "read-once"}
+	a.do(k)
+	want := a.ProposerStats()
+	a.reopen()
+	require.Equal(t, want, a.ProposerStats())
+	require.True(t, a.do(onceCmd(1, 1, 1, "k", "v")).Repeat)
+	require.Equal(t, command.StatusNotApplied, a.do(onceCmd(1, 2, 1, "k", "v")).Status)
+
+	snap, err := a.snapshot()
+	require.NoError(t, err)
+	b := openTestSM(t, nil, Options{})
+	transfer(t, a, b, snap)
+	install(t, b, snap)
+	require.Equal(t, a.ProposerStats(), b.ProposerStats())
+	r := b.do(k)
+	require.True(t, r.Repeat)
+	require.Equal(t, "v", string(r.Ops[0].KVs[0].Value), "a read's result is kept")
+}
+
+func TestProposerLargeReadsTrimmed(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxResultBytes: 64})
+	ts.put("big", string(make([]byte, 200)))
+	c := txnCmd(command.Txn{Then: []command.Op{getOp("big"), putOp("w", "x")}})
+	c.Proposer = &command.Proposer{ID: 1, Seq: 1, Floor: 1}
+	first := ts.do(c)
+	require.Len(t, first.Ops[0].KVs, 1)
+	again := ts.do(c)
+	require.True(t, again.Repeat)
+	require.True(t, again.Trimmed)
+	require.Empty(t, again.Ops[0].KVs)
+	require.Equal(t, "x", string(again.Ops[1].KVs[0].Value))
+}
+
+func TestResultRecordRoundTrip(t *testing.T) {
+	res := &command.Result{Status: command.StatusOK, Rev: 9, Succeeded: true, SessionID: -3,
+		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}}}}
+	got, err := decodeResultRecord(appendResultRecord(nil, res))
+	require.NoError(t, err)
+	require.Equal(t, res, got)
+	for _, bad := range [][]byte{nil, {2}, {resultFormat1}, {resultFormat1, 0, 4, 0, 0, 0}, {resultFormat1, 0, 0, 0, 0, 0xff, 0x7f}} {
+		_, err := decodeResultRecord(bad)
+		require.Error(t, err, "%x", bad)
+	}
+}
