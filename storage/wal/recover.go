@@ -29,6 +29,7 @@ type scan struct {
 	positions []pos
 	hs        *pb.HardState
 	seq       uint64 // last good frame
+	crcBytes  int64  // bytes checksummed, for tests of the work done
 }
 
 // recover reads every segment, checks it, and rebuilds the log's state.
@@ -100,6 +101,7 @@ func (l *Log) recover() error {
 		l.segs = append(l.segs, s)
 	}
 	l.recovery.Segments = len(seqs)
+	l.scanCRCBytes = sc.crcBytes
 
 	// Open the files: the tail for writing, the rest for reading.
 	for i, s := range l.segs {

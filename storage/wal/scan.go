@@ -20,7 +20,7 @@ import (
 func (sc *scan) segment(s *segment, data []byte, last, first bool) (at, end int64, err error) {
 	off := int64(0)
 	for {
-		payload, next, ok := readFrame(data, off, s.seq)
+		payload, next, ok := readFrame(data, off, s.seq, &sc.crcBytes)
 		if !ok {
 			break
 		}
@@ -41,7 +41,7 @@ func (sc *scan) segment(s *segment, data []byte, last, first bool) (at, end int6
 	}
 	// A bad frame in the newest segment. Was it ever synced?
 	for o := alignUp(off + 1); o < dataEnd; o += frameAlign {
-		payload, _, ok := readFrame(data, o, s.seq)
+		payload, _, ok := readFrame(data, o, s.seq, &sc.crcBytes)
 		if !ok || len(payload) < payloadHeadLen {
 			continue
 		}

@@ -114,6 +114,8 @@ type Log struct {
 	ents      []pos
 	closed    bool
 	recovery  Recovery
+
+	scanCRCBytes int64 // bytes Open checksummed, for tests of its work
 }
 
 // Open opens (or creates) the log in opts.Dir and recovers it.
