@@ -47,7 +47,7 @@ func TestSessionKeepsEphemeralKeysUntilClose(t *testing.T) {
 	require.Equal(t, coord.EventDelete, ev2.Type)
 	require.Equal(t, ev1.Rev, ev2.Rev, "the session's keys go in one revision")
 	_, err = n.Put(ctx, "eph/c", []byte("3"), coord.Ephemeral(s))
-	require.ErrorIs(t, err, coord.ErrSessionExpired)
+	require.ErrorIs(t, err, coord.ErrSessionClosed)
 }
 
 func TestSessionSurvivesLeaderCrash(t *testing.T) {
