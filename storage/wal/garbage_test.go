@@ -81,6 +81,7 @@ func TestGarbageAfterFramesBoundedWork(t *testing.T) {
 	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: segBytes})
 	require.NoError(t, err)
 	defer l.Close()
+	t.Logf("checksummed %d bytes recovering three segments of %d", l.scanCRCBytes, segBytes)
 	require.LessOrEqual(t, l.scanCRCBytes, int64(2*3*segBytes), "bytes checksummed while recovering three segments of %d bytes", segBytes)
 	want.check(t, l)
 	require.Equal(t, int64(64<<10), l.Recovery().TornBytes)
