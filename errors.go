@@ -59,10 +59,11 @@ var (
 	ErrInvalidKey = errs.InvalidKey
 	// ErrInvalidConfig: Open was given a Config it cannot run with.
 	ErrInvalidConfig = errs.InvalidConfig
-	// ErrSessionExpired: the session is gone (expired or closed), so an
-	// ephemeral write naming it was refused.
+	// ErrSessionExpired: the session is gone (expired, or closed through
+	// another handle), so an ephemeral write naming it was refused.
 	ErrSessionExpired = errs.SessionExpired
-	// ErrSessionClosed: the session was closed by its holder.
+	// ErrSessionClosed: the session was closed by its holder (an
+	// ephemeral write naming it, through that handle, says so too).
 	ErrSessionClosed = errs.SessionClosed
 	// ErrInvalidTTL: a session TTL below the minimum (see WithTTL).
 	ErrInvalidTTL = errs.InvalidTTL

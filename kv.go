@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/coordcell/coord/internal/command"
@@ -55,6 +56,7 @@ type WriteOption func(*writeOptions)
 type writeOptions struct {
 	ifVersion *int64
 	session   int64
+	owner     *Session // the session behind session, to tell closed from expired
 	idemKey   string
 }
 
@@ -68,9 +70,19 @@ func IfVersion(v int64) WriteOption {
 // Ephemeral makes the written key belong to session s: it is deleted, in
 // the same committed change as the session's end, when s expires or is
 // closed. A write naming a session that already ended fails with
-// ErrSessionExpired.
+// ErrSessionClosed if this handle closed it, else ErrSessionExpired.
 func Ephemeral(s *Session) WriteOption {
-	return func(o *writeOptions) { o.session = int64(s.id) }
+	return func(o *writeOptions) { o.session, o.owner = int64(s.id), s }
+}
+
+// sessionErr turns the cell's "no such session" for a write naming a
+// session this process closed into ErrSessionClosed, as the recipes on
+// that session say.
+func (o writeOptions) sessionErr(err error) error {
+	if o.owner != nil && errors.Is(err, ErrSessionExpired) && errors.Is(o.owner.Err(), ErrSessionClosed) {
+		return fmt.Errorf("%w: session %d", ErrSessionClosed, o.owner.id)
+	}
+	return err
 }
 
 func writeOpts(opts []WriteOption) writeOptions {
@@ -146,7 +158,7 @@ func putKey(ctx context.Context, b backend, key string, value []byte, opts []Wri
 	txn := &command.Txn{Then: []command.Op{{Type: command.OpPut, Key: key, Value: value, Session: o.session}}}
 	res, err := commitIfVersion(ctx, b, txn, key, o)
 	if err != nil {
-		return KV{}, err
+		return KV{}, o.sessionErr(err)
 	}
 	return fromCmdKV(res.Ops[0].KVs[0]), nil
 }

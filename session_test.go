@@ -47,7 +47,7 @@ func TestSessionKeepsEphemeralKeysUntilClose(t *testing.T) {
 	require.Equal(t, coord.EventDelete, ev2.Type)
 	require.Equal(t, ev1.Rev, ev2.Rev, "the session's keys go in one revision")
 	_, err = n.Put(ctx, "eph/c", []byte("3"), coord.Ephemeral(s))
-	require.ErrorIs(t, err, coord.ErrSessionExpired)
+	require.ErrorIs(t, err, coord.ErrSessionClosed)
 }
 
 func TestSessionSurvivesLeaderCrash(t *testing.T) {
@@ -259,5 +259,24 @@ func TestLeaderFlappingCannotKeepADeadSessionAlive(t *testing.T) {
 		for c.LeaderIndex() == l {
 		}
 		c.Heal()
+	}
+}
+
+// TestEphemeralPutOnClosedSession: a write naming a session its holder
+// closed says so (ErrSessionClosed, as Lock on it does), on a member and
+// on a client, and writes nothing.
+func TestEphemeralPutOnClosedSession(t *testing.T) {
+	c := clientCell(t, 1)
+	ctx := ctxT(t, 20*time.Second)
+	n := c.Node(0)
+	cl := connect(t, c)
+	for name, cell := range map[string]coord.Cell{"member": n, "client": cl} {
+		s, err := cell.NewSession(ctx, coord.WithTTL(n.MinSessionTTL()))
+		require.NoError(t, err, name)
+		require.NoError(t, s.Close(ctx), name)
+		_, err = cell.Put(ctx, "closed/"+name, []byte("x"), coord.Ephemeral(s))
+		require.ErrorIs(t, err, coord.ErrSessionClosed, name)
+		_, err = n.Get(ctx, "closed/"+name)
+		require.ErrorIs(t, err, coord.ErrNotFound, name)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/storage/wal"
 )
 
 // ErrLostState is returned by Open for a directory whose Raft state is
@@ -120,25 +121,11 @@ func readMarks(fs vfs.FS, path string) (seq uint64, r markRecord, found bool, er
 // existed) gets one, started from the recovered state.
 func openMarks(db *pebble.DB, fs vfs.FS, dir string, term, vote, last uint64) (*marks, error) {
 	path := fs.PathJoin(dir, marksFile)
-	seq, rec, found, err := readMarks(fs, path)
+	seq, rec, found, recorded, err := checkMarks(db, fs, path, term, vote, last)
 	if err != nil {
 		return nil, err
 	}
-	_, closer, err := db.Get(marksKey)
-	recorded := err == nil
-	if recorded {
-		closer.Close()
-	} else if !errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("storage: read marks record: %w", err)
-	}
-	switch {
-	case found:
-		if err := rec.check(term, vote, last); err != nil {
-			return nil, err
-		}
-	case recorded:
-		return nil, fmt.Errorf("%w: %s is missing", ErrLostState, path)
-	default:
+	if !found {
 		rec = markRecord{term: term, vote: vote, durable: last}
 	}
 	file, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
@@ -163,6 +150,116 @@ func openMarks(db *pebble.DB, fs vfs.FS, dir string, term, vote, last uint64) (*
 		}
 	}
 	return m, nil
+}
+
+// checkMarks reads the marks file at path and checks the recovered Raft
+// state against it, writing nothing. found says the file exists;
+// recorded that db (nil = none yet) says it should.
+func checkMarks(db pebble.Reader, fs vfs.FS, path string, term, vote, last uint64) (seq uint64, rec markRecord, found, recorded bool, err error) {
+	seq, rec, found, err = readMarks(fs, path)
+	if err != nil {
+		return 0, markRecord{}, false, false, err
+	}
+	if db != nil {
+		_, closer, err := db.Get(marksKey)
+		recorded = err == nil
+		if recorded {
+			closer.Close()
+		} else if !errors.Is(err, pebble.ErrNotFound) {
+			return 0, markRecord{}, false, false, fmt.Errorf("storage: read marks record: %w", err)
+		}
+	}
+	switch {
+	case found:
+		if err := rec.check(term, vote, last); err != nil {
+			return 0, markRecord{}, false, false, err
+		}
+	case recorded:
+		return 0, markRecord{}, false, false, fmt.Errorf("%w: %s is missing", ErrLostState, path)
+	}
+	return seq, rec, found, recorded, nil
+}
+
+// inspectDir refuses, before anything is written, a data directory that
+// Open would refuse: it reads Pebble (opened read-only), recovers the
+// Raft log without repairing it (wal.Inspect), works out where the log
+// would stand after reconcile, and checks that against the marks file.
+// Open's own checks come later, after Pebble's read-write open (which
+// flushes and writes a new manifest, WAL and OPTIONS file), the log's
+// repairs and reconcile's writes: without this, a refused member's
+// directory would no longer be the evidence of what it lost.
+//
+// It returns the recovered log for Open to go on from, or nil where
+// Open must read it itself (a format-1 store, whose log is still in
+// Pebble).
+func inspectDir(fs vfs.FS, dir string, logger pebble.Logger, walOpts wal.Options) (*wal.Recovered, error) {
+	var (
+		db               *pebble.DB
+		applied, appTerm uint64
+		recorded         bool
+	)
+	desc, err := pebble.Peek(dir, fs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // a new store: nothing to refuse
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: read %s: %w", dir, err)
+	}
+	if desc.Exists {
+		db, err = pebble.Open(dir, &pebble.Options{FS: fs, Logger: logger, ReadOnly: true, CacheSize: 1 << 20})
+		if err != nil {
+			if errors.Is(err, pebble.ErrCorruption) {
+				return nil, fmt.Errorf("%w: open %s: %w", ErrLostState, dir, err)
+			}
+			return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+		}
+		defer db.Close()
+		version, found, err := readFormat(db)
+		switch {
+		case err != nil:
+			return nil, err
+		case found && version == 1:
+			return nil, nil // upgradeV1 rewrites the log
+		case found && version != FormatVersion:
+			return nil, fmt.Errorf("%w: found %d, want %d", ErrFormat, version, FormatVersion)
+		}
+		m, _, err := readMeta(db)
+		if err != nil {
+			return nil, err
+		}
+		applied, appTerm = m.index, m.term
+		if _, closer, err := db.Get(marksKey); err == nil {
+			closer.Close()
+			recorded = true
+		}
+		if recorded && found {
+			if _, err := fs.Stat(walOpts.Dir); err != nil {
+				return nil, fmt.Errorf("%w: raft log %s: %w", ErrLostState, walOpts.Dir, err)
+			}
+		}
+	}
+	rec, err := wal.Inspect(walOpts)
+	if err != nil {
+		if errors.Is(err, wal.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %w", ErrLostState, err)
+		}
+		return nil, fmt.Errorf("storage: open raft log: %w", err)
+	}
+	trunc, _ := rec.Truncated()
+	hs, last := rec.HardState(), rec.LastIndex()
+	p, err := planReconcile(hs, trunc, last, rec.Term, applied, appTerm)
+	if err != nil {
+		return nil, err
+	}
+	term, vote, last := p.after(hs, last, applied)
+	var r pebble.Reader
+	if db != nil {
+		r = db
+	}
+	if _, _, _, _, err := checkMarks(r, fs, fs.PathJoin(dir, marksFile), term, vote, last); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // check compares the recovered state with the record.

@@ -338,28 +338,49 @@ func (l *RaftLog) resetHardState(meta *pb.SnapshotMetadata) *pb.HardState {
 // entry only gets its commit index raised, as raft requires commit >=
 // applied.
 func (l *RaftLog) reconcile(applied, appliedTerm uint64) error {
-	if applied == 0 {
-		return nil
-	}
 	l.mu.Lock()
-	if applied < l.truncIndex {
-		trunc := l.truncIndex
-		l.mu.Unlock()
+	p, err := planReconcile(l.hardState, l.truncIndex, l.last.Load(), l.termAtLocked, applied, appliedTerm)
+	l.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case p.reset:
+		return l.reset(&pb.SnapshotMetadata{Index: new(applied), Term: new(appliedTerm)}, p.hs)
+	case p.hs != nil:
+		return l.Append(p.hs, nil, true)
+	}
+	return nil
+}
+
+// reconcilePlan is what reconcile writes.
+type reconcilePlan struct {
+	hs    *pb.HardState // the hard state to write; nil = none
+	reset bool          // the log restarts after the applied entry
+}
+
+// planReconcile decides what reconcile does to a log with hard state
+// cur, truncation point trunc and last index last, where termAt answers
+// for indexes in [trunc, last], given the state machine's applied index
+// and term. It reads nothing else and writes nothing, so Open can check
+// where the log would end up before anything is written.
+func planReconcile(cur *pb.HardState, trunc, last uint64, termAt func(uint64) (uint64, error),
+	applied, appliedTerm uint64) (reconcilePlan, error) {
+	if applied == 0 {
+		return reconcilePlan{}, nil
+	}
+	if applied < trunc {
 		// The log is compacted or reset only after the state machine
 		// synced past that point: its applied state was lost.
-		return fmt.Errorf("%w: state machine applied up to %d, but the log starts after %d", ErrLostState, applied, trunc)
+		return reconcilePlan{}, fmt.Errorf("%w: state machine applied up to %d, but the log starts after %d", ErrLostState, applied, trunc)
 	}
 	var holds bool
-	if applied <= l.last.Load() {
-		term, err := l.termAtLocked(applied)
+	if applied <= last {
+		term, err := termAt(applied)
 		if err != nil {
-			l.mu.Unlock()
-			return err
+			return reconcilePlan{}, err
 		}
 		holds = term == appliedTerm
 	}
-	cur := l.hardState
-	l.mu.Unlock()
 	// Raft needs commit >= applied. A term below the applied entry's is
 	// raised too, without a vote (none was cast in it), as a founding
 	// member's bootstrap would have.
@@ -372,12 +393,25 @@ func (l *RaftLog) reconcile(applied, appliedTerm uint64) error {
 		hs.Term, hs.Vote = new(appliedTerm), new(uint64(0))
 	}
 	if !holds {
-		return l.reset(&pb.SnapshotMetadata{Index: new(applied), Term: new(appliedTerm)}, hs)
+		return reconcilePlan{hs: hs, reset: true}, nil
 	}
 	if hs.GetTerm() == cur.GetTerm() && hs.GetVote() == cur.GetVote() && hs.GetCommit() == cur.GetCommit() {
-		return nil
+		return reconcilePlan{}, nil
 	}
-	return l.Append(hs, nil, true)
+	return reconcilePlan{hs: hs}, nil
+}
+
+// after returns the term, vote and last index of a log with hard state
+// cur and last index last once p is carried out.
+func (p reconcilePlan) after(cur *pb.HardState, last, applied uint64) (term, vote, newLast uint64) {
+	hs := cur
+	if p.hs != nil {
+		hs = p.hs
+	}
+	if p.reset {
+		last = applied
+	}
+	return hs.GetTerm(), hs.GetVote(), last
 }
 
 // termAtLocked is Term for an index in [truncIndex, last], under mu.

@@ -243,7 +243,9 @@ type Store struct {
 // less than this member is known to have made durable (see marks.go),
 // or Pebble finds its write-ahead log corrupt or the Raft log a damaged
 // durable record, and one wrapping ErrFault
-// when a fault stops it while opening.
+// when a fault stops it while opening. A directory it refuses (those, or
+// ErrFormat) is left exactly as it was, the evidence of what was lost:
+// everything refused is found before anything is written (inspectDir).
 func Open(opts Options) (s *Store, err error) {
 	opts.setDefaults()
 	f := newFaults(opts.Logger, opts.OnFault)
@@ -290,6 +292,12 @@ func Open(opts Options) (s *Store, err error) {
 	}
 	// A commit that fails while opening panics in Pebble (faultLogger).
 	defer recoverFault(&err)
+	walOpts := wal.Options{FS: fs, Dir: fs.PathJoin(dir, walDir), SegmentBytes: segBytes, Logger: opts.Logger}
+	// Everything Open refuses is refused here, before a byte is written.
+	rec, err := inspectDir(fs, dir, popts.Logger, walOpts)
+	if err != nil {
+		return nil, err
+	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		if errors.Is(err, pebble.ErrCorruption) {
@@ -310,11 +318,15 @@ func Open(opts Options) (s *Store, err error) {
 			s = nil
 		}
 	}()
-	walOpts := wal.Options{FS: fs, Dir: fs.PathJoin(dir, walDir), SegmentBytes: segBytes, Logger: opts.Logger}
 	if err := st.checkFormat(fs, walOpts); err != nil {
 		return nil, err
 	}
-	st.w, err = wal.Open(walOpts)
+	if rec != nil {
+		// Nothing wrote to the log since it was inspected.
+		st.w, err = rec.Open()
+	} else {
+		st.w, err = wal.Open(walOpts)
+	}
 	if err != nil {
 		if errors.Is(err, wal.ErrCorrupt) {
 			return nil, fmt.Errorf("%w: %w", ErrLostState, err)
@@ -367,19 +379,13 @@ func (s *Store) Fault() error { return s.faults.get() }
 // one, and refuses any other. A format-2 store that had a Raft log and
 // lost its directory is refused too: an empty log would look new.
 func (s *Store) checkFormat(fs vfs.FS, walOpts wal.Options) error {
-	key := []byte{prefixFormat}
-	val, closer, err := s.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return s.db.Set(key, appendUint64(nil, FormatVersion), pebble.Sync)
-	}
+	version, found, err := readFormat(s.db)
 	if err != nil {
-		return fmt.Errorf("storage: read format: %w", err)
+		return err
 	}
-	version := uint64(0)
-	if len(val) == 8 {
-		version = readUint64(val)
+	if !found {
+		return s.db.Set([]byte{prefixFormat}, appendUint64(nil, FormatVersion), pebble.Sync)
 	}
-	closer.Close()
 	switch version {
 	case FormatVersion:
 		_, closer, err := s.db.Get(marksKey)
@@ -395,7 +401,24 @@ func (s *Store) checkFormat(fs vfs.FS, walOpts wal.Options) error {
 	case 1:
 		return upgradeV1(s.db, fs, walOpts.Dir, func() (*wal.Log, error) { return wal.Open(walOpts) })
 	}
-	return fmt.Errorf("%w: found %x, want %d", ErrFormat, val, FormatVersion)
+	return fmt.Errorf("%w: found %d, want %d", ErrFormat, version, FormatVersion)
+}
+
+// readFormat returns the store's format version (0 for a record it
+// cannot read), and false for none recorded.
+func readFormat(db pebble.Reader) (version uint64, found bool, err error) {
+	val, closer, err := db.Get([]byte{prefixFormat})
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("storage: read format: %w", err)
+	}
+	defer closer.Close()
+	if len(val) == 8 {
+		version = readUint64(val)
+	}
+	return version, true, nil
 }
 
 // RaftLog returns the Raft half of the store.

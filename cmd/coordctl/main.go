@@ -17,13 +17,17 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 )
 
 const usage = `coordctl talks to a coord member's admin endpoint.
 
 Usage:
-  coordctl [flags] COMMAND [ARGS]
+  coordctl [flags] COMMAND [ARGS] [flags]
+
+Flags go before or after the command; after "--" everything is an
+argument (for one that starts with a dash: coordctl put k -- --v).
 
 Commands:
   status                        this member's status and the members' health
@@ -89,17 +93,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.caFile, "cacert", "", "PEM file of the CA that signed the endpoint's certificate (default: system roots)")
 	jsonOut := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on each command (watch: none unless given)")
-	if err := fs.Parse(args); err != nil {
+	args, err := parseFlags(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
+	if len(args) == 0 {
 		fs.Usage()
 		return fmt.Errorf("%w: no command", errUsage)
 	}
 	if err := c.init(); err != nil {
 		return err
 	}
-	timed := fs.Arg(0) != "watch"
+	timed := args[0] != "watch"
 	fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
 	if timed {
 		var cancel context.CancelFunc
@@ -107,7 +112,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	out := output{w: stdout, json: *jsonOut}
-	return dispatch(ctx, &c, out, fs.Args())
+	return dispatch(ctx, &c, out, args)
+}
+
+// parseFlags parses the flags wherever they are on the command line,
+// before the command or after it (coordctl status --json), where the
+// flag package alone stops at the first argument. "--" ends the flags;
+// "-" (stdin) and negative numbers are arguments. It returns the
+// arguments, in order.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var flags, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		if !isFlag(a) {
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue // Parse refuses it
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) { // its value, whatever it looks like
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	if err := fs.Parse(flags); err != nil {
+		return nil, err
+	}
+	return rest, nil
+}
+
+// isFlag reports whether a looks like a flag: one or two dashes and a
+// name, not a number.
+func isFlag(a string) bool {
+	name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+	if name == a || name == "" {
+		return false
+	}
+	return name[0] < '0' || name[0] > '9'
 }
 
 func envOr(name, def string) string {

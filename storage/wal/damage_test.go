@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func readFile(t *testing.T, fs vfs.FS, name string) []byte {
+func readFile(t testing.TB, fs vfs.FS, name string) []byte {
 	t.Helper()
 	f, err := fs.Open(name)
 	require.NoError(t, err)
@@ -21,7 +21,7 @@ func readFile(t *testing.T, fs vfs.FS, name string) []byte {
 	return b
 }
 
-func writeFile(t *testing.T, fs vfs.FS, name string, b []byte) {
+func writeFile(t testing.TB, fs vfs.FS, name string, b []byte) {
 	t.Helper()
 	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
 	require.NoError(t, err)
@@ -202,4 +202,59 @@ func frameEnds(data []byte, padded []int64) []int64 {
 		start = end
 	}
 	return out
+}
+
+// TestRefusedOpenWritesNothing: a log that Open refuses is left exactly
+// as it was, even where recovery would have cut a torn tail or removed
+// an unfinished segment before finding the damage that refuses it.
+func TestRefusedOpenWritesNothing(t *testing.T) {
+	for _, tail := range []string{"torn", "unfinished"} {
+		t.Run(tail, func(t *testing.T) {
+			rng := seeded(t)
+			g := &gen{rng: rng, term: 1}
+			fs := vfs.NewMem()
+			l := openMem(t, fs, 2048)
+			m := &model{}
+			for len(l.segs) < 4 {
+				hs, ents := g.hardState(m), g.entries(m)
+				require.NoError(t, l.Append(hs, ents, true))
+				m.append(hs, ents)
+			}
+			names := []string{l.segs[0].name, l.segs[1].name, l.segs[2].name, l.segs[3].name}
+			require.NoError(t, l.Close())
+			// The second segment is lost: the log cannot be whole.
+			require.NoError(t, fs.Remove(names[1]))
+			newest := readFile(t, fs, names[3])
+			switch tail {
+			case "torn":
+				last := int64(0)
+				for o := int64(0); binary.BigEndian.Uint32(newest[o:]) != 0; {
+					last = o
+					o = alignUp(o + frameHeaderLen + int64(binary.BigEndian.Uint32(newest[o:])))
+				}
+				require.Positive(t, last, "frames after the header")
+				newest[last+frameHeaderLen+3] ^= 0xff // the last frame, torn
+			case "unfinished":
+				// A segment begun after the newest, not even its header
+				// synced.
+				writeFile(t, fs, "wal/"+segmentName(5), []byte{0, 0, 0, 40, 1, 2, 3})
+			}
+			writeFile(t, fs, names[3], newest)
+			before := map[string][]byte{}
+			list, err := fs.List("wal")
+			require.NoError(t, err)
+			for _, name := range list {
+				before[name] = readFile(t, fs, "wal/"+name)
+			}
+			_, err = Open(Options{FS: fs, Dir: "wal", SegmentBytes: 2048})
+			require.ErrorIs(t, err, ErrCorrupt)
+			after := map[string][]byte{}
+			list, err = fs.List("wal")
+			require.NoError(t, err)
+			for _, name := range list {
+				after[name] = readFile(t, fs, "wal/"+name)
+			}
+			require.Equal(t, before, after)
+		})
+	}
 }

@@ -99,8 +99,9 @@ func (f *frameBuf) finish(segSeq uint64) []byte {
 
 // readFrame returns the payload of the frame at off in data, and the
 // offset of the next frame. ok is false for no frame: zeros, a short or
-// overlong length, or a checksum mismatch.
-func readFrame(data []byte, off int64, segSeq uint64) (payload []byte, next int64, ok bool) {
+// overlong length, or a checksum mismatch. crcBytes counts the bytes
+// checksummed.
+func readFrame(data []byte, off int64, segSeq uint64, crcBytes *int64) (payload []byte, next int64, ok bool) {
 	if off+frameHeaderLen+payloadHeadLen > int64(len(data)) {
 		return nil, off, false
 	}
@@ -109,6 +110,7 @@ func readFrame(data []byte, off int64, segSeq uint64) (payload []byte, next int6
 		return nil, off, false
 	}
 	payload = data[off+frameHeaderLen : off+frameHeaderLen+n]
+	*crcBytes += n
 	if binary.BigEndian.Uint32(data[off+4:]) != frameCRC(segSeq, payload) {
 		return nil, off, false
 	}

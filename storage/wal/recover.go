@@ -1,8 +1,10 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,13 +31,31 @@ type scan struct {
 	positions []pos
 	hs        *pb.HardState
 	seq       uint64 // last good frame
+	crcBytes  int64  // bytes checksummed, for tests of the work done
 }
 
-// recover reads every segment, checks it, and rebuilds the log's state.
-func (l *Log) recover() error {
+// repairs are what Open must write to go on from a recovered log: a
+// torn tail to clear, unfinished segments to remove, leftovers of a
+// compaction to remove, or a first segment to create. Inspect only finds
+// them, so that a log refused, by Inspect or by its caller, is left
+// exactly as it was.
+type repairs struct {
+	fresh           bool   // no segment with a header: start the log with segment freshSeq
+	freshSeq        uint64 //
+	unfinished      string // the newest segment, cut short before its header was synced; "" = none
+	tornAt, tornEnd int64  // the torn tail of the tail segment, cleared before writing
+	leftovers       []string
+}
+
+// recover reads every segment, checks it, and rebuilds the log's state,
+// writing nothing: it returns what Open must repair.
+func (l *Log) recover() (repairs, error) {
 	names, err := l.fs.List(l.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		names, err = nil, nil // a new log: Open creates the directory
+	}
 	if err != nil {
-		return fmt.Errorf("wal: list %s: %w", l.dir, err)
+		return repairs{}, fmt.Errorf("wal: list %s: %w", l.dir, err)
 	}
 	var seqs []uint64
 	for _, name := range names {
@@ -51,9 +71,9 @@ func (l *Log) recover() error {
 	}
 	slices.Sort(seqs)
 	if len(seqs) == 0 {
-		return l.create(1)
+		return repairs{fresh: true, freshSeq: 1}, nil
 	}
-	var leftovers []uint64
+	var r repairs
 	// Compaction removes segments oldest first, but without a directory
 	// sync after each removal a crash may bring some back: those before
 	// the last gap are such leftovers. If what was lost in a gap was
@@ -62,46 +82,74 @@ func (l *Log) recover() error {
 		if seqs[i] == seqs[i-1]+1 {
 			continue
 		}
-		leftovers, seqs = seqs[:i], seqs[i:]
+		for _, seq := range seqs[:i] {
+			r.leftovers = append(r.leftovers, l.fs.PathJoin(l.dir, segmentName(seq)))
+		}
+		seqs = seqs[i:]
 		break
 	}
 
 	sc := &scan{}
-	tornAt, tornEnd := int64(-1), int64(0)
+	r.tornAt = -1
 	for i, seq := range seqs {
 		last := i == len(seqs)-1
 		s := &segment{seq: seq, name: l.fs.PathJoin(l.dir, segmentName(seq))}
 		data, err := l.readSegment(s.name)
 		if err != nil {
-			return err
+			return repairs{}, err
 		}
 		at, end, err := sc.segment(s, data, last, i == 0)
 		if err != nil {
-			return err
+			return repairs{}, err
 		}
 		if at == 0 && last && i > 0 {
 			// The newest segment has no readable header: a crash cut it
 			// before its header was synced, so nothing in it was ever
 			// acknowledged. The previous one is the tail again.
-			if err := l.fs.Remove(s.name); err != nil {
-				return fmt.Errorf("wal: remove unfinished segment: %w", err)
-			}
-			l.logger.Warn("wal: removed a segment cut short by a crash", "segment", s.name)
+			r.unfinished = s.name
 			break // the previous segment's end (tornAt) stands
 		}
 		if at == 0 {
 			// The only segment, never begun: start afresh.
-			if err := l.fs.Remove(s.name); err != nil {
-				return fmt.Errorf("wal: remove unfinished segment: %w", err)
-			}
-			return l.create(seq)
+			l.scanCRCBytes = sc.crcBytes
+			return repairs{fresh: true, freshSeq: seq, unfinished: s.name}, nil
 		}
-		tornAt, tornEnd = at, end
+		r.tornAt, r.tornEnd = at, end
 		l.segs = append(l.segs, s)
 	}
 	l.recovery.Segments = len(seqs)
+	l.scanCRCBytes = sc.crcBytes
+	l.tail = l.segs[len(l.segs)-1]
+	l.seq = sc.seq
+	l.off = r.tornAt
+	if r.tornEnd > r.tornAt {
+		l.recovery.TornBytes = r.tornEnd - r.tornAt
+	}
+	if err := l.replay(sc); err != nil {
+		return repairs{}, err
+	}
+	return r, nil
+}
 
-	// Open the files: the tail for writing, the rest for reading.
+// repair carries out what recover found needed, and opens the segments:
+// the tail for writing, the rest for reading.
+func (l *Log) repair(r repairs) error {
+	if err := l.fs.MkdirAll(l.dir, 0o755); err != nil {
+		return fmt.Errorf("wal: create %s: %w", l.dir, err)
+	}
+	// The directory's own entry must survive a crash as its files do.
+	if err := syncDir(l.fs, l.fs.PathDir(l.dir)); err != nil {
+		return fmt.Errorf("wal: sync the parent of %s: %w", l.dir, err)
+	}
+	if r.unfinished != "" {
+		if err := l.fs.Remove(r.unfinished); err != nil {
+			return fmt.Errorf("wal: remove unfinished segment: %w", err)
+		}
+		l.logger.Warn("wal: removed a segment cut short by a crash", "segment", r.unfinished)
+	}
+	if r.fresh {
+		return l.create(r.freshSeq)
+	}
 	for i, s := range l.segs {
 		var f vfs.File
 		var err error
@@ -115,17 +163,13 @@ func (l *Log) recover() error {
 		}
 		s.f = f
 	}
-	l.tail = l.segs[len(l.segs)-1]
-	l.seq = sc.seq
-	l.off = tornAt
-	if tornEnd > tornAt {
+	if r.tornEnd > r.tornAt {
 		// Clear the torn bytes, so nothing of them can be read as a
 		// frame once new frames are written in front of them.
-		l.recovery.TornBytes = tornEnd - tornAt
-		l.logger.Warn("wal: cut a torn tail", "segment", l.tail.name, "offset", tornAt, "bytes", tornEnd-tornAt)
-		zeros := make([]byte, min(tornEnd-tornAt, 1<<20))
-		for o := tornAt; o < tornEnd; o += int64(len(zeros)) {
-			n := min(int64(len(zeros)), tornEnd-o)
+		l.logger.Warn("wal: cut a torn tail", "segment", l.tail.name, "offset", r.tornAt, "bytes", r.tornEnd-r.tornAt)
+		zeros := make([]byte, min(r.tornEnd-r.tornAt, 1<<20))
+		for o := r.tornAt; o < r.tornEnd; o += int64(len(zeros)) {
+			n := min(int64(len(zeros)), r.tornEnd-o)
 			if _, err := l.tail.f.WriteAt(zeros[:n], o); err != nil {
 				return fmt.Errorf("wal: clear torn tail: %w", err)
 			}
@@ -137,12 +181,8 @@ func (l *Log) recover() error {
 		return fmt.Errorf("wal: sync %s: %w", l.tail.name, err)
 	}
 	l.synced = l.seq
-	if err := l.replay(sc); err != nil {
-		return err
-	}
 	// Only now that the log proved whole without them.
-	for _, seq := range leftovers {
-		name := l.fs.PathJoin(l.dir, segmentName(seq))
+	for _, name := range r.leftovers {
 		if err := l.fs.Remove(name); err != nil {
 			return fmt.Errorf("wal: remove leftover segment: %w", err)
 		}

@@ -16,11 +16,12 @@ import (
 // too, so a frame lost from the middle of the log is seen. In a sealed
 // segment everything after the last frame must be zeros (it was synced
 // whole before the next one was cut). In the newest one, a bad frame is
-// a torn tail unless a later readable frame says the bad one was synced.
+// a torn tail unless a later readable frame says the bad one was synced,
+// or there is no readable header and yet more than a header was written.
 func (sc *scan) segment(s *segment, data []byte, last, first bool) (at, end int64, err error) {
 	off := int64(0)
 	for {
-		payload, next, ok := readFrame(data, off, s.seq)
+		payload, next, ok := readFrame(data, off, s.seq, &sc.crcBytes)
 		if !ok {
 			break
 		}
@@ -38,23 +39,76 @@ func (sc *scan) segment(s *segment, data []byte, last, first bool) (at, end int6
 		return off, off, nil
 	case !last:
 		return 0, 0, fmt.Errorf("wal: %s: bad frame at offset %d in a sealed segment: %w", s.name, off, ErrCorrupt)
+	case off == 0 && dataEnd > maxHeaderFrame:
+		// A segment's header is synced before anything else is written
+		// to it, so a crash can tear nothing but the header itself.
+		// Bytes past where any header ends were written after it was
+		// durable: the header was damaged, not torn (a copy of another
+		// segment over this one looks so).
+		return 0, 0, fmt.Errorf("wal: %s: no readable header, but %d bytes written: %w", s.name, dataEnd, ErrCorrupt)
+	case off == 0:
+		// Not even a header: the segment was cut short by a crash.
+		return 0, dataEnd, nil
 	}
-	// A bad frame in the newest segment. Was it ever synced?
+	// A bad frame in the newest segment. Was it ever synced? Any frame
+	// written after it names the last frame synced before it was, so a
+	// readable one naming the bad frame or a later one proves the bad
+	// frame was durable. Look at every frame boundary the bad frame's
+	// length may have hidden, but checksum only a header that could be
+	// such a frame: its sequence number within reach of the last good
+	// frame's (one more per minFrame bytes at most), naming a frame at or
+	// after the bad one as synced. Frames copied from another segment,
+	// and payload bytes read as a header, almost never pass; checking
+	// every "length" found in garbage against the whole preallocated
+	// segment took minutes.
+	budget := int64(len(data)) // checksummed bytes; no honest tail comes near
 	for o := alignUp(off + 1); o < dataEnd; o += frameAlign {
-		payload, _, ok := readFrame(data, o, s.seq)
-		if !ok || len(payload) < payloadHeadLen {
+		if !sc.mayNameSynced(data, off, o) {
 			continue
 		}
-		if synced := binary.BigEndian.Uint64(payload[9:]); synced > sc.seq {
+		if budget -= int64(binary.BigEndian.Uint32(data[o:])); budget < 0 {
+			// Only bytes made to look like frames get here; a torn
+			// tail cannot be told from damage among them.
+			return 0, 0, fmt.Errorf("wal: %s: bad frame at offset %d, and more frame-like headers after it than can be checked: %w",
+				s.name, off, ErrCorrupt)
+		}
+		if _, _, ok := readFrame(data, o, s.seq, &sc.crcBytes); ok {
 			return 0, 0, fmt.Errorf("wal: %s: bad frame at offset %d, and the frame at %d says it was synced: %w",
 				s.name, off, o, ErrCorrupt)
 		}
 	}
-	if off == 0 {
-		// Not even a header: the segment was cut short by a crash.
-		return 0, dataEnd, nil
-	}
 	return off, dataEnd, nil
+}
+
+// minFrame is the smallest a frame can be, padded; maxHeaderFrame the
+// largest a segment's header can be: format version, truncation point
+// and a hard state of three varint fields.
+const (
+	minFrame       = (frameHeaderLen + payloadHeadLen + frameAlign - 1) &^ (frameAlign - 1)
+	maxHeaderFrame = (frameHeaderLen + payloadHeadLen + 3*8 + 4 + 3*(1+binary.MaxVarintLen64) + frameAlign - 1) &^ (frameAlign - 1)
+)
+
+// mayNameSynced reports whether the bytes at o, after the bad frame at
+// off, have the header of a frame that says a frame at or after the bad
+// one was synced, and a length that fits: the only frames worth their
+// checksum in the search for a synced one.
+func (sc *scan) mayNameSynced(data []byte, off, o int64) bool {
+	if o+frameHeaderLen+payloadHeadLen > int64(len(data)) {
+		return false
+	}
+	n := int64(binary.BigEndian.Uint32(data[o:]))
+	if n < payloadHeadLen || o+frameHeaderLen+n > int64(len(data)) {
+		return false
+	}
+	h := data[o+frameHeaderLen:]
+	if kind := h[0]; kind != kindBatch && kind != kindCompact && kind != kindReset {
+		return false
+	}
+	seq, synced := binary.BigEndian.Uint64(h[1:]), binary.BigEndian.Uint64(h[9:])
+	// The bad frame is sc.seq+1; every frame between it and this one
+	// takes minFrame bytes at least.
+	return seq >= sc.seq+2 && seq-sc.seq-1 <= uint64((o-off)/minFrame) &&
+		synced > sc.seq && synced < seq
 }
 
 // frame records one good frame.

@@ -10,7 +10,9 @@
 // synced, so never acknowledged. Damage anywhere else, to data that was
 // once durable, is refused with ErrCorrupt: a member must not run on a
 // log that silently lost entries it may have acknowledged (invariant 12
-// of ARCHITECTURE.md).
+// of ARCHITECTURE.md). A refused log is left exactly as it was: recovery
+// reads first (Inspect) and writes its repairs only once the log proved
+// whole (Recovered.Open).
 package wal
 
 import (
@@ -114,10 +116,28 @@ type Log struct {
 	ents      []pos
 	closed    bool
 	recovery  Recovery
+
+	scanCRCBytes int64 // bytes Open checksummed, for tests of its work
 }
 
-// Open opens (or creates) the log in opts.Dir and recovers it.
+// Open opens (or creates) the log in opts.Dir and recovers it. A log it
+// refuses is left as it was: Open writes only once recovery has found
+// the log whole (see Inspect).
 func Open(opts Options) (*Log, error) {
+	r, err := Inspect(opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.Open()
+}
+
+// Inspect reads the log in opts.Dir and recovers its state in memory,
+// as Open does, but writes nothing: not the torn tail it would cut off,
+// nor the unfinished segment it would remove. A caller that must check
+// the recovered log against a record of its own before anything changes
+// (the store's durability record) inspects it, and opens it only if it
+// passes.
+func Inspect(opts Options) (*Recovered, error) {
 	l := &Log{fs: opts.FS, dir: opts.Dir, segMax: opts.SegmentBytes, logger: opts.Logger}
 	if l.fs == nil {
 		l.fs = vfs.Default
@@ -128,18 +148,46 @@ func Open(opts Options) (*Log, error) {
 	if l.logger == nil {
 		l.logger = slog.New(slog.DiscardHandler)
 	}
-	if err := l.fs.MkdirAll(l.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("wal: create %s: %w", l.dir, err)
-	}
-	// The directory's own entry must survive a crash as its files do.
-	if err := syncDir(l.fs, l.fs.PathDir(l.dir)); err != nil {
-		return nil, fmt.Errorf("wal: sync the parent of %s: %w", l.dir, err)
-	}
-	if err := l.recover(); err != nil {
-		l.closeFiles()
+	r, err := l.recover()
+	if err != nil {
 		return nil, err
 	}
-	return l, nil
+	return &Recovered{l: l, repairs: r}, nil
+}
+
+// Recovered is a log that Inspect read and nothing has been written to.
+type Recovered struct {
+	l       *Log
+	repairs repairs
+	opened  bool
+}
+
+// HardState returns the last hard state the log holds, or nil for none.
+func (r *Recovered) HardState() *pb.HardState { return r.l.HardState() }
+
+// Truncated returns the log's truncation point and its term.
+func (r *Recovered) Truncated() (index, term uint64) { return r.l.Truncated() }
+
+// LastIndex is the index of the last entry, or the truncation point if
+// there is none.
+func (r *Recovered) LastIndex() uint64 { return r.l.LastIndex() }
+
+// Term returns entry i's term, as Log.Term does.
+func (r *Recovered) Term(i uint64) (uint64, error) { return r.l.Term(i) }
+
+// Open makes the recovered log ready for writing: it cuts the torn tail
+// off, removes what a crash left unfinished or a compaction left behind,
+// syncs, and returns the log. It may be called once.
+func (r *Recovered) Open() (*Log, error) {
+	if r.opened {
+		return nil, errors.New("wal: recovered log opened twice")
+	}
+	r.opened = true
+	if err := r.l.repair(r.repairs); err != nil {
+		r.l.closeFiles()
+		return nil, err
+	}
+	return r.l, nil
 }
 
 // Recovery reports what Open found.
