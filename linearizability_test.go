@@ -49,7 +49,8 @@ type regInput struct {
 }
 
 type regOutput struct {
-	ambiguous bool // the write's outcome is unknown
+	ambiguous bool  // the write's outcome is unknown
+	err       error // why, when ambiguous
 	found     bool // get: the key existed
 	value     string
 	version   int64 // get: the version read
@@ -173,6 +174,11 @@ func TestLinearizableUnderFaults(t *testing.T) {
 				call := time.Now()
 				out, keep := runOp(opCtx, node, in)
 				ret := time.Now()
+				if out.ambiguous && opCtx.Err() == nil && node.Err() == nil {
+					// Writes are exactly-once and resent: only a call that
+					// ended (its context, its member) may not know.
+					t.Errorf("seed %d: %v(%s) ended ambiguous with its context and member alive: %v", seed, in.kind, in.key, out.err)
+				}
 				opCancel()
 				if keep {
 					record(cl, in, out, call, ret)
@@ -250,11 +256,11 @@ func writeOutcome(err error, ok regOutput) (regOutput, bool) {
 	case err == nil:
 		return ok, true
 	case errors.Is(err, coord.ErrAmbiguous):
-		return regOutput{ambiguous: true}, true
+		return regOutput{ambiguous: true, err: err}, true
 	case errors.Is(err, coord.ErrNoQuorum), errors.Is(err, coord.ErrClosed):
 		return regOutput{}, false // certainly not applied
 	default:
-		return regOutput{ambiguous: true}, true
+		return regOutput{ambiguous: true, err: err}, true
 	}
 }
 
