@@ -97,13 +97,6 @@ func (n *Node) raftLoop() {
 				return
 			}
 			n.peerDown(&ls, peer)
-		case done := <-n.persist.done:
-			if !n.gate.enter(n.stopc) {
-				return
-			}
-			if !n.stepPersisted(done) {
-				return
-			}
 		case <-n.stopc:
 			return
 		}
@@ -112,9 +105,7 @@ func (n *Node) raftLoop() {
 		}
 		if ls.lead != 0 {
 			n.retryRefused(&ls)
-			if !n.holdProposals(&ls) {
-				n.flushProposals(&ls)
-			}
+			n.flushProposals(&ls)
 			n.issueReads(&ls.reads, ls.tick)
 		}
 		for n.rn.HasReady() {
@@ -149,41 +140,11 @@ func (n *Node) gather(ls *loopState, recv <-chan transport.Envelope) bool {
 			ls.pending = append(ls.pending, p)
 		case r := <-n.readc:
 			ls.reads.queued = append(ls.reads.queued, r)
-		case done := <-n.persist.done:
-			if !n.stepPersisted(done) {
-				return false
-			}
 		default:
 			return true
 		}
 	}
 	return true
-}
-
-// stepPersisted steps the responses the persist goroutine delivered once
-// their appends were durable.
-func (n *Node) stepPersisted(done persisted) bool {
-	n.persist.unsynced -= done.appends
-	for _, m := range done.msgs {
-		if !n.stepLocal(m) {
-			return false
-		}
-	}
-	return true
-}
-
-// holdProposals reports whether the pending proposals should wait for
-// the append in flight. With persisting off the stepping path nothing
-// else makes the raft loop wait, so it would hand Raft a few proposals
-// at each turn and each would become its own append message to every
-// follower, its own acknowledgement and its own write: eight times the
-// messages per put of persisting on the loop (bench/RESULTS.md). Waiting
-// while an append is being synced gives each Ready about one sync's
-// worth of proposals, as the blocking sync did, while acknowledgements,
-// reads and applies go on. Past maxStepBatch proposals they go anyway,
-// and every tick flushes (onTick), so nothing waits on a lost report.
-func (n *Node) holdProposals(ls *loopState) bool {
-	return asyncPersist && n.persist.unsynced > 0 && len(ls.pending) < maxStepBatch
 }
 
 // flushProposals hands every pending proposal to Raft in one MsgProp, so
@@ -275,73 +236,12 @@ func (n *Node) noteLeader(ls *loopState, lead, term uint64) {
 	}
 }
 
-// handleReady processes one Ready. Raft runs with AsyncStorageWrites
-// (persist.go): the Ready's writes come as a message for the persist
-// goroutine and its committed entries as one for the apply side; every
-// other message may go out at once (a leader's appends before its own
-// fsync, Raft thesis 10.2.1), since raft holds back those that promise
-// durability until the persist goroutine delivers them. It returns false
-// when the node must stop.
+// handleReady processes one Ready in the order Raft requires: a leader's
+// messages first, then the log written and synced (persist.go), then a
+// follower's messages (its acknowledgements promise durability), then the
+// committed entries handed to the state machine. It returns false when
+// the node must stop.
 func (n *Node) handleReady(ls *loopState) bool {
-	if !asyncPersist {
-		return n.handleReadySync(ls)
-	}
-	rd := n.rn.Ready()
-	bs := n.rn.BasicStatus()
-	n.noteLeader(ls, bs.Lead, bs.HardState.GetTerm())
-	for _, r := range rd.ReadStates {
-		n.completeRead(&ls.reads, r.RequestCtx, r.Index)
-	}
-	out := rd.Messages[:0:0]
-	var appendMsg, applyMsg *pb.Message
-	for _, m := range rd.Messages {
-		switch m.GetTo() {
-		case raft.LocalAppendThread:
-			appendMsg = m
-		case raft.LocalApplyThread:
-			applyMsg = m
-		default:
-			out = append(out, m)
-		}
-	}
-	n.send(out)
-	if appendMsg != nil {
-		if !raft.IsEmptySnap(appendMsg.GetSnapshot()) {
-			if !n.persistNow(appendMsg) {
-				return false
-			}
-		} else if !n.queueAppend(appendMsg) {
-			return false
-		}
-	}
-	if applyMsg != nil {
-		if ents := applyMsg.GetEntries(); len(ents) > 0 {
-			job := applyJob{ents: ents, cs: n.applyConfChanges(ents)}
-			handled, ok := n.applyInline(ls, job)
-			if !ok || (!handled && !n.handOver(job)) {
-				return false
-			}
-		}
-		// Raft hears at once that the entries are applied, although the
-		// apply loop may still be working on them: raft only uses it to
-		// pace conf changes (already applied to it above) and to bound
-		// what is in flight, and the apply loop keeps its own order.
-		for _, r := range applyMsg.GetResponses() {
-			if !n.stepLocal(r) {
-				return false
-			}
-		}
-	}
-	if rd.SoftState != nil || rd.HardState != nil || len(rd.Entries) > 0 {
-		n.publishStatus()
-	}
-	return true
-}
-
-// handleReadySync processes one Ready in the order Raft requires when
-// the log is written on the raft loop (asyncPersist off). It returns
-// false when the node must stop.
-func (n *Node) handleReadySync(ls *loopState) bool {
 	rd := n.rn.Ready()
 	bs := n.rn.BasicStatus()
 	n.noteLeader(ls, bs.Lead, bs.HardState.GetTerm())

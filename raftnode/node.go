@@ -1,14 +1,14 @@
 // Package raftnode hosts one member's raft.RawNode: the Ready loop, group
-// commit, proposals and their waiters, batched read-index, snapshot
-// streaming, log compaction and leadership hand-over on close.
+// commit, proposals and their waiters (each command applied once however
+// often it is resent, resend.go), batched read-index, snapshot streaming,
+// log compaction and leadership hand-over on close.
 //
-// Four goroutines do the work. The raft loop owns the RawNode: it ticks,
+// Three goroutines do the work. The raft loop owns the RawNode: it ticks,
 // steps incoming messages, turns queued proposals into one MsgProp per
-// wake-up, and handles each Ready (queue its writes for the persist loop,
-// send, hand committed entries on). The persist loop writes the Raft log
-// off the stepping path, one fsync for everything queued since the last
-// (persist.go), and only then releases the messages that promise
-// durability. The apply loop applies committed entries to the state
+// wake-up, and handles each Ready: a leader's messages out, the Ready's
+// log entries and hard state written with one fsync (persist.go), a
+// follower's messages out (they promise durability), committed entries
+// handed on. The apply loop applies committed entries to the state
 // machine in order and wakes the callers waiting on them; small batches
 // the raft loop applies itself while the apply loop is idle (inline
 // applies, apply.go), so OnApply runs on either, never both at once. A
@@ -236,7 +236,6 @@ func Start(cfg Config) (*Node, error) {
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		StepDownOnRemoval:         true,
-		AsyncStorageWrites:        asyncPersist,
 		Logger:                    raftLogger{cfg.Logger.With("component", "raft")},
 	})
 	if err != nil {
@@ -249,9 +248,8 @@ func Start(cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.guard("freeze follower", func() { n.followFreezes(f) })
 	}
-	n.wg.Add(4)
+	n.wg.Add(3)
 	go n.guard("raft loop", n.raftLoop)
-	go n.guard("persist loop", n.persistLoop)
 	go n.guard("apply loop", n.applyLoop)
 	go n.guard("snapshot receiver", n.receiveChunks)
 	return n, nil
@@ -461,8 +459,8 @@ func (n *Node) Status() Status {
 	st.Applied = n.applied.get()
 	st.LogSyncs, st.LogEntries = n.syncs.Load(), n.synced.Load()
 	st.Dropped = n.drops.Load()
-	// The persist loop appends after the raft loop published: read the
-	// log's end now, or an idle member would report a stale one.
+	// Read the log's end now: the status is published before some
+	// appends, so an idle member would report a stale one.
 	st.LastIndex, _ = n.store.RaftLog().LastIndex()
 	// Read here rather than at each Ready: the raft loop publishes its
 	// status after every append, and copying the membership each time

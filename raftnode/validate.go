@@ -156,10 +156,8 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 			return errDropEntries
 		}
 	case pb.MsgAppResp:
-		// Followers acknowledge only what we sent: what our log holds, or
-		// (persisting asynchronously) what is queued for it.
+		// Followers acknowledge only what we sent: what our log holds.
 		last, _ := n.store.RaftLog().LastIndex()
-		last = max(last, n.persist.queued)
 		if m.GetIndex() > last || (m.GetReject() && m.GetRejectHint() > m.GetIndex()) {
 			return errDropIndex
 		}
