@@ -7,7 +7,7 @@ import (
 	"github.com/coordcell/coord/internal/wirebytes"
 )
 
-// Formats 2 to 5, after the version byte:
+// Formats 2 to 6, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
 //	         [Txn if bodyTxn] [Session if bodySession]
@@ -17,7 +17,8 @@ import (
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
 //	         1 | 2 for LockDelay, which is set)
-//	         | [format 3: uvarint Term] | [formats 4, 5: uvarint Term | str Owner]
+//	         | [format 3: uvarint Term] | [formats 4 to 6: uvarint Term | str Owner]
+//	         | [format 6: Charged: 1 byte (0 or 1) | varint MaxSessions | varint Clock]
 //	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
 //	str      uvarint length | bytes
@@ -37,7 +38,11 @@ import (
 // when the Owner is not empty, and a format 4 command with an empty one is
 // refused. Format 5 is format 4 with LockDelay in the expired byte: it is
 // written exactly when LockDelay is set, and a format 5 command without it
-// is refused. So the one-encoding rule holds across all four.
+// is refused. Format 6 is format 5 with the session's Charged, MaxSessions
+// and Clock, and the only format of a KindSessionSilent: it is written
+// exactly when the kind is KindSessionSilent or one of the three is set
+// (LockDelay may then be either), and a format 6 command with none of
+// that is refused. So the one-encoding rule holds across all five.
 
 const (
 	bodyTxn     = 1 << 0
@@ -64,11 +69,22 @@ func owned(c *Command) bool { return c.Session != nil && c.Session.Owner != "" }
 // lockDelayed reports whether c needs format 5.
 func lockDelayed(c *Command) bool { return c.Session != nil && c.Session.LockDelay }
 
+// bounded reports whether c needs format 6.
+func bounded(c *Command) bool {
+	if c.Kind == KindSessionSilent {
+		return true
+	}
+	s := c.Session
+	return s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0)
+}
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case lockDelayed(c):
+	case bounded(c):
 		return Version
+	case lockDelayed(c):
+		return versionLockDelay
 	case owned(c):
 		return versionOwned
 	case termed(c):
@@ -91,11 +107,15 @@ func encodedLen(c *Command) int {
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
-		if f := format(c); f >= versionTermed {
+		f := format(c)
+		if f >= versionTermed {
 			n += wirebytes.UvarintLen(s.Term)
 		}
-		if format(c) >= versionOwned {
+		if f >= versionOwned {
 			n += wirebytes.StringLen(s.Owner)
+		}
+		if f >= Version {
+			n += 1 + wirebytes.VarintLen(s.MaxSessions) + wirebytes.VarintLen(s.Clock)
 		}
 		n += wirebytes.ListLen(len(s.IDs), s.IDs == nil) + wirebytes.ListLen(len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
@@ -162,6 +182,15 @@ func encodeBinary(c *Command) []byte {
 		if f >= versionOwned {
 			b = wirebytes.AppendString(b, s.Owner)
 		}
+		if f >= Version {
+			var charged byte
+			if s.Charged {
+				charged = 1
+			}
+			b = append(b, charged)
+			b = binary.AppendVarint(b, s.MaxSessions)
+			b = binary.AppendVarint(b, s.Clock)
+		}
 		b = wirebytes.AppendList(b, len(s.IDs), s.IDs == nil)
 		b = wirebytes.AppendList(b, len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
@@ -203,8 +232,12 @@ type decoder struct {
 	termed bool
 	// owned is set for formats 4 and 5: sessions carry an owner.
 	owned bool
-	// flags is set for format 5: the expired byte carries LockDelay too.
+	// flags is set for formats 5 and 6: the expired byte carries
+	// LockDelay too.
 	flags bool
+	// bounds is set for format 6: sessions carry Charged, MaxSessions
+	// and Clock.
+	bounds bool
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -250,7 +283,8 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		Reader: wirebytes.NewMinimalReader(data[10:], ErrMalformed),
 		termed: version >= versionTermed,
 		owned:  version >= versionOwned,
-		flags:  version == Version,
+		flags:  version >= versionLockDelay,
+		bounds: version >= Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -359,6 +393,11 @@ func (d *decoder) session(s *Session) {
 	}
 	if d.owned {
 		s.Owner = d.str()
+	}
+	if d.bounds {
+		s.Charged = d.Bool()
+		s.MaxSessions = d.Varint()
+		s.Clock = d.Varint()
 	}
 	nIDs, nCredits := d.List(minID), d.List(minCredit)
 	if d.Err() == nil && max(nIDs, 0)*minID+max(nCredits, 0)*minCredit > d.Len() {

@@ -25,14 +25,19 @@ import (
 // and misreading one would make this member's state differ from the
 // others'.
 //
-// Encode writes format 3, 4 or 5 only for a command that needs it (a
+// Encode writes format 3, 4, 5 or 6 only for a command that needs it (a
 // session command carrying a leader's term, a client's session creation
-// carrying its owner, an expiry that must leave lock-delay markers);
-// every other command is written in format 2, byte for byte as before.
-// So a member not yet upgraded halts (and replays after its upgrade)
-// only on the commands whose meaning it would get wrong, and keeps
-// applying all the others.
-const Version byte = 5
+// carrying its owner, an expiry that must leave lock-delay markers, a
+// session creation that counts against the quota or its owner's bound, a
+// leader's silence marks); every other command is written in format 2,
+// byte for byte as before. So a member not yet upgraded halts (and
+// replays after its upgrade) only on the commands whose meaning it would
+// get wrong, and keeps applying all the others.
+const Version byte = 6
+
+// versionLockDelay is the binary format with the lock-delay flag, without
+// format 6's session bounds and clock.
+const versionLockDelay byte = 5
 
 // versionOwned is the binary format with the session term and owner,
 // without the lock-delay flag.
@@ -80,8 +85,19 @@ const (
 	// A new leader grants a session only its TTL minus that time, so a
 	// dead session cannot be kept alive by leaders that keep changing.
 	KindSessionCredit
+	// KindSessionSilent is a leader's record of sessions it found silent
+	// (format 6 only): Session.Clock moves the cell's session clock
+	// forward to the time this leader has held office for, and each of
+	// Session.Credits marks a session silent since the clock read Nanos.
+	// A session's unheard time is then the clock's advance since its
+	// mark: silence costs one write per session when it starts, and the
+	// clock one small entry now and then, not a credit per silent session
+	// per interval. An entry with no marks only moves the clock.
+	KindSessionSilent
 
-	maxKind = KindSessionCredit
+	maxKind = KindSessionSilent
+	// maxKindV1 is the last kind format 1 can carry: it predates the rest.
+	maxKindV1 = KindSessionCredit
 )
 
 // OpType is the type of one operation inside a transaction.
@@ -170,7 +186,9 @@ type Session struct {
 	Term uint64 `msgpack:"term,omitempty"`
 	// IDs lists the sessions of a KindSessionSeen.
 	IDs []int64 `msgpack:"ids,omitempty"`
-	// Credits lists the unheard time of a KindSessionCredit.
+	// Credits lists the unheard time of a KindSessionCredit, or the
+	// silence marks of a KindSessionSilent (Nanos: the session clock when
+	// the session went silent).
 	Credits []Credit `msgpack:"cr,omitempty"`
 	// Owner, on a KindSessionCreate proposed for a client (coord.Connect),
 	// names that client ("client:" and its authenticated identity): the
@@ -184,6 +202,24 @@ type Session struct {
 	// such a key; it is what makes such an expiry format 5, so a member
 	// that would not write the markers halts on it instead of diverging.
 	LockDelay bool `msgpack:"-"`
+	// Charged, on a KindSessionCreate, makes the session's record count
+	// against the quota (storage.Options.QuotaBytes) as a key's bytes do.
+	// This build sets it on every creation; a creation without it comes
+	// from an older build's log and is applied as that build applied it.
+	// Format 6 only.
+	Charged bool `msgpack:"-"`
+	// MaxSessions, on a KindSessionCreate with an Owner, is the most
+	// sessions that owner may hold in the cell once this one is created:
+	// the state machine refuses the creation (StatusTooManySessions) when
+	// the owner already holds that many. 0 = no bound. The proposing
+	// member sets it from its own configuration, and the count is the
+	// replicated state's, so a client that spreads its creations over
+	// members is bounded all the same. Format 6 only.
+	MaxSessions int64 `msgpack:"-"`
+	// Clock, on a KindSessionSilent, is the session clock this leader
+	// moves the cell's to (nanoseconds; it never moves back). Format 6
+	// only.
+	Clock int64 `msgpack:"-"`
 }
 
 // Credit is unheard time (nanoseconds) to add to one session.
@@ -211,14 +247,14 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 to 5. It never
+// Decode parses an encoded command of format version 1 to 6. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionOwned, versionTermed, versionBinary2:
+	case Version, versionLockDelay, versionOwned, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
@@ -247,6 +283,10 @@ const (
 	// reached the log in another term than the one it was decided in: the
 	// leader that decided it no longer led, so nothing changed.
 	StatusStaleTerm
+	// StatusTooManySessions means a session creation was refused because
+	// its owner already holds Session.MaxSessions sessions in the cell;
+	// nothing changed.
+	StatusTooManySessions
 )
 
 // KV is a key as stored, returned in results.
