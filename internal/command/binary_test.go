@@ -574,14 +574,14 @@ func TestDecodeMalformed(t *testing.T) {
 		// Format 6 is only for a silence mark, a charge, an owner's bound
 		// or a clock; the charge byte is 0 or 1; kinds format 1 never had
 		// are refused in it.
-		"v6 none of it":      cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0, 0, 0, 0}),
-		"v6 no session":      header6(KindNoop, 0),
-		"v6 charge 2":        cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 2, 0, 0, 0, 0}),
-		"v6 clock missing":   cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 1, 0}),
-		"v5 silent":          cat(header5(KindSessionSilent, bodySession), []byte{0, 0, 2, 6, 0, 0, 0}),
-		"v4 silent":          cat(header4(KindSessionSilent, bodySession), []byte{0, 0, 0, 6, 0, 0, 0}),
-		"v2 silent":          header(KindSessionSilent, 0),
-		"v1 silent":          []byte("\x01\x81\xa4kind\x07"),
+		"v6 none of it":    cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0, 0, 0, 0}),
+		"v6 no session":    header6(KindNoop, 0),
+		"v6 charge 2":      cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 2, 0, 0, 0, 0}),
+		"v6 clock missing": cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 1, 0}),
+		"v5 silent":        cat(header5(KindSessionSilent, bodySession), []byte{0, 0, 2, 6, 0, 0, 0}),
+		"v4 silent":        cat(header4(KindSessionSilent, bodySession), []byte{0, 0, 0, 6, 0, 0, 0}),
+		"v2 silent":        header(KindSessionSilent, 0),
+		"v1 silent":        []byte("\x01\x81\xa4kind\x07"),
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),
