@@ -94,6 +94,9 @@ type keeper interface {
 // anything is sent.
 type limits struct {
 	maxKey, maxValue, maxTxnOps int
+	// maxSessionTTL is the longest session TTL; 0 = unknown here (a
+	// client's: its member checks).
+	maxSessionTTL time.Duration
 }
 
 func (l limits) checkKey(key string) error {
@@ -160,7 +163,8 @@ func (l limits) checkWatch(prefix string, o *watchOptions) error {
 func (n *Node) cellBackend() backend { return n }
 
 func (n *Node) limits() limits {
-	return limits{maxKey: n.cfg.MaxKeySize, maxValue: n.cfg.MaxValueSize, maxTxnOps: n.cfg.MaxTxnOps}
+	return limits{maxKey: n.cfg.MaxKeySize, maxValue: n.cfg.MaxValueSize, maxTxnOps: n.cfg.MaxTxnOps,
+		maxSessionTTL: n.cfg.MaxSessionTTL}
 }
 
 func (n *Node) keeper() keeper { return n.sessions }

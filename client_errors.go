@@ -80,6 +80,8 @@ func codeFromErr(err error) clientwire.Code {
 		return clientwire.CodeForbidden
 	case errors.Is(err, clientwire.ErrTooManyWatchers):
 		return clientwire.CodeTooManyWatchers
+	case errors.Is(err, ErrTooManySessions), errors.Is(err, clientwire.ErrTooManySessions):
+		return clientwire.CodeTooManySessions
 	case errors.Is(err, ErrOverloaded), errors.Is(err, clientwire.ErrTooManyRequests):
 		return clientwire.CodeTooManyRequests
 	case errors.Is(err, clientwire.ErrFrameTooLarge):
@@ -122,6 +124,8 @@ func errFromCode(c clientwire.Code, msg string) error {
 		return wrap(ErrOverloaded, clientwire.ErrTooManyRequests)
 	case clientwire.CodeTooManyWatchers:
 		return wrap(ErrOverloaded, clientwire.ErrTooManyWatchers)
+	case clientwire.CodeTooManySessions:
+		return wrap(ErrTooManySessions, clientwire.ErrTooManySessions)
 	case clientwire.CodeFrameTooLarge:
 		return wrap(ErrInvalidArgument, clientwire.ErrFrameTooLarge)
 	case clientwire.CodeProtocol:

@@ -64,6 +64,7 @@ func TestClientErrorCodesOwn(t *testing.T) {
 		{clientwire.CodeForbidden, ErrForbidden, clientwire.ErrForbidden},
 		{clientwire.CodeTooManyRequests, ErrOverloaded, clientwire.ErrTooManyRequests},
 		{clientwire.CodeTooManyWatchers, ErrOverloaded, clientwire.ErrTooManyWatchers},
+		{clientwire.CodeTooManySessions, ErrTooManySessions, clientwire.ErrTooManySessions},
 		{clientwire.CodeConnLost, ErrAmbiguous, clientwire.ErrConnClosed},
 		{clientwire.CodeFrameTooLarge, ErrInvalidArgument, clientwire.ErrFrameTooLarge},
 	}
@@ -75,6 +76,9 @@ func TestClientErrorCodesOwn(t *testing.T) {
 	}
 	if got := codeFromErr(ErrForbidden); got != clientwire.CodeForbidden {
 		t.Errorf("codeFromErr(ErrForbidden) = %d", got)
+	}
+	if got := codeFromErr(fmt.Errorf("%w: 3 of 3", ErrTooManySessions)); got != clientwire.CodeTooManySessions {
+		t.Errorf("codeFromErr(ErrTooManySessions) = %d", got)
 	}
 	if got := codeFromErr(errFromCode(clientwire.CodeTooManyWatchers, "")); got != clientwire.CodeTooManyWatchers {
 		t.Errorf("too many watchers round trip = %d", got)

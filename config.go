@@ -162,6 +162,21 @@ type Config struct {
 	// ClientMaxWatchers bounds the watches one client keeps open on this
 	// member; beyond, ErrOverloaded. Default DefaultClientMaxWatchers.
 	ClientMaxWatchers int
+	// ClientMaxSessions bounds the live sessions one client identity may
+	// hold in the cell when it creates one through this member: the count
+	// is the replicated state's, over every member, so a client cannot
+	// spread past it; one more is refused with ErrTooManySessions.
+	// Default DefaultClientMaxSessions. A member's own sessions (its
+	// host's, which is trusted) have no such bound; QuotaBytes bounds
+	// them with everything else.
+	ClientMaxSessions int
+	// MaxSessionTTL bounds the TTL a session may ask for (WithTTL, a
+	// Lease's, a client's); a longer one is refused with ErrInvalidTTL.
+	// Default DefaultMaxSessionTTL (one hour). A long TTL saves nothing
+	// while the holder lives (keep-alives are batched, one message per
+	// member per interval whatever the sessions), but an abandoned
+	// session and its locks live that long: this bounds it.
+	MaxSessionTTL time.Duration
 
 	// Gossip, when set, lets members find each other by gossip
 	// (hashicorp/memberlist) instead of static Peers, found the cell
@@ -217,6 +232,8 @@ func (c *Config) validate() error {
 	setDefault(&c.MaxClients, DefaultMaxClients)
 	setDefault(&c.ClientMaxInFlight, DefaultClientMaxInFlight)
 	setDefault(&c.ClientMaxWatchers, DefaultClientMaxWatchers)
+	setDefault(&c.ClientMaxSessions, DefaultClientMaxSessions)
+	setDefault(&c.MaxSessionTTL, DefaultMaxSessionTTL)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -228,8 +245,11 @@ func (c *Config) validate() error {
 	case c.ElectionTicks <= c.HeartbeatTicks:
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	case c.MaxKeySize < 0 || c.MaxValueSize < 0 || c.MaxTxnOps < 0 || c.QuotaBytes < 0 || c.HistoryRevisions < 0 ||
-		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0:
+		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0 || c.ClientMaxSessions < 0:
 		return bad("limits must be positive")
+	case c.MaxSessionTTL < 4*time.Duration(c.ElectionTicks)*c.TickInterval:
+		return bad("MaxSessionTTL %v is below the minimum session TTL %v (four election timeouts)",
+			c.MaxSessionTTL, 4*time.Duration(c.ElectionTicks)*c.TickInterval)
 	case c.CatchUpEntries >= c.CompactEvery:
 		return bad("CatchUpEntries (%d) must be less than CompactEvery (%d)", c.CatchUpEntries, c.CompactEvery)
 	case c.MaxFrameSize < minFrameSize:

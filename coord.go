@@ -343,6 +343,10 @@ func (n *Node) Status() Status {
 // propose runs cmd through Raft and maps the state machine's status to
 // the package's errors.
 func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
+	if cmd.Kind == command.KindSessionCreate && cmd.Session != nil {
+		// Every session this build creates counts against the quota.
+		cmd.Session.Charged = true
+	}
 	res, err := n.raft.Propose(ctx, cmd)
 	n.sessionStats.countProposed(cmd, res, err)
 	if err != nil {
@@ -362,6 +366,8 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 		return res, fmt.Errorf("%w: the write was sent again after the cell retired its record; it did not apply now", ErrRetired)
 	case command.StatusNotApplied:
 		return res, nil // a resolve's answer; Outcome reads it
+	case command.StatusTooManySessions:
+		return res, fmt.Errorf("%w: the identity holds %d sessions, the limit", ErrTooManySessions, cmd.Session.MaxSessions)
 	default:
 		return res, fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
 	}

@@ -65,7 +65,8 @@ var (
 	// ErrSessionClosed: the session was closed by its holder (an
 	// ephemeral write naming it, through that handle, says so too).
 	ErrSessionClosed = errs.SessionClosed
-	// ErrInvalidTTL: a session TTL below the minimum (see WithTTL).
+	// ErrInvalidTTL: a session TTL below the minimum or above the
+	// maximum (see WithTTL).
 	ErrInvalidTTL = errs.InvalidTTL
 	// ErrLocked: TryLock found the lock held (or queued for) by another.
 	ErrLocked = errs.Locked
@@ -147,6 +148,12 @@ var (
 	// many requests in flight or watches open as the member allows.
 	// Nothing was done; retry later or on another member.
 	ErrOverloaded = errors.New("coord: member overloaded; request refused")
+	// ErrTooManySessions: the client's identity already holds, in the
+	// whole cell, as many live sessions as the member serving it allows
+	// (Config.ClientMaxSessions); no session was created. Close some, or
+	// let them expire. The count is the cell's, so another member does
+	// not help.
+	ErrTooManySessions = errors.New("coord: too many sessions for this client identity")
 )
 
 // ErrUnauthenticated: the client and a member could not authenticate

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"time"
 
 	"github.com/coordcell/coord/raftnode"
 )
@@ -84,3 +85,23 @@ func (p *QueueProbe) WaitFor(ctx context.Context, cond func(waits, wakes int) bo
 // for up to a second while a gossiping member leaves) and it answers
 // requests with ErrClosed.
 func (n *Node) StartClosing() { n.cancelClose() }
+
+// SessionsUnheard returns every live session in n's applied state with
+// its unheard time (how long leaders have gone without hearing from it).
+func SessionsUnheard(n *Node) map[SessionID]time.Duration {
+	infos, err := n.sm.Sessions()
+	if err != nil {
+		return nil
+	}
+	out := make(map[SessionID]time.Duration, len(infos))
+	for _, si := range infos {
+		out[SessionID(si.ID)] = time.Duration(si.Unheard)
+	}
+	return out
+}
+
+// OwnerSessions returns how many live sessions the client identity holds
+// in n's applied state.
+func OwnerSessions(n *Node, identity string) int64 {
+	return n.sm.OwnerSessions(clientOwnerPrefix + identity)
+}

@@ -530,16 +530,16 @@ func (c leaderCell) Propose(ctx context.Context, cmd *command.Command) (command.
 
 func (c leaderCell) AppliedIndex() uint64 { return c.e.n.raft.AppliedIndex() }
 
-func (c leaderCell) Sessions() ([]sessions.Loaded, error) {
-	infos, err := c.e.n.sm.Sessions()
+func (c leaderCell) Sessions() (time.Duration, []sessions.Loaded, error) {
+	clock, infos, err := c.e.n.sm.SessionState()
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	out := make([]sessions.Loaded, len(infos))
 	for i, si := range infos {
-		out[i] = sessions.Loaded{ID: si.ID, TTL: time.Duration(si.TTL), Unheard: time.Duration(si.Unheard)}
+		out[i] = sessions.Loaded{ID: si.ID, TTL: time.Duration(si.TTL), Unheard: time.Duration(si.Unheard), Silent: si.Silent}
 	}
-	return out, nil
+	return time.Duration(clock), out, nil
 }
 
 func (c leaderCell) Ack(to string, ack *sessions.Ack) {

@@ -164,9 +164,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.lockQueues, float64(len(locks)))
 	gauge(c.lockWaiters, float64(waiters))
 	gauge(c.elections, float64(len(elections)))
-	if ss, err := n.sm.Sessions(); err == nil {
-		gauge(c.sessions, float64(len(ss)))
-	}
+	gauge(c.sessions, float64(n.sm.SessionCount()))
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
 	defer cancel()

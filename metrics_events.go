@@ -18,12 +18,16 @@ import (
 // sessionCounters counts session events on this member: created counts
 // the sessions created through it (its own NewSession and its clients',
 // as a client has no metrics), expired and jeopardy its own sessions'
-// local events, and decided the expiries it decided (countDecided).
+// local events, decided the expiries it decided (countDecided), and the
+// refused ones the creations it refused or saw refused: a TTL out of
+// bounds, a client identity at its session bound, the quota.
 type sessionCounters struct {
 	created  atomic.Uint64
 	expired  atomic.Uint64
 	jeopardy atomic.Uint64
 	decided  atomic.Uint64
+
+	refusedTTL, refusedLimit, refusedQuota atomic.Uint64
 }
 
 // sessionCountersOf returns the counters of the member behind b, or nil
@@ -50,6 +54,14 @@ func (c *sessionCounters) count(pick func(*sessionCounters) *atomic.Uint64) {
 // the first end of a session applies (res.SessionID names it; a later one
 // is a no-op), so each expiry is counted once in the cell.
 func (c *sessionCounters) countProposed(cmd *command.Command, res command.Result, err error) {
+	if err == nil && cmd.Kind == command.KindSessionCreate {
+		switch res.Status {
+		case command.StatusTooManySessions:
+			c.refusedLimit.Add(1)
+		case command.StatusQuotaExceeded:
+			c.refusedQuota.Add(1)
+		}
+	}
 	if err != nil || res.Status != command.StatusOK || cmd.Session == nil {
 		return
 	}
@@ -69,7 +81,7 @@ type eventDescs struct {
 	bytesOut, bytesIn, framesOut, framesIn           *prometheus.Desc
 	connErrors, droppedFrames                        *prometheus.Desc
 	sessCreated, sessExpired, sessJeopardy           *prometheus.Desc
-	sessDecided                                      *prometheus.Desc
+	sessDecided, sessRefused                         *prometheus.Desc
 	watchers, watchEvents, watchSlow, watchCompacted *prometheus.Desc
 }
 
@@ -96,9 +108,11 @@ func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc)
 		sessDecided: d("session_expiries_decided_total",
 			"Sessions the cell expired by this member's decision: as leader (the deadline passed in its table) or as the holder's member (the deadline passed here). Each expiry is counted once, on the member that decided it: sum over members for the cell's count."),
 		sessJeopardy: d("sessions_jeopardy_total", "Times one of this member's sessions entered jeopardy (keep-alives unconfirmed for half its TTL)."),
-		watchers:     d("watchers", "Watches this member serves now (its own and its clients')."),
-		watchEvents:  d("watch_events_sent_total", "Events handed to this member's watches."),
-		watchSlow:    d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
+		sessRefused: d("sessions_refused_total",
+			"Session creations through this member refused, by reason: ttl (outside MinSessionTTL..MaxSessionTTL), client_limit (the client identity holds ClientMaxSessions), quota (QuotaBytes).", "reason"),
+		watchers:    d("watchers", "Watches this member serves now (its own and its clients')."),
+		watchEvents: d("watch_events_sent_total", "Events handed to this member's watches."),
+		watchSlow:   d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
 		watchCompacted: d("watch_compacted_ends_total",
 			"Watches ended because they needed revisions older than the retained history (ErrCompacted)."),
 	}
@@ -108,7 +122,7 @@ func (e *eventDescs) describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{e.leaderChanges, e.committed, e.failed, e.ambiguous,
 		e.snapSent, e.snapFailed, e.snapInstalled, e.logSync, e.apply,
 		e.bytesOut, e.bytesIn, e.framesOut, e.framesIn, e.connErrors, e.droppedFrames,
-		e.sessCreated, e.sessExpired, e.sessJeopardy, e.sessDecided,
+		e.sessCreated, e.sessExpired, e.sessJeopardy, e.sessDecided, e.sessRefused,
 		e.watchers, e.watchEvents, e.watchSlow, e.watchCompacted} {
 		ch <- d
 	}
@@ -148,6 +162,9 @@ func (e *eventDescs) collect(ch chan<- prometheus.Metric, n *Node) {
 	counter(e.sessExpired, ss.expired.Load())
 	counter(e.sessJeopardy, ss.jeopardy.Load())
 	counter(e.sessDecided, ss.decided.Load())
+	counter(e.sessRefused, ss.refusedTTL.Load(), "ttl")
+	counter(e.sessRefused, ss.refusedLimit.Load(), "client_limit")
+	counter(e.sessRefused, ss.refusedQuota.Load(), "quota")
 
 	hs := n.hub.Stats()
 	ch <- prometheus.MustNewConstMetric(e.watchers, prometheus.GaugeValue, float64(hs.Watchers))

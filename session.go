@@ -14,6 +14,11 @@ import (
 // DefaultSessionTTL is the TTL of a session made without WithTTL.
 const DefaultSessionTTL = 10 * time.Second
 
+// DefaultMaxSessionTTL is the longest TTL a member accepts by default
+// (Config.MaxSessionTTL): sixty times an etcd client's default lease
+// (60 s) and 360 times DefaultSessionTTL.
+const DefaultMaxSessionTTL = time.Hour
+
 // Session is a holder's liveness in the cell: ephemeral keys, lock holds
 // and leaderships belong to a session and end with it.
 //
@@ -104,7 +109,8 @@ type sessionOptions struct {
 
 // WithTTL sets the session's time to live (default DefaultSessionTTL). It
 // must be at least MinSessionTTL, four election timeouts (4s with the
-// default timing); NewSession rejects a shorter one with ErrInvalidTTL.
+// default timing), and at most the member's Config.MaxSessionTTL (an
+// hour by default); NewSession rejects another with ErrInvalidTTL.
 // See Session for how early the cell may end a session and how early its
 // holder sees jeopardy.
 func WithTTL(d time.Duration) SessionOption {
@@ -126,6 +132,26 @@ func (n *Node) MinSessionTTL() time.Duration { return minSessionTTL(n) }
 
 func minSessionTTL(b backend) time.Duration { return 4 * b.electionTimeout() }
 
+// checkSessionTTL refuses a TTL below min or above max (0 = no maximum).
+func checkSessionTTL(ttl, min, max time.Duration) error {
+	switch {
+	case ttl < min:
+		return fmt.Errorf("%w: %v is below the minimum %v (four election timeouts)", ErrInvalidTTL, ttl, min)
+	case max > 0 && ttl > max:
+		return fmt.Errorf("%w: %v is above the maximum %v (Config.MaxSessionTTL)", ErrInvalidTTL, ttl, max)
+	}
+	return nil
+}
+
+// checkSessionTTL refuses, and counts, a TTL this member does not accept.
+func (n *Node) checkSessionTTL(ttl time.Duration) error {
+	err := checkSessionTTL(ttl, n.MinSessionTTL(), n.cfg.MaxSessionTTL)
+	if err != nil {
+		n.sessionStats.refusedTTL.Add(1)
+	}
+	return err
+}
+
 // NewSession creates a session in the cell (one log entry) and keeps it
 // alive from this member until Close, Orphan, or expiry. Its TTL (WithTTL)
 // is at least MinSessionTTL; the cell never ends it earlier than TTL
@@ -146,8 +172,11 @@ func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error)
 	}
 	b := c.cellBackend()
 	k := b.keeper()
-	if min := minSessionTTL(b); o.ttl < min {
-		return nil, fmt.Errorf("%w: %v is below the minimum %v (four election timeouts)", ErrInvalidTTL, o.ttl, min)
+	// A client does not know its member's maximum (0 here): the member
+	// checks it.
+	if err := checkSessionTTL(o.ttl, minSessionTTL(b), b.limits().maxSessionTTL); err != nil {
+		sessionCountersOf(b).count(func(c *sessionCounters) *atomic.Uint64 { return &c.refusedTTL })
+		return nil, err
 	}
 	sent := time.Now()
 	res, err := b.propose(ctx, &command.Command{Kind: command.KindSessionCreate,

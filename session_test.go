@@ -94,8 +94,8 @@ func TestDeadHolderSessionExpires(t *testing.T) {
 }
 
 func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
-	// A leader credits a session's unheard time to the log once a
-	// keep-alive is later than half an election timeout (the safe
+	// A leader marks a session silent in the log once a keep-alive is
+	// later than half an election timeout past its interval (the safe
 	// direction: a successor then grants less). coordtest's 200ms election
 	// timeout makes that 100ms, which a loaded machine running -race
 	// exceeds; a 1s election timeout keeps this test about idle sessions

@@ -228,6 +228,8 @@ func (a *applier) exec(idx, term uint64, cmd *command.Command) (command.Result, 
 		return a.sessionUnheard(cmd.Session, true)
 	case command.KindSessionCredit:
 		return a.sessionUnheard(cmd.Session, false)
+	case command.KindSessionSilent:
+		return a.sessionSilent(cmd.Session)
 	case command.KindNoop:
 		return a.status(command.StatusOK), nil
 	}
@@ -357,27 +359,43 @@ func (a *applier) pruneHistory() error {
 	return nil
 }
 
+// sessionCreate opens a session. A charged creation (this build's) is
+// refused when its bytes would take the keyspace past the quota, and a
+// bounded one (a client's, Session.MaxSessions) when its owner already
+// holds that many sessions; both decisions read only the replicated
+// state and the command, so every member takes the same.
 func (a *applier) sessionCreate(idx uint64, s *command.Session) (command.Result, error) {
-	if s == nil || s.TTL <= 0 {
+	if s == nil || s.TTL <= 0 || s.MaxSessions < 0 {
 		return a.status(command.StatusInvalid), nil
+	}
+	if s.MaxSessions > 0 && s.Owner != "" && a.mem.ownerSessions(s.Owner) >= s.MaxSessions {
+		return a.status(command.StatusTooManySessions), nil
+	}
+	if s.Charged && a.used()+sessionCost(s.TTL, s.Owner) > a.sm.opts.QuotaBytes {
+		return a.status(command.StatusQuotaExceeded), nil
 	}
 	// The entry index is unique forever and the same on every member.
 	id := int64(idx)
 	a.ibuf = appendSessionKey(a.ibuf[:0], id)
-	it := sessionItem{id: id, ttl: s.TTL, owner: s.Owner}
+	it := sessionItem{id: id, ttl: s.TTL, owner: s.Owner, charged: s.Charged}
 	a.vbuf = appendSessionRecord(a.vbuf[:0], it)
 	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 		return command.Result{}, err
 	}
-	a.mem.sessions.ReplaceOrInsert(it)
+	a.mem.addSession(it)
 	a.out.SessionsCreated = append(a.out.SessionsCreated, SessionInfo{ID: id, TTL: s.TTL, Owner: s.Owner})
 	res := a.status(command.StatusOK)
 	res.SessionID = id
 	return res, nil
 }
 
+// used is what counts against the quota as of the entries applied so
+// far: the live keys and values, and the charged sessions.
+func (a *applier) used() int64 { return a.m.size + a.mem.sessionBytes }
+
 // sessionUnheard resets (seen) or adds to (credit) the unheard time of
 // sessions. Unknown sessions are skipped: they may have ended meanwhile.
+// A seen mark also lifts a silence mark: the leader heard the session.
 func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result, error) {
 	if s == nil {
 		return a.status(command.StatusInvalid), nil
@@ -388,17 +406,11 @@ func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result,
 			return nil
 		}
 		if seen {
-			it.unheard = 0
+			it.unheard, it.marked, it.mark = 0, false, 0
 		} else if add > 0 {
 			it.unheard += add
 		}
-		a.ibuf = appendSessionKey(a.ibuf[:0], id)
-		a.vbuf = appendSessionRecord(a.vbuf[:0], it)
-		if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
-			return err
-		}
-		a.mem.sessions.ReplaceOrInsert(it)
-		return nil
+		return a.putSession(it)
 	}
 	if seen {
 		for _, id := range s.IDs {
@@ -416,6 +428,46 @@ func (a *applier) sessionUnheard(s *command.Session, seen bool) (command.Result,
 	return a.status(command.StatusOK), nil
 }
 
+// sessionSilent applies a leader's KindSessionSilent: the session clock
+// moves forward to Session.Clock (never back), and each listed session not
+// already marked is marked silent since its Nanos, at most the clock. A
+// session already marked keeps its mark: it has been silent since then.
+// Unknown sessions are skipped. Only a leader decides these: without a
+// term the command is invalid.
+func (a *applier) sessionSilent(s *command.Session) (command.Result, error) {
+	if s == nil || s.Term == 0 || s.Clock < 0 {
+		return a.status(command.StatusInvalid), nil
+	}
+	if s.Clock > a.mem.clock {
+		a.mem.clock = s.Clock
+		if err := a.b.Set(metaClockKey, appendClock(a.vbuf[:0], s.Clock), nil); err != nil {
+			return command.Result{}, err
+		}
+	}
+	for _, c := range s.Credits {
+		it, ok := a.mem.sessions.Get(sessionItem{id: c.ID})
+		if !ok || it.marked {
+			continue
+		}
+		it.marked, it.mark = true, min(max(c.Nanos, 0), a.mem.clock)
+		if err := a.putSession(it); err != nil {
+			return command.Result{}, err
+		}
+	}
+	return a.status(command.StatusOK), nil
+}
+
+// putSession writes an existing session's changed bookkeeping.
+func (a *applier) putSession(it sessionItem) error {
+	a.ibuf = appendSessionKey(a.ibuf[:0], it.id)
+	a.vbuf = appendSessionRecord(a.vbuf[:0], it)
+	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
+		return err
+	}
+	a.mem.sessions.ReplaceOrInsert(it)
+	return nil
+}
+
 // sessionEnd deletes the session and every key it owns, all in one
 // revision, so watchers see the expiry as one batch of events (invariant 5).
 // An expiry flagged LockDelay also puts, in that revision, a lock-delay
@@ -425,7 +477,8 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	if s == nil {
 		return a.status(command.StatusInvalid), nil
 	}
-	if !a.hasSession(s.ID) {
+	ended, ok := a.mem.sessions.Get(sessionItem{id: s.ID})
+	if !ok {
 		return a.status(command.StatusOK), nil
 	}
 	owned := a.mem.ownedBy(s.ID)
@@ -465,7 +518,7 @@ func (a *applier) sessionEnd(s *command.Session) (command.Result, error) {
 	if err := a.b.Delete(a.ibuf, nil); err != nil {
 		return command.Result{}, err
 	}
-	a.mem.sessions.Delete(sessionItem{id: s.ID})
+	a.mem.removeSession(ended)
 	a.out.SessionsEnded = append(a.out.SessionsEnded, s.ID)
 	// The markers go in after the deletes, in the same revision: a
 	// watcher sees the holder's key go and the marker come at once.

@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -32,6 +34,30 @@ type sessionItem struct {
 	// owner is the client that created the session ("" for a member's
 	// own): see command.Session.Owner.
 	owner string
+	// charged is set when the session counts against the quota
+	// (command.Session.Charged).
+	charged bool
+	// marked is set while a leader's silence mark stands (no leader has
+	// heard from the session since); mark is the session clock then.
+	marked bool
+	mark   int64
+}
+
+// unheardAt is the session's unheard time with the session clock at
+// clock: what credits added, and the clock's advance since its silence
+// mark.
+func (it sessionItem) unheardAt(clock int64) int64 {
+	u := it.unheard
+	if it.marked && clock > it.mark {
+		u += clock - it.mark
+	}
+	return u
+}
+
+// ownerCount is how many live sessions one owner holds.
+type ownerCount struct {
+	owner string
+	n     int64
 }
 
 // ownedItem is one entry of the session→key index.
@@ -43,6 +69,8 @@ type ownedItem struct {
 func kvLess(a, b kvItem) bool { return a.key < b.key }
 
 func sessionLess(a, b sessionItem) bool { return a.id < b.id }
+
+func ownerLess(a, b ownerCount) bool { return a.owner < b.owner }
 
 // ownedLess orders by session, then key, as the stored index keys sort
 // (IDs big-endian, so unsigned).
@@ -68,6 +96,15 @@ type memState struct {
 	// delays indexes the lock-delay markers among keys (see lockdelay.go),
 	// so the sessions leader finds them without walking every lock.
 	delays *btree.BTreeG[string]
+	// owners counts the sessions of each owner but members (owner ""),
+	// for command.Session.MaxSessions. It is derived from the sessions,
+	// never stored.
+	owners *btree.BTreeG[ownerCount]
+	// sessionBytes is what the charged sessions cost against the quota
+	// (sessionCost); derived, never stored.
+	sessionBytes int64
+	// clock is the session clock (metaClockKey).
+	clock int64
 	// props is the proposer table (proposers.go).
 	props proposerTable
 }
@@ -78,6 +115,7 @@ func newMemState() memState {
 		sessions: btree.NewG(btreeDegree, sessionLess),
 		owned:    btree.NewG(btreeDegree, ownedLess),
 		delays:   btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
+		owners:   btree.NewG(btreeDegree, ownerLess),
 		props:    newProposerTable(),
 	}
 }
@@ -86,7 +124,42 @@ func newMemState() memState {
 // until either side writes.
 func (s memState) clone() memState {
 	return memState{keys: s.keys.Clone(), sessions: s.sessions.Clone(), owned: s.owned.Clone(), delays: s.delays.Clone(),
-		props: s.props.clone()}
+		owners: s.owners.Clone(), sessionBytes: s.sessionBytes, clock: s.clock, props: s.props.clone()}
+}
+
+// addSession adds a new session, and counts it for its owner and, when
+// charged, against the quota.
+func (s *memState) addSession(it sessionItem) {
+	s.sessions.ReplaceOrInsert(it)
+	if it.owner != "" {
+		c, _ := s.owners.Get(ownerCount{owner: it.owner})
+		s.owners.ReplaceOrInsert(ownerCount{owner: it.owner, n: c.n + 1})
+	}
+	if it.charged {
+		s.sessionBytes += sessionCost(it.ttl, it.owner)
+	}
+}
+
+// removeSession removes a session that ended, undoing addSession.
+func (s *memState) removeSession(it sessionItem) {
+	s.sessions.Delete(it)
+	if it.owner != "" {
+		switch c, _ := s.owners.Get(ownerCount{owner: it.owner}); {
+		case c.n > 1:
+			s.owners.ReplaceOrInsert(ownerCount{owner: it.owner, n: c.n - 1})
+		default:
+			s.owners.Delete(c)
+		}
+	}
+	if it.charged {
+		s.sessionBytes -= sessionCost(it.ttl, it.owner)
+	}
+}
+
+// ownerSessions is how many live sessions owner holds.
+func (s memState) ownerSessions(owner string) int64 {
+	c, _ := s.owners.Get(ownerCount{owner: owner})
+	return c.n
 }
 
 // view is the state readers see: the live state as of one revision. They
@@ -114,6 +187,17 @@ const memFirst, memEnd = prefixKV, prefixSessionKey + 1
 // loadMemState builds the live state from the records readable through r.
 func loadMemState(r pebble.Reader) (memState, error) {
 	s := newMemState()
+	switch val, closer, err := r.Get(metaClockKey); {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return s, fmt.Errorf("storage: load state: %w", err)
+	default:
+		err := s.add(metaClockKey, val)
+		closer.Close()
+		if err != nil {
+			return s, err
+		}
+	}
 	if err := loadRange(r, memFirst, memEnd, s.add); err != nil {
 		return s, err
 	}
@@ -154,6 +238,14 @@ func (s *memState) add(k, val []byte) error {
 	switch k[0] {
 	case prefixProposer:
 		return s.props.add(k, val)
+	case prefixStateMeta:
+		if bytes.Equal(k, metaClockKey) {
+			c, err := decodeClock(val)
+			if err != nil {
+				return err
+			}
+			s.clock = c
+		}
 	case prefixKV:
 		var kv command.KV
 		if err := decodeKVRecord(val, &kv); err != nil {
@@ -172,7 +264,7 @@ func (s *memState) add(k, val []byte) error {
 		if err := decodeSessionRecord(val, &it); err != nil {
 			return err
 		}
-		s.sessions.ReplaceOrInsert(it)
+		s.addSession(it)
 	case prefixSessionKey:
 		if len(k) < 9 {
 			return fmt.Errorf("%w: session index key %x", ErrCorrupt, k)

@@ -26,6 +26,8 @@ const (
 	kvFormat1       byte = 1
 	sessionFormat1  byte = 1 // TTL and unheard time
 	sessionFormat2  byte = 2 // and the owner: a client's session
+	sessionFormat3  byte = 3 // and flags: charged to the quota, silence mark
+	clockFormat1    byte = 1 // the session clock
 	historyFormat1  byte = 1 // events without their previous state
 	historyFormat2  byte = 2 // events with their previous state
 	chunkFormat1    byte = 1
@@ -38,7 +40,26 @@ const (
 var (
 	metaAppliedKey = []byte{prefixStateMeta, 'a'}
 	metaConfKey    = []byte{prefixStateMeta, 'c'}
+	// metaClockKey holds the session clock (command.KindSessionSilent),
+	// rewritten only when a leader moves it; absent = zero.
+	metaClockKey = []byte{prefixStateMeta, 's'}
 )
+
+func appendClock(dst []byte, clock int64) []byte {
+	return binary.AppendUvarint(append(dst, clockFormat1), uint64(clock))
+}
+
+func decodeClock(b []byte) (int64, error) {
+	r, err := newRecord(b, clockFormat1, "session clock")
+	if err != nil {
+		return 0, err
+	}
+	c := int64(r.Uvarint())
+	if c < 0 {
+		r.Fail("negative session clock")
+	}
+	return c, recordDone(&r, "session clock")
+}
 
 // smMeta is the state machine's bookkeeping, stored under metaAppliedKey in
 // the same batch as the changes it describes.
@@ -143,30 +164,63 @@ func appendOwnedKey(dst []byte, id int64, key string) []byte {
 	return append(appendUint64(append(dst, prefixSessionKey), uint64(id)), key...)
 }
 
+// Flags of a session record of format 3.
+const (
+	sessionCharged byte = 1 << 0 // its bytes count against the quota
+	sessionMarked  byte = 1 << 1 // found silent: a silence mark follows
+)
+
 // appendSessionRecord encodes a session: its TTL and its unheard time
-// (both nanoseconds), and for a client's session its owner. A member's
-// own session (no owner) is written in format 1, byte for byte as before
-// owners existed, so only clients' sessions need a build that knows
-// format 2.
+// (both nanoseconds), for a client's session its owner, and whether it
+// counts against the quota and since when it has been silent. A session
+// that neither counts nor is marked silent (one an older build created)
+// is written in format 1 without an owner and 2 with one, byte for byte
+// as before; every other in format 3, so only sessions this build
+// created or marked need a build that knows it.
 func appendSessionRecord(dst []byte, it sessionItem) []byte {
+	var flags byte
+	if it.charged {
+		flags |= sessionCharged
+	}
+	if it.marked {
+		flags |= sessionMarked
+	}
 	format := sessionFormat1
-	if it.owner != "" {
+	switch {
+	case flags != 0:
+		format = sessionFormat3
+	case it.owner != "":
 		format = sessionFormat2
 	}
 	dst = binary.AppendUvarint(append(dst, format), uint64(it.ttl))
 	dst = binary.AppendUvarint(dst, uint64(it.unheard))
-	if it.owner != "" {
+	if format != sessionFormat1 {
 		dst = wirebytes.AppendString(dst, it.owner)
+	}
+	if format == sessionFormat3 {
+		dst = append(dst, flags)
+		if it.marked {
+			dst = binary.AppendUvarint(dst, uint64(it.mark))
+		}
 	}
 	return dst
 }
 
-// decodeSessionRecord reads a session record of format 1 or 2 into it
+// sessionCost is what a charged session counts against the quota: the
+// bytes of its key and of its record as created (unheard time zero, not
+// marked). It depends only on what never changes, so every member counts
+// the same whatever the session's bookkeeping since.
+func sessionCost(ttl int64, owner string) int64 {
+	const keyLen = 1 + 8
+	return keyLen + 1 + int64(wirebytes.UvarintLen(uint64(ttl))) + 1 + int64(wirebytes.StringLen(owner)) + 1
+}
+
+// decodeSessionRecord reads a session record of format 1, 2 or 3 into it
 // (all but its ID, which is the record's key).
 func decodeSessionRecord(b []byte, it *sessionItem) error {
 	format := sessionFormat1
-	if len(b) > 0 && b[0] == sessionFormat2 {
-		format = sessionFormat2
+	if len(b) > 0 && (b[0] == sessionFormat2 || b[0] == sessionFormat3) {
+		format = b[0]
 	}
 	r, err := newRecord(b, format, "session")
 	if err != nil {
@@ -174,12 +228,26 @@ func decodeSessionRecord(b []byte, it *sessionItem) error {
 	}
 	it.ttl = int64(r.Uvarint())
 	it.unheard = int64(r.Uvarint())
-	it.owner = ""
-	if format == sessionFormat2 {
+	it.owner, it.charged, it.marked, it.mark = "", false, false, 0
+	switch format {
+	case sessionFormat2:
 		// Format 2 is only for an owner: one encoding per session.
 		if it.owner = r.Str(); it.owner == "" {
 			r.Fail("format 2 without an owner")
 		}
+	case sessionFormat3:
+		it.owner = r.Str()
+		flags := r.U8()
+		if flags == 0 || flags&^(sessionCharged|sessionMarked) != 0 {
+			r.Fail("format 3 with flags %#x", flags)
+		}
+		it.charged, it.marked = flags&sessionCharged != 0, flags&sessionMarked != 0
+		if it.marked {
+			it.mark = int64(r.Uvarint())
+		}
+	}
+	if it.mark < 0 {
+		r.Fail("silence mark past the clock's range")
 	}
 	return recordDone(&r, "session")
 }

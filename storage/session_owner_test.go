@@ -73,5 +73,5 @@ func TestSessionRecordFormats(t *testing.T) {
 	} {
 		require.ErrorIs(t, decodeSessionRecord(bad, &out), ErrCorrupt, name)
 	}
-	require.ErrorIs(t, decodeSessionRecord([]byte{3, 1, 1}, &out), ErrFormat, "an unknown format is refused")
+	require.ErrorIs(t, decodeSessionRecord([]byte{4, 1, 1}, &out), ErrFormat, "an unknown format is refused")
 }

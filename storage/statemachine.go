@@ -355,26 +355,57 @@ type SessionInfo struct {
 	ID  int64
 	TTL int64 // nanoseconds
 	// Unheard is how long (nanoseconds) leaders have held office without
-	// hearing from the session, since one last did.
+	// hearing from the session, since one last did: the credits of older
+	// builds, and the session clock's advance since its silence mark.
 	Unheard int64
 	// Owner is the client that created the session, "" for a member's
 	// own (command.Session.Owner).
 	Owner string
+	// Silent is set while a leader's silence mark stands: a leader found
+	// the session silent and none has heard from it since, so the
+	// session clock's advance adds to Unheard.
+	Silent bool
+}
+
+func sessionInfo(it sessionItem, clock int64) SessionInfo {
+	return SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheardAt(clock), Owner: it.owner, Silent: it.marked}
 }
 
 // Sessions returns every live session, in creation order.
 func (sm *StateMachine) Sessions() ([]SessionInfo, error) {
+	_, out, err := sm.SessionState()
+	return out, err
+}
+
+// SessionState returns the session clock (nanoseconds; see
+// command.KindSessionSilent) and every live session, in creation order,
+// both as of one applied index.
+func (sm *StateMachine) SessionState() (clock int64, sessions []SessionInfo, err error) {
 	if err := sm.enter(); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer sm.life.RUnlock()
-	var out []SessionInfo
-	sm.view.Load().sessions.Ascend(func(it sessionItem) bool {
-		out = append(out, SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard, Owner: it.owner})
+	v := sm.view.Load()
+	out := make([]SessionInfo, 0, v.sessions.Len())
+	v.sessions.Ascend(func(it sessionItem) bool {
+		out = append(out, sessionInfo(it, v.clock))
 		return true
 	})
-	return out, nil
+	return v.clock, out, nil
 }
+
+// SessionCount returns the number of live sessions.
+func (sm *StateMachine) SessionCount() int { return sm.view.Load().sessions.Len() }
+
+// OwnerSessions returns how many live sessions owner (a client's,
+// command.Session.Owner) holds in the applied state.
+func (sm *StateMachine) OwnerSessions(owner string) int64 {
+	return sm.view.Load().ownerSessions(owner)
+}
+
+// SessionBytes returns what the live sessions count against the quota,
+// beside KeyspaceBytes.
+func (sm *StateMachine) SessionBytes() int64 { return sm.view.Load().sessionBytes }
 
 // Session returns the live session id from the applied state; ok is
 // false when there is none (never created, or ended).
@@ -383,11 +414,12 @@ func (sm *StateMachine) Session(id int64) (info SessionInfo, ok bool, err error)
 		return SessionInfo{}, false, err
 	}
 	defer sm.life.RUnlock()
-	it, ok := sm.view.Load().sessions.Get(sessionItem{id: id})
+	v := sm.view.Load()
+	it, ok := v.sessions.Get(sessionItem{id: id})
 	if !ok {
 		return SessionInfo{}, false, nil
 	}
-	return SessionInfo{ID: it.id, TTL: it.ttl, Unheard: it.unheard, Owner: it.owner}, true, nil
+	return sessionInfo(it, v.clock), true, nil
 }
 
 // bootstrap records cs as the membership at index 0, synced, so that a

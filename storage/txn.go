@@ -125,7 +125,8 @@ func compare(kv *command.KV, c *command.Compare) bool {
 }
 
 // precheck decides whether ops may run: every ephemeral put's session
-// must exist, and the keyspace must not grow past the quota.
+// must exist, and the keyspace must not grow past the quota (which the
+// charged sessions share).
 func (a *applier) precheck(ops []command.Op) (command.Status, error) {
 	var grow int64
 	for i := range ops {
@@ -140,14 +141,14 @@ func (a *applier) precheck(ops []command.Op) (command.Status, error) {
 	}
 	// No transaction grows the keyspace by more than the sum of its puts,
 	// so the exact (and costlier) reckoning is only needed near the quota.
-	if a.m.size+grow <= a.sm.opts.QuotaBytes {
+	if a.used()+grow <= a.sm.opts.QuotaBytes {
 		return command.StatusOK, nil
 	}
 	delta, err := a.sizeDelta(ops)
 	if err != nil {
 		return command.StatusOK, err
 	}
-	if delta > 0 && a.m.size+delta > a.sm.opts.QuotaBytes {
+	if delta > 0 && a.used()+delta > a.sm.opts.QuotaBytes {
 		return command.StatusQuotaExceeded, nil
 	}
 	return command.StatusOK, nil

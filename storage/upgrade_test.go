@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/storage/wal"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -266,4 +267,47 @@ func TestBootstrapInterrupted(t *testing.T) {
 	require.Equal(t, uint64(1), hs.GetTerm())
 	require.Equal(t, uint64(1), hs.GetCommit())
 	require.Equal(t, []uint64{1, 2}, cs.GetVoters())
+}
+
+// TestOldSessionCommandsReplayAsBefore: a log written before command
+// format 6 (creations that are not charged, credits, seen marks, an
+// expiry) applies exactly as the build that wrote it applied it: the
+// same session records byte for byte (formats 1 and 2), no session clock,
+// nothing charged to the quota, no owner's bound.
+func TestOldSessionCommandsReplayAsBefore(t *testing.T) {
+	ts := openTestSM(t, nil, Options{QuotaBytes: 64})
+	old := []*command.Command{
+		{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9}},
+		{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9, Owner: "client:x"}},
+		{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9, Owner: "client:x"}},
+		{Kind: command.KindSessionCredit, Session: &command.Session{Term: 1, Credits: []command.Credit{{ID: 1, Nanos: 7}, {ID: 2, Nanos: 9}}}},
+		{Kind: command.KindSessionSeen, Session: &command.Session{Term: 1, IDs: []int64{2}}},
+		{Kind: command.KindSessionEnd, Session: &command.Session{ID: 3, Expired: true, Term: 1}},
+	}
+	ents := ts.entries(old...)
+	for i, e := range ents {
+		require.LessOrEqual(t, e.GetData()[0], byte(5), "command %d is in a format older builds wrote", i)
+	}
+	out, err := ts.Apply(ents, nil)
+	require.NoError(t, err)
+	for i, r := range out.Results {
+		require.Equal(t, command.StatusOK, r.Result.Status, "command %d", i)
+	}
+	record := func(id int64) []byte {
+		v, closer, err := ts.image().Get(appendSessionKey(nil, id))
+		require.NoError(t, err)
+		defer closer.Close()
+		return append([]byte(nil), v...)
+	}
+	ttl := []byte{0x80, 0xe4, 0x97, 0xd0, 0x12} // 5e9 as a uvarint
+	require.Equal(t, append(append([]byte{sessionFormat1}, ttl...), 7), record(1))
+	require.Equal(t, append(append(append([]byte{sessionFormat2}, ttl...), 0), append([]byte{8}, "client:x"...)...), record(2))
+	_, closer, err := ts.image().Get(metaClockKey)
+	require.ErrorIs(t, err, pebble.ErrNotFound, "no session clock")
+	if closer != nil {
+		closer.Close()
+	}
+	require.Zero(t, ts.SessionBytes(), "nothing charged")
+	require.Equal(t, command.StatusOK, ts.txn(command.Txn{Then: []command.Op{putOp("k", strings.Repeat("v", 60))}}).Status,
+		"the quota is the keys' alone, as it was")
 }

@@ -20,7 +20,7 @@ func CheckCommand(c *command.Command) error {
 		return nil
 	case command.KindSessionCreate, command.KindSessionEnd:
 		s := c.Session
-		if s == nil || c.Txn != nil || s.Term != 0 || s.Expired || len(s.IDs) != 0 || len(s.Credits) != 0 {
+		if s == nil || c.Txn != nil || s.Term != 0 || s.Expired || len(s.IDs) != 0 || len(s.Credits) != 0 || s.Clock != 0 {
 			return fmt.Errorf("%w: session command with member-only fields", ErrForbidden)
 		}
 		if c.Kind == command.KindSessionCreate && (s.ID != 0 || s.TTL <= 0) {

@@ -32,6 +32,9 @@ var (
 	// ErrConnClosed: the connection is closed (by Close, by the peer, or
 	// after a protocol violation); pending calls end with it.
 	ErrConnClosed = errors.New("clientwire: connection closed")
+	// ErrTooManySessions: the client's identity already holds as many
+	// sessions in the cell as the member allows; no session was created.
+	ErrTooManySessions = errors.New("clientwire: too many sessions for this client")
 )
 
 // Code is the stable number of an error on the wire. The root package
@@ -86,6 +89,7 @@ const (
 	CodeCanceled        Code = 69 // the request's context ended at the member
 	CodeUnknown         Code = 70 // an error the member could not classify
 	CodeConnLost        Code = 71 // client side only: the connection ended; resume elsewhere
+	CodeTooManySessions Code = 72 // maps to ErrTooManySessions
 )
 
 // Error is an error answered by the member: a Code and a human message.
@@ -118,6 +122,8 @@ func (e *Error) Is(target error) bool {
 		return target == ErrTooManyWatchers
 	case CodeForbidden:
 		return target == ErrForbidden
+	case CodeTooManySessions:
+		return target == ErrTooManySessions
 	}
 	return false
 }

@@ -17,7 +17,8 @@ import (
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
 //	         1 | 2 for LockDelay, which is set)
-//	         | [format 3: uvarint Term] | [formats 4, 5: uvarint Term | str Owner]
+//	         | [format 3: uvarint Term] | [formats 4 to 6: uvarint Term | str Owner]
+//	         | [format 6: Charged: 1 byte (0 or 1) | varint MaxSessions | varint Clock]
 //	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
 //	Proposer str Owner | uvarint ID | uvarint Seq | uvarint Floor | uvarint Born | str Key
@@ -39,9 +40,12 @@ import (
 // refused. Format 5 is format 4 with LockDelay in the expired byte: it is
 // written exactly when LockDelay is set, and a format 5 command without it
 // is refused. Format 6 is format 5 (its session carries the flags byte,
-// the term and the owner) with a Proposer: it is written exactly when the
-// command has one, and a format 6 command without one is refused. So the
-// one-encoding rule holds across all five.
+// the term and the owner) with, in a session, Charged, MaxSessions and
+// Clock, and a Proposer body; it is the only format of KindSessionSilent
+// and KindResolve. It is written exactly when the command has a proposer,
+// the kind is KindSessionSilent or one of the three session fields is set
+// (LockDelay may then be either), and a format 6 command with none of
+// that is refused. So the one-encoding rule holds across all five.
 
 const (
 	bodyTxn      = 1 << 0
@@ -69,10 +73,19 @@ func owned(c *Command) bool { return c.Session != nil && c.Session.Owner != "" }
 // lockDelayed reports whether c needs format 5.
 func lockDelayed(c *Command) bool { return c.Session != nil && c.Session.LockDelay }
 
+// bounded reports whether c needs format 6.
+func bounded(c *Command) bool {
+	if c.Kind == KindSessionSilent {
+		return true
+	}
+	s := c.Session
+	return s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0)
+}
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case c.Proposer != nil:
+	case c.Proposer != nil, bounded(c):
 		return Version
 	case lockDelayed(c):
 		return versionLockDelay
@@ -102,11 +115,15 @@ func encodedLen(c *Command) int {
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
-		if f := format(c); f >= versionTermed {
+		f := format(c)
+		if f >= versionTermed {
 			n += wirebytes.UvarintLen(s.Term)
 		}
-		if format(c) >= versionOwned {
+		if f >= versionOwned {
 			n += wirebytes.StringLen(s.Owner)
+		}
+		if f >= Version {
+			n += 1 + wirebytes.VarintLen(s.MaxSessions) + wirebytes.VarintLen(s.Clock)
 		}
 		n += wirebytes.ListLen(len(s.IDs), s.IDs == nil) + wirebytes.ListLen(len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
@@ -176,6 +193,15 @@ func encodeBinary(c *Command) []byte {
 		if f >= versionOwned {
 			b = wirebytes.AppendString(b, s.Owner)
 		}
+		if f >= Version {
+			var charged byte
+			if s.Charged {
+				charged = 1
+			}
+			b = append(b, charged)
+			b = binary.AppendVarint(b, s.MaxSessions)
+			b = binary.AppendVarint(b, s.Clock)
+		}
 		b = wirebytes.AppendList(b, len(s.IDs), s.IDs == nil)
 		b = wirebytes.AppendList(b, len(s.Credits), s.Credits == nil)
 		for _, id := range s.IDs {
@@ -228,6 +254,9 @@ type decoder struct {
 	// flags is set for formats 5 and 6: the expired byte carries
 	// LockDelay too.
 	flags bool
+	// bounds is set for format 6: sessions carry Charged, MaxSessions
+	// and Clock.
+	bounds bool
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -295,6 +324,7 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		termed: version >= versionTermed,
 		owned:  version >= versionOwned,
 		flags:  version >= versionLockDelay,
+		bounds: version >= Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -405,6 +435,11 @@ func (d *decoder) session(s *Session) {
 	}
 	if d.owned {
 		s.Owner = d.str()
+	}
+	if d.bounds {
+		s.Charged = d.Bool()
+		s.MaxSessions = d.Varint()
+		s.Clock = d.Varint()
 	}
 	nIDs, nCredits := d.List(minID), d.List(minCredit)
 	if d.Err() == nil && max(nIDs, 0)*minID+max(nCredits, 0)*minCredit > d.Len() {

@@ -57,6 +57,7 @@ func normalizeV1(c *Command) *Command {
 	if s := c.Session; s != nil {
 		s.Owner = "" // format 1 predates owners and never carries one
 		s.LockDelay = false
+		s.Charged, s.MaxSessions, s.Clock = false, 0, 0 // nor format 6's fields
 		if len(s.IDs) == 0 {
 			s.IDs = nil
 		}
@@ -180,16 +181,28 @@ func binaryCases() map[string]*Command {
 			Proposer: &Proposer{ID: 1, Seq: 2, Floor: 1}},
 		"idempotency key": {Kind: KindTxn, Txn: &Txn{}, Proposer: &Proposer{Owner: "client:x", Key: "job-17"}},
 		"resolve":         {Kind: KindResolve, Proposer: &Proposer{ID: 5, Seq: 4}},
+		// Format 6: creations that count against the quota and their
+		// owner's bound, and a leader's silence marks and clock.
+		"charged create":       {Kind: KindSessionCreate, Session: &Session{TTL: 10e9, Charged: true}},
+		"client's bounded":     {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:w", Charged: true, MaxSessions: 4096}},
+		"bound, not charged":   {Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:w", MaxSessions: math.MaxInt64}},
+		"silent marks":         {Kind: KindSessionSilent, Session: &Session{Term: 3, Clock: 9e9, Credits: []Credit{{ID: 5, Nanos: 0}, {ID: 6, Nanos: 8e9}}}},
+		"clock only":           {Kind: KindSessionSilent, Session: &Session{Term: 3, Clock: 1}},
+		"silent, no session":   {Kind: KindSessionSilent},
+		"silent, zero session": {Kind: KindSessionSilent, Session: &Session{}},
+		"lock-delay, clocked":  {Kind: KindSessionEnd, Session: &Session{ID: 9, Expired: true, LockDelay: true, Term: 4, Clock: -1}},
 	}
 }
 
 // wantVersion is the format Encode must write for c: 6 only when a
-// proposer needs it, 5 only when a lock-delay flag does, 4 only when a
-// session owner does, 3 only when a session term does, so everything
-// else stays format 2 byte for byte.
+// proposer, a silence mark, a charge, an owner's bound or a clock needs
+// it, 5 only when a lock-delay flag does, 4 only when a session owner
+// does, 3 only when a session term does, so everything else stays format
+// 2 byte for byte.
 func wantVersion(c *Command) byte {
+	s := c.Session
 	switch {
-	case c.Proposer != nil:
+	case c.Proposer != nil, c.Kind == KindSessionSilent || s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0):
 		return 6
 	case c.Session != nil && c.Session.LockDelay:
 		return 5
@@ -343,6 +356,11 @@ func randomCommand(r *rand.Rand) *Command {
 			c.Session.Owner = string(data(length()))
 		}
 		c.Session.LockDelay = r.IntN(4) == 0
+		if r.IntN(4) == 0 {
+			c.Session.Charged = r.IntN(2) == 0
+			c.Session.MaxSessions = varint()
+			c.Session.Clock = varint()
+		}
 		if n := count(); n >= 0 {
 			c.Session.IDs = make([]int64, n)
 			for i := range c.Session.IDs {
@@ -373,8 +391,13 @@ func TestBinaryRoundTripRandom(t *testing.T) {
 		require.NoError(t, err, "seed %d, command %d", s, i)
 		require.Equal(t, c, got, "seed %d, command %d", s, i)
 
-		// Format 1, as older builds wrote it, still reads.
+		// Format 1, as older builds wrote it, still reads, but only the
+		// kinds it knew.
 		got, err = Decode(encodeV1(t, c))
+		if c.Kind > maxKindV1 {
+			require.ErrorIs(t, err, ErrMalformed, "seed %d, command %d", s, i)
+			continue
+		}
 		require.NoError(t, err, "seed %d, command %d", s, i)
 		require.Equal(t, normalizeV1(c), got, "seed %d, command %d (v1)", s, i)
 	}
@@ -382,6 +405,9 @@ func TestBinaryRoundTripRandom(t *testing.T) {
 
 func TestDecodeV1(t *testing.T) {
 	for name, c := range binaryCases() {
+		if c.Kind > maxKindV1 {
+			continue
+		}
 		got, err := Decode(encodeV1(t, c))
 		require.NoError(t, err, name)
 		require.Equal(t, normalizeV1(c), got, name)
@@ -483,6 +509,31 @@ func TestTermIsAddedCompatibly(t *testing.T) {
 	require.Equal(t, old, b, "without a term, format 2 byte for byte")
 }
 
+// TestBoundsAreAddedCompatibly pins how format 6 was added: a client's
+// creation without a charge or a bound is written exactly as format 4
+// wrote it, and with them it is the same bytes but for the version and
+// the three fields right after the owner, which earlier readers refuse by
+// the version byte rather than misread.
+func TestBoundsAreAddedCompatibly(t *testing.T) {
+	c := &Command{ID: 9, Kind: KindSessionCreate, Session: &Session{TTL: 5e9, Owner: "client:w"}}
+	old, err := Encode(c)
+	require.NoError(t, err)
+	require.Equal(t, versionOwned, old[0])
+
+	c.Session.Charged, c.Session.MaxSessions = true, 3
+	b, err := Encode(c)
+	require.NoError(t, err)
+	require.Equal(t, Version, b[0])
+	// The lists (two nil counts) close both encodings.
+	want := append([]byte{Version}, old[1:len(old)-2]...)
+	want = append(want, 1, 6, 0) // charged, MaxSessions 3 (zig-zag), Clock 0
+	want = append(want, old[len(old)-2:]...)
+	require.Equal(t, want, b)
+	got, err := Decode(b)
+	require.NoError(t, err)
+	require.Equal(t, c, got)
+}
+
 // TestDecodeTruncated cuts valid encodings at every offset, and extends
 // them by a byte: all malformed, none panics.
 func TestDecodeTruncated(t *testing.T) {
@@ -545,13 +596,23 @@ func TestDecodeMalformed(t *testing.T) {
 		"v6 header only": {Version},
 		// Format 6 is only for a command with a proposer, and only format
 		// 6 carries one.
-		"v6 no proposer":       header6(KindNoop, 0),
-		"v5 with a proposer":   cat(header5(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
+				"v5 with a proposer":   cat(header5(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
 		"v2 with a proposer":   cat(header(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
 		"v6 proposer cut":      cat(header6(KindNoop, bodyProposer), []byte{0, 1, 1}),
 		"v6 owner beyond data": cat(header6(KindNoop, bodyProposer), []byte{9, 'c', 1, 1, 0, 0, 0}),
 		"v6 resolve with txn":  cat(header6(KindResolve, bodyTxn|bodyProposer), []byte{0, 0, 0}, []byte{0, 1, 1, 0, 0, 0}),
 		"v6 resolve, none":     header6(KindResolve, 0),
+		// Format 6 is only for a silence mark, a charge, an owner's bound
+		// or a clock; the charge byte is 0 or 1; kinds format 1 never had
+		// are refused in it.
+		"v6 none of it":    cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0, 0, 0, 0}),
+		"v6 no session":    header6(KindNoop, 0),
+		"v6 charge 2":      cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 2, 0, 0, 0, 0}),
+		"v6 clock missing": cat(header6(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 1, 0}),
+		"v5 silent":        cat(header5(KindSessionSilent, bodySession), []byte{0, 0, 2, 6, 0, 0, 0}),
+		"v4 silent":        cat(header4(KindSessionSilent, bodySession), []byte{0, 0, 0, 6, 0, 0, 0}),
+		"v2 silent":        header(KindSessionSilent, 0),
+		"v1 silent":        []byte("\x01\x81\xa4kind\x07"),
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),
@@ -562,6 +623,7 @@ func TestDecodeMalformed(t *testing.T) {
 		"v5 without the flag": cat(header5(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0, 0}),
 		"v5 unknown flag":     cat(header5(KindSessionEnd, bodySession), []byte{0x54, 0, 7, 0, 0, 0, 0}),
 		"v5 no session":       header5(KindNoop, 0),
+		"v5 with bounds":      cat(header5(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 1, 0, 0, 0, 0}),
 		"v4 with the flag":    cat(header4(KindSessionEnd, bodySession), []byte{0x54, 0, 3, 0, 2, 'c', 0, 0}),
 		// Format 3 is only for a session with a term: term 0, no session
 		// at all, or a missing term would be a second encoding.

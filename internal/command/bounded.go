@@ -9,8 +9,9 @@ import "github.com/coordcell/coord/internal/wirebytes"
 // transaction count as bounded: they are the lock queues' reads of their
 // own few keys. Bounded reads the encoding without allocating; what it
 // cannot read (format 1, malformed bytes) counts as unbounded. A session
-// term (format 3), owner (format 4) or lock-delay flag (format 5) sits in
-// the session body, which Bounded does not read.
+// term (format 3), owner (format 4), lock-delay flag (format 5) or
+// format 6's bounds and clock sit in the session body, which Bounded does
+// not read. A leader's silence marks cost in proportion to their count.
 func Bounded(data []byte) bool {
 	if len(data) < 11 || data[0] < versionBinary2 || data[0] > Version {
 		return false

@@ -28,15 +28,16 @@ import (
 // Encode writes format 3, 4, 5 or 6 only for a command that needs it (a
 // session command carrying a leader's term, a client's session creation
 // carrying its owner, an expiry that must leave lock-delay markers, a
-// command that names its proposer for exactly-once application); every
-// other command is written in format 2, byte for byte as before. So a
-// member not yet upgraded halts (and replays after its upgrade) only on
-// the commands whose meaning it would get wrong, and keeps applying all
-// the others.
+// command that names its proposer for exactly-once application, a
+// session creation that counts against the quota or its owner's bound, a
+// leader's silence marks); every other command is written in format 2,
+// byte for byte as before. So a member not yet upgraded halts (and
+// replays after its upgrade) only on the commands whose meaning it would
+// get wrong, and keeps applying all the others.
 const Version byte = 6
 
 // versionLockDelay is the binary format with the session's lock-delay
-// flag, without a proposer.
+// flag, without format 6's additions.
 const versionLockDelay byte = 5
 
 // versionOwned is the binary format with the session term and owner,
@@ -85,6 +86,15 @@ const (
 	// A new leader grants a session only its TTL minus that time, so a
 	// dead session cannot be kept alive by leaders that keep changing.
 	KindSessionCredit
+	// KindSessionSilent is a leader's record of sessions it found silent
+	// (format 6 only): Session.Clock moves the cell's session clock
+	// forward to the time this leader has held office for, and each of
+	// Session.Credits marks a session silent since the clock read Nanos.
+	// A session's unheard time is then the clock's advance since its
+	// mark: silence costs one write per session when it starts, and the
+	// clock one small entry now and then, not a credit per silent session
+	// per interval. An entry with no marks only moves the clock.
+	KindSessionSilent
 	// KindResolve settles the outcome of another command of the same
 	// proposer (Proposer names it: its owner, ID and Seq): if that
 	// command applied, its recorded result is the result; if not, it is
@@ -93,6 +103,8 @@ const (
 	KindResolve
 
 	maxKind = KindResolve
+	// maxKindV1 is the last kind format 1 can carry: it predates the rest.
+	maxKindV1 = KindSessionCredit
 )
 
 // OpType is the type of one operation inside a transaction.
@@ -181,7 +193,9 @@ type Session struct {
 	Term uint64 `msgpack:"term,omitempty"`
 	// IDs lists the sessions of a KindSessionSeen.
 	IDs []int64 `msgpack:"ids,omitempty"`
-	// Credits lists the unheard time of a KindSessionCredit.
+	// Credits lists the unheard time of a KindSessionCredit, or the
+	// silence marks of a KindSessionSilent (Nanos: the session clock when
+	// the session went silent).
 	Credits []Credit `msgpack:"cr,omitempty"`
 	// Owner, on a KindSessionCreate proposed for a client (coord.Connect),
 	// names that client ("client:" and its authenticated identity): the
@@ -195,6 +209,24 @@ type Session struct {
 	// such a key; it is what makes such an expiry format 5, so a member
 	// that would not write the markers halts on it instead of diverging.
 	LockDelay bool `msgpack:"-"`
+	// Charged, on a KindSessionCreate, makes the session's record count
+	// against the quota (storage.Options.QuotaBytes) as a key's bytes do.
+	// This build sets it on every creation; a creation without it comes
+	// from an older build's log and is applied as that build applied it.
+	// Format 6 only.
+	Charged bool `msgpack:"-"`
+	// MaxSessions, on a KindSessionCreate with an Owner, is the most
+	// sessions that owner may hold in the cell once this one is created:
+	// the state machine refuses the creation (StatusTooManySessions) when
+	// the owner already holds that many. 0 = no bound. The proposing
+	// member sets it from its own configuration, and the count is the
+	// replicated state's, so a client that spreads its creations over
+	// members is bounded all the same. Format 6 only.
+	MaxSessions int64 `msgpack:"-"`
+	// Clock, on a KindSessionSilent, is the session clock this leader
+	// moves the cell's to (nanoseconds; it never moves back). Format 6
+	// only.
+	Clock int64 `msgpack:"-"`
 }
 
 // Credit is unheard time (nanoseconds) to add to one session.
@@ -292,6 +324,10 @@ const (
 	// reached the log in another term than the one it was decided in: the
 	// leader that decided it no longer led, so nothing changed.
 	StatusStaleTerm
+	// StatusTooManySessions means a session creation was refused because
+	// its owner already holds Session.MaxSessions sessions in the cell;
+	// nothing changed.
+	StatusTooManySessions
 	// StatusRetired means the command's proposer record was retired (or
 	// its sequence number fell below the proposer's floor) before this
 	// copy applied: it changed nothing now, and whether an earlier copy

@@ -32,6 +32,8 @@ func fuzzSeedCommands() []*Command {
 			Else: []Op{{Type: OpGet, Key: "", Prefix: true}},
 		}},
 		{ID: 3, Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 9}},
+		{ID: 4, Kind: KindSessionCreate, Session: &Session{TTL: 10e9, Owner: "client:a", Charged: true, MaxSessions: 4096}},
+		{ID: 5, Kind: KindSessionSilent, Session: &Session{Term: 9, Clock: 3e9, Credits: []Credit{{ID: 42, Nanos: 1e9}}}},
 	}
 }
 

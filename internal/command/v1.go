@@ -17,7 +17,7 @@ func decodeMsgpack(data []byte) (*Command, error) {
 	if err := msgpack.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if c.Kind < KindTxn || c.Kind > maxKind {
+	if c.Kind < KindTxn || c.Kind > maxKindV1 {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, c.Kind)
 	}
 	return &c, nil

@@ -24,8 +24,9 @@ type Cell interface {
 	Propose(ctx context.Context, cmd *command.Command) (command.Result, error)
 	// AppliedIndex is the index the member has applied.
 	AppliedIndex() uint64
-	// Sessions lists the sessions in the replicated state.
-	Sessions() ([]Loaded, error)
+	// Sessions lists the sessions in the replicated state, and the
+	// session clock, both as of one applied index.
+	Sessions() (clock time.Duration, sessions []Loaded, err error)
 	// Ack delivers an acknowledgement to member to (which may be this one).
 	Ack(to string, ack *Ack)
 }
@@ -35,6 +36,7 @@ type Loaded struct {
 	ID      int64
 	TTL     time.Duration
 	Unheard time.Duration // see Table.Load
+	Silent  bool          // a silence mark stands for it
 }
 
 // LeaderConfig configures one term of the leader's side.
@@ -47,15 +49,16 @@ type LeaderConfig struct {
 }
 
 // Leader is the leader's side of sessions for one term: it loads the
-// deadline table from the replicated state, answers keep-alives, credits
-// unheard time and expires sessions past their deadline. Every decision
+// deadline table from the replicated state, answers keep-alives, marks
+// silent sessions, moves the session clock and expires sessions past
+// their deadline. Every decision
 // it proposes carries its term, so the state machine refuses it once a
 // later leader is elected.
 //
-// Credits and seen marks are proposed by one goroutine, in the order they
-// were decided: a seen mark (unheard time is zero) that reached the log
-// before a credit decided earlier would let that credit undo it after the
-// holder was told its session is safe.
+// Silence marks and seen marks are proposed by one goroutine, in the
+// order they were decided: a seen mark (unheard time is zero) that reached
+// the log before a silence mark decided earlier would let that mark undo
+// it after the holder was told its session is safe.
 type Leader struct {
 	cfg    LeaderConfig
 	et     time.Duration
@@ -77,15 +80,31 @@ type Leader struct {
 	queue  []bookkeeping
 	// delays are the lock-delay markers this leader times, by key.
 	delays map[string]*armed
+	// expiring counts the expiries being proposed.
+	expiring int
+	// proposing is set while the proposer works on what it took from
+	// the queue.
+	proposing bool
 }
 
-// bookkeeping is one decision waiting for the proposer: credits, or a seen
-// mark whose result goes to done.
+// bookkeeping is one decision waiting for the proposer: silence marks and
+// the session clock (silent), or a seen mark whose result goes to done.
 type bookkeeping struct {
-	credits []command.Credit
-	seen    []int64
-	done    chan bool
+	silent *Work
+	seen   []int64
+	seqs   []uint32 // the seen sessions' mark numbers (Table.Heard)
+	done   chan bool
 }
+
+// maxExpiring bounds the expiries being proposed at once: a mass of
+// abandoned sessions reaching their deadline together is expired a few
+// hundred at a time, each Tick taking up what the last ones left.
+const maxExpiring = 256
+
+// maxMarksPerEntry bounds the silence marks of one log entry (each takes
+// at most 20 bytes): a mass of sessions falling silent together is
+// written in entries of at most about 80 KiB.
+const maxMarksPerEntry = 4096
 
 // StartLeader begins a term as leader: the table starts empty (sessions
 // created from now on are added by Applied) and is loaded from the
@@ -163,14 +182,15 @@ func (l *Leader) load() {
 			t.Stop()
 			continue
 		}
-		infos, err := l.cfg.Cell.Sessions()
+		clock, infos, err := l.cfg.Cell.Sessions()
 		if err != nil {
 			return
 		}
 		l.mu.Lock()
 		if !l.stopped {
+			l.table.SetClock(clock)
 			for _, si := range infos {
-				l.table.Load(si.ID, si.TTL, si.Unheard)
+				l.table.Load(si.ID, si.TTL, si.Unheard, si.Silent)
 			}
 			l.ready = true
 			close(l.readyc)
@@ -199,7 +219,9 @@ func (l *Leader) Applied(created []Created, ended []int64) {
 	}
 }
 
-// Tick credits unheard time and expires sessions past their deadline.
+// Tick marks sessions found silent, moves the session clock, and expires
+// sessions past their deadline (Table.Tick). Its work is in proportion to
+// the sessions that need it, not to those held.
 func (l *Leader) Tick() {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
@@ -207,17 +229,15 @@ func (l *Leader) Tick() {
 		l.mu.Unlock()
 		return
 	}
-	credits := l.table.Credits(now, l.et/2, l.et)
-	due := l.table.Due(now, 2*l.et)
-	if len(credits) > 0 {
-		cs := make([]command.Credit, len(credits))
-		for i, cr := range credits {
-			cs[i] = command.Credit{ID: cr.ID, Nanos: int64(cr.Unheard)}
-		}
-		l.enqueueLocked(bookkeeping{credits: cs})
+	w := l.table.Tick(now, maxExpiring-l.expiring)
+	if w.Write {
+		silent := w
+		silent.Due = nil
+		l.enqueueLocked(bookkeeping{silent: &silent})
 	}
+	l.expiring += len(w.Due)
 	l.mu.Unlock()
-	for _, x := range due {
+	for _, x := range w.Due {
 		l.expire(x)
 	}
 	l.tickLockDelays(now)
@@ -235,7 +255,8 @@ func (l *Leader) enqueueLocked(b bookkeeping) {
 
 // propose proposes the queued bookkeeping one command at a time, in
 // order, merging neighbours of one kind so that a burst of keep-alives
-// after an election costs one seen mark, not one each.
+// after an election costs one seen mark, not one each, and a burst of
+// sessions falling silent one entry per few thousand.
 func (l *Leader) propose() {
 	defer l.wg.Done()
 	defer func() {
@@ -261,6 +282,7 @@ func (l *Leader) propose() {
 		l.mu.Lock()
 		q := l.queue
 		l.queue = nil
+		l.proposing = true
 		l.mu.Unlock()
 		for len(q) > 0 {
 			n := 1
@@ -270,46 +292,103 @@ func (l *Leader) propose() {
 			l.proposeRun(q[:n])
 			q = q[n:]
 		}
+		l.mu.Lock()
+		l.proposing = false
+		l.mu.Unlock()
 	}
 }
 
-// proposeRun proposes one run of decisions of one kind as one command. A
-// lost credit is not proposed again: crediting less unheard time only
-// errs toward keeping a session.
+// proposeRun proposes one run of decisions of one kind: seen marks as one
+// command, silence marks in commands of at most maxMarksPerEntry marks,
+// each with the session clock of the last decision it holds.
 func (l *Leader) proposeRun(run []bookkeeping) {
-	c := &command.Session{Term: l.cfg.Term}
-	kind := command.KindSessionCredit
-	for _, b := range run {
-		c.Credits = append(c.Credits, b.credits...)
-		c.IDs = append(c.IDs, b.seen...)
-	}
 	if run[0].done != nil {
-		kind = command.KindSessionSeen
+		l.proposeSeen(run)
+		return
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, 2*l.et)
-	res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: kind, Session: c})
-	cancel()
-	ok := err == nil && res.Status == command.StatusOK
-	if ok && kind == command.KindSessionSeen {
+	for len(run) > 0 {
+		c := &command.Session{Term: l.cfg.Term}
+		var in []*Work
+		for len(run) > 0 && (len(in) == 0 || len(c.Credits)+len(run[0].silent.Marks) <= maxMarksPerEntry) {
+			w := run[0].silent
+			marks := w.Marks
+			if len(in) == 0 && len(marks) > maxMarksPerEntry {
+				// One decision too large for an entry: its first part now,
+				// the rest (with the same clock) next.
+				rest := *w
+				rest.Marks, rest.seqs = marks[maxMarksPerEntry:], w.seqs[maxMarksPerEntry:]
+				w = &Work{Marks: marks[:maxMarksPerEntry], seqs: w.seqs[:maxMarksPerEntry], Clock: w.Clock, Write: true}
+				run[0].silent = &rest
+			} else {
+				run = run[1:]
+			}
+			in = append(in, w)
+			for _, m := range w.Marks {
+				c.Credits = append(c.Credits, command.Credit{ID: m.ID, Nanos: int64(m.Since)})
+			}
+			c.Clock = int64(w.Clock)
+		}
+		ok := l.proposeBookkeeping(command.KindSessionSilent, c)
+		if !ok {
+			// A mark that did not reach the log is looked for again, so
+			// the session's silence is still counted in this term. (A lost
+			// clock only errs toward keeping sessions.)
+			l.mu.Lock()
+			if !l.stopped {
+				for _, w := range in {
+					for i, m := range w.Marks {
+						l.table.Unmark(m.ID, w.seqs[i])
+					}
+				}
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// proposeSeen proposes a run of seen marks as one command, then records
+// them in the table and tells each waiting keep-alive how it went.
+func (l *Leader) proposeSeen(run []bookkeeping) {
+	c := &command.Session{Term: l.cfg.Term}
+	var seqs []uint32
+	for _, b := range run {
+		c.IDs = append(c.IDs, b.seen...)
+		seqs = append(seqs, b.seqs...)
+	}
+	ok := l.proposeBookkeeping(command.KindSessionSeen, c)
+	if ok {
 		l.mu.Lock()
 		if !l.stopped {
-			for _, id := range c.IDs {
-				l.table.Seen(id)
+			for i, id := range c.IDs {
+				l.table.Seen(id, seqs[i])
 			}
 		}
 		l.mu.Unlock()
 	}
 	for _, b := range run {
-		if b.done != nil {
-			b.done <- ok
-		}
+		b.done <- ok
 	}
+}
+
+// proposeBookkeeping proposes one command of the leader's session
+// bookkeeping and reports whether it applied.
+func (l *Leader) proposeBookkeeping(kind command.Kind, c *command.Session) bool {
+	ctx, cancel := context.WithTimeout(l.ctx, 2*l.et)
+	defer cancel()
+	res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: kind, Session: c})
+	return err == nil && res.Status == command.StatusOK
 }
 
 // expire proposes the end of a session whose deadline passed, and logs it
 // once the cell ended it by this decision.
 func (l *Leader) expire(x Expiry) {
-	l.spawn(func() {
+	done := func() {
+		l.mu.Lock()
+		l.expiring--
+		l.mu.Unlock()
+	}
+	ok := l.spawn(func() {
+		defer done()
 		ctx, cancel := context.WithTimeout(l.life, 2*l.et)
 		defer cancel()
 		res, err := l.cfg.Cell.Propose(ctx, &command.Command{Kind: command.KindSessionEnd,
@@ -325,6 +404,9 @@ func (l *Leader) expire(x Expiry) {
 			"last_heard_ago", l.cfg.Clock.Now().Sub(x.LastHeard).Round(time.Millisecond),
 			"ttl", x.TTL, "term", l.cfg.Term)
 	})
+	if !ok {
+		done()
+	}
 }
 
 // KeepAlive records a keep-alive at the leader and acknowledges it
@@ -339,8 +421,9 @@ func (l *Leader) expire(x Expiry) {
 //  2. the sessions' unheard time in the replicated state is zero, or is
 //     committed as zero (a KindSessionSeen of this term) before the ack:
 //     a later leader grants TTL minus unheard time from its election, and
-//     credits cover only time after the last keep-alive a leader heard,
-//     so that grant ends at or after r + TTL; and
+//     a silence mark counts only the session clock's advance after the
+//     last keep-alive a leader heard (older builds' credits, likewise
+//     only time after it), so that grant ends at or after r + TTL; and
 //  3. no expiry decided before r applies: this leader's own table holds
 //     the session until r + TTL, and a deposed leader's decisions carry
 //     its term and are refused outside it.
@@ -406,7 +489,7 @@ func (l *Leader) KeepAlive(from string, ka *KeepAlive) {
 // classify records a keep-alive that arrived at arrived in the loaded
 // table, and sorts its sessions: alive, gone (ended in the cell), or
 // needing a seen mark first, which it queues (in the same critical
-// section as the decision, so after any credit decided before it). ok is
+// section as the decision, so after any silence mark decided before it). ok is
 // false once the term has ended.
 func (l *Leader) classify(from string, ka *KeepAlive, arrived time.Time) (alive, gone []int64, seen *bookkeeping, ok bool) {
 	// A session's ID is the index of its creation, and Applied adds it to
@@ -420,8 +503,9 @@ func (l *Leader) classify(from string, ka *KeepAlive, arrived time.Time) (alive,
 		return nil, nil, nil, false
 	}
 	var marks []int64
+	var seqs []uint32
 	for _, id := range ka.IDs {
-		known, needsSeen := l.table.Heard(id, from, arrived)
+		known, needsSeen, seq := l.table.Heard(id, from, arrived)
 		switch {
 		case !known && uint64(id) <= applied:
 			gone = append(gone, id)
@@ -429,12 +513,13 @@ func (l *Leader) classify(from string, ka *KeepAlive, arrived time.Time) (alive,
 			// Not applied here yet: neither alive nor gone.
 		case needsSeen:
 			marks = append(marks, id)
+			seqs = append(seqs, seq)
 		default:
 			alive = append(alive, id)
 		}
 	}
 	if len(marks) > 0 {
-		seen = &bookkeeping{seen: marks, done: make(chan bool, 1)}
+		seen = &bookkeeping{seen: marks, seqs: seqs, done: make(chan bool, 1)}
 		l.enqueueLocked(*seen)
 	}
 	return alive, gone, seen, true

@@ -48,8 +48,10 @@ func newFakeCell(loaded ...Loaded) *fakeCell {
 
 func (c *fakeCell) ReadBarrier(ctx context.Context) error { return ctx.Err() }
 func (c *fakeCell) AppliedIndex() uint64                  { return 1000 }
-func (c *fakeCell) Sessions() ([]Loaded, error)           { return c.loaded, nil }
-func (c *fakeCell) Ack(to string, ack *Ack)               { c.acks <- ack }
+func (c *fakeCell) Sessions() (time.Duration, []Loaded, error) {
+	return 0, c.loaded, nil
+}
+func (c *fakeCell) Ack(to string, ack *Ack) { c.acks <- ack }
 
 func (c *fakeCell) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
 	c.proposed <- cmd.Kind
@@ -95,20 +97,20 @@ func startLeader(t *testing.T, cell *fakeCell) (*Leader, *fakeClock) {
 	return l, clock
 }
 
-// A credit decided before a keep-alive's seen mark reaches the log before
-// it, even when the credit's proposal is slow: otherwise the credit would
-// land after the seen mark and undo it, after the holder was acked.
-func TestCreditThenSeenKeepLogOrder(t *testing.T) {
+// A silence mark decided before a keep-alive's seen mark reaches the log
+// before it, even when the mark's proposal is slow: otherwise the mark
+// would land after the seen mark and undo it, after the holder was acked.
+func TestSilenceMarkThenSeenKeepLogOrder(t *testing.T) {
 	cell := newFakeCell(Loaded{ID: 5, TTL: 10 * time.Second})
 	release := make(chan struct{})
-	cell.gate[command.KindSessionCredit] = release
+	cell.gate[command.KindSessionSilent] = release
 	l, clock := startLeader(t, cell)
 
-	clock.Add(3 * et) // silent for longer than slack + settle: a credit is due
+	clock.Add(3 * et) // silent for longer than slack and settle: a mark is due
 	l.Tick()
-	require.Equal(t, command.KindSessionCredit, <-cell.proposed)
+	require.Equal(t, command.KindSessionSilent, <-cell.proposed)
 
-	// The holder's keep-alive arrives while the credit is in flight; the
+	// The holder's keep-alive arrives while the mark is in flight; the
 	// table now says its unheard time must be committed as zero first.
 	l.KeepAlive("m1", &KeepAlive{Seq: 1, IDs: []int64{5}})
 	select {
@@ -119,7 +121,7 @@ func TestCreditThenSeenKeepLogOrder(t *testing.T) {
 	close(release)
 	ack := <-cell.acks
 	require.Equal(t, []int64{5}, ack.Alive)
-	require.Equal(t, []command.Kind{command.KindSessionCredit, command.KindSessionSeen}, cell.kinds())
+	require.Equal(t, []command.Kind{command.KindSessionSilent, command.KindSessionSeen}, cell.kinds())
 	for _, cmd := range cell.log {
 		require.Equal(t, uint64(7), cmd.Session.Term, "every decision carries the term")
 	}

@@ -11,8 +11,19 @@
 //   - a session that was alive keeps at least a full TTL after a failover
 //     (no mass expiry: its unheard time is zero once a leader heard it), and
 //   - a dead session cannot be kept alive by leaders that keep changing:
-//     each leader that holds office credits the time it did not hear from
+//     each leader that holds office counts the time it did not hear from
 //     it, and the next leader grants only what is left.
+//
+// Unheard time is counted with a session clock in the replicated state:
+// the time leaders have held office, each adding its own tenure, measured
+// on its own monotonic clock. A leader that finds a session silent writes
+// a silence mark for it once (the clock when it was last heard); from
+// then on its unheard time is the clock's advance since the mark, until a
+// leader hears from it again (a seen mark lifts it). Silence thus costs
+// one log write per session when it begins, and the clock a small entry
+// now and then (further apart the longer the term lasts, see
+// Table.Tick), whatever the number of silent sessions: not one credit per
+// silent session per interval.
 //
 // The holder's side stays safe: a keep-alive is acknowledged only once its
 // session's unheard time is committed as zero and leadership is confirmed
@@ -20,61 +31,129 @@
 // TTL from the send, minus unheard time that itself postdates the send.
 package sessions
 
-import "time"
+import (
+	"container/heap"
+	"time"
+)
 
-// Credit is unheard time to add to one session.
-type Credit struct {
-	ID      int64
-	Unheard time.Duration
+// Mark is a silence mark: session ID found silent, last heard when the
+// session clock read Since.
+type Mark struct {
+	ID    int64
+	Since time.Duration
 }
 
 type entry struct {
-	ttl           time.Duration
-	deadline      time.Time
-	lastHeard     time.Time // the latest of: the election, a keep-alive, the creation
-	creditedUntil time.Time // the end of the span last credited
-	unheard       bool      // the replicated unheard time may be non-zero
-	heard         bool      // heard from (or created) during this term
-	expiring      time.Time // when its expiry was last proposed; zero = never
-	owner         string    // the member its keep-alives come from; "" until heard
+	id        int64
+	ttl       time.Duration
+	deadline  time.Time
+	lastHeard time.Time // the latest of: the election, a keep-alive, the creation
+	// unheard is set while the replicated state may hold unheard time or
+	// a silence mark for it, so a keep-alive needs a seen mark committed
+	// before its ack.
+	unheard bool
+	// marked is set once the replicated state holds a silence mark for
+	// it, or one this leader decided will give it one.
+	marked bool
+	// markSeq counts the marks decided for it, so a seen mark decided
+	// before a later mark does not undo that mark when it completes.
+	markSeq  uint32
+	heard    bool      // heard from (or created) during this term
+	expiring time.Time // when its expiry was last proposed; zero = never
+	owner    string    // the member its keep-alives come from; "" until heard
+
+	// at is the entry's key in the table's heap: a time at or before the
+	// next moment it needs a look (a silence check, its deadline, a retry
+	// of its expiry). Keep-alives only move those later, so they leave
+	// the key alone; a look at an entry whose key passed recomputes it.
+	at  time.Time
+	idx int // its index in the heap
 }
 
 // Table is the leader's session deadlines. It is not safe for concurrent
 // use; the caller serialises access.
+//
+// Its periodic work (Tick) is in proportion to the sessions that need it
+// (found silent, past their deadline), not to the sessions held: entries
+// wait in a heap ordered by when they next need a look, and a keep-alive
+// costs a map lookup.
 type Table struct {
 	elected time.Time
-	grace   time.Duration
+	et      time.Duration // the election timeout: grace, slack, settle, retry
 	m       map[int64]*entry
+	h       entryHeap
+	// clock is the replicated session clock as loaded at the election;
+	// this term's reading is clock plus its tenure so far (less settle).
+	clock time.Duration
+	// written is the tenure (less settle) the clock was last written at
+	// in this term; 0 = not yet.
+	written time.Duration
+	// marked counts the entries with marked set: while there are none,
+	// the clock need not move.
+	marked int
+	// visits counts the entries Tick looked at, so tests can check that
+	// the work grows with what is due, not with what is held.
+	visits uint64
 }
 
-// New returns an empty table for a leader elected at elected. grace is
-// the least time any session is granted after the election: enough for a
-// live holder to reach the new leader.
-func NewTable(elected time.Time, grace time.Duration) *Table {
-	return &Table{elected: elected, grace: grace, m: make(map[int64]*entry)}
+// NewTable returns an empty table for a leader elected at elected, with
+// et the election timeout. et is the least time any session is granted
+// after the election (enough for a live holder to reach the new leader),
+// and the unit of the table's other margins (see Tick).
+func NewTable(elected time.Time, et time.Duration) *Table {
+	return &Table{elected: elected, et: et, m: make(map[int64]*entry)}
 }
+
+// SetClock records the replicated session clock as loaded at the
+// election, before any Tick.
+func (t *Table) SetClock(clock time.Duration) { t.clock = clock }
 
 // Load adds a session found in the replicated state at election, granting
-// it its TTL from the election minus its unheard time (at least grace).
-// A session already in the table (created meanwhile) is left alone.
-func (t *Table) Load(id int64, ttl, unheard time.Duration) {
+// it its TTL from the election minus its unheard time (at least the
+// grace period). silent says the replicated state holds a silence mark
+// for it. A session already in the table (created meanwhile) is left
+// alone.
+func (t *Table) Load(id int64, ttl, unheard time.Duration, silent bool) {
 	if _, ok := t.m[id]; ok {
 		return
 	}
-	grant := max(ttl-unheard, t.grace)
-	t.m[id] = &entry{
-		ttl: ttl, deadline: t.elected.Add(grant),
-		lastHeard: t.elected, creditedUntil: t.elected, unheard: unheard > 0,
+	grant := max(ttl-unheard, t.et)
+	e := &entry{
+		id: id, ttl: ttl, deadline: t.elected.Add(grant),
+		lastHeard: t.elected, unheard: unheard > 0 || silent, marked: silent,
 	}
+	if silent {
+		t.marked++
+	}
+	t.push(e)
 }
 
 // Add records a session created while this leader holds office.
 func (t *Table) Add(id int64, ttl time.Duration, now time.Time) {
-	t.m[id] = &entry{ttl: ttl, deadline: now.Add(ttl), lastHeard: now, creditedUntil: now, heard: true}
+	if old, ok := t.m[id]; ok {
+		t.Remove(old.id)
+	}
+	t.push(&entry{id: id, ttl: ttl, deadline: now.Add(ttl), lastHeard: now, heard: true})
+}
+
+func (t *Table) push(e *entry) {
+	t.m[e.id] = e
+	e.at = t.next(e)
+	heap.Push(&t.h, e)
 }
 
 // Remove forgets a session that ended.
-func (t *Table) Remove(id int64) { delete(t.m, id) }
+func (t *Table) Remove(id int64) {
+	e, ok := t.m[id]
+	if !ok {
+		return
+	}
+	delete(t.m, id)
+	heap.Remove(&t.h, e.idx)
+	if e.marked {
+		t.marked--
+	}
+}
 
 // Len returns the number of sessions.
 func (t *Table) Len() int { return len(t.m) }
@@ -83,11 +162,12 @@ func (t *Table) Len() int { return len(t.m) }
 // may be earlier than keep-alives already recorded: one held while the
 // table loaded). It reports whether the session is known, and whether
 // its unheard time must be committed as zero (a KindSessionSeen) before
-// the keep-alive may be acknowledged.
-func (t *Table) Heard(id int64, owner string, now time.Time) (known, needsSeen bool) {
+// the keep-alive may be acknowledged; seq identifies the marks decided so
+// far, for Seen.
+func (t *Table) Heard(id int64, owner string, now time.Time) (known, needsSeen bool, seq uint32) {
 	e, ok := t.m[id]
 	if !ok {
-		return false, false
+		return false, false, 0
 	}
 	if d := now.Add(e.ttl); d.After(e.deadline) {
 		e.deadline = d
@@ -97,56 +177,85 @@ func (t *Table) Heard(id int64, owner string, now time.Time) (known, needsSeen b
 	}
 	e.owner = owner
 	e.heard = true
-	e.expiring = time.Time{}
-	return true, e.unheard
+	// Every time above moved later: the key stays at or before the next
+	// look, as it must, unless the retry of an expiry it replaces came
+	// later than that (rare: a keep-alive after the deadline).
+	if !e.expiring.IsZero() {
+		e.expiring = time.Time{}
+		e.at = t.next(e)
+		heap.Fix(&t.h, e.idx)
+	}
+	return true, e.unheard, e.markSeq
 }
 
-// Seen records that the session's unheard time was committed as zero.
-func (t *Table) Seen(id int64) {
-	if e, ok := t.m[id]; ok {
-		e.unheard = false
+// Seen records that the session's unheard time was committed as zero by a
+// seen mark decided when its marks numbered seq (Heard): unless a silence
+// mark was decided since, it is neither unheard nor marked any more.
+func (t *Table) Seen(id int64, seq uint32) {
+	e, ok := t.m[id]
+	if !ok || e.markSeq != seq {
+		return
+	}
+	e.unheard = false
+	if e.marked {
+		e.marked = false
+		t.marked--
+		// Its silence is looked for again, perhaps before its key.
+		if at := t.next(e); at.Before(e.at) {
+			e.at = at
+			heap.Fix(&t.h, e.idx)
+		}
+	}
+}
+
+// Unmark undoes a silence mark decided with seq that did not reach the
+// log: the session is looked at again and marked anew.
+func (t *Table) Unmark(id int64, seq uint32) {
+	e, ok := t.m[id]
+	if !ok || e.markSeq != seq || !e.marked {
+		return
+	}
+	e.marked = false
+	t.marked--
+	if at := t.next(e); at.Before(e.at) {
+		e.at = at
+		heap.Fix(&t.h, e.idx)
 	}
 }
 
 // KeepAliveDivisor sets the holders' keep-alive interval: TTL/KeepAliveDivisor.
 const KeepAliveDivisor = 4
 
-// Credits returns, for every session silent for longer than a live
-// holder would be, the unheard time not yet credited, and marks it
-// credited. A live holder's member sends a keep-alive as soon as it sees
-// a new leader, then every TTL/KeepAliveDivisor: so a session is silent
-// when not heard within slack of the election, or within that interval
-// plus slack of its last keep-alive. Sessions that keep in touch are left
-// out, so a cell whose sessions are all alive produces no credits (and no
-// log writes).
-//
-// Only time up to now-settle is credited. settle should cover how long a
-// deposed leader can go on believing it leads after its successor is
-// elected (about an election timeout with CheckQuorum, as voters wait
-// that long after the old leader's last heartbeat): time before that
-// precedes any later leader's election, so two leaders do not credit the
-// same span and the holder's deadline needs little margin for it.
-func (t *Table) Credits(now time.Time, slack, settle time.Duration) []Credit {
-	var out []Credit
-	cutoff := now.Add(-settle)
-	for id, e := range t.m {
-		from := e.creditedUntil
-		if e.lastHeard.After(from) {
-			from = e.lastHeard
-		}
-		quiet := slack
-		if e.heard {
-			quiet += e.ttl / KeepAliveDivisor
-		}
-		// Credit in spans of at least slack, so a dead session costs a
-		// log entry per election timeout, not per tick.
-		if span := cutoff.Sub(from); span >= slack && now.Sub(e.lastHeard) >= quiet {
-			out = append(out, Credit{ID: id, Unheard: span})
-			e.creditedUntil = cutoff
-			e.unheard = true
+// silentAt is when e counts as silent if not heard from by then. A live
+// holder's member sends a keep-alive as soon as it sees a new leader,
+// then every TTL/KeepAliveDivisor: so a session is silent when not heard
+// within slack (half an election timeout) of the election, or within
+// that interval plus slack of its last keep-alive. It is marked no
+// earlier than settle (an election timeout) after it was last heard, so
+// its mark is within the time the clock is written up to (Tick).
+func (t *Table) silentAt(e *entry) time.Time {
+	quiet := t.et / 2
+	if e.heard {
+		quiet += e.ttl / KeepAliveDivisor
+	}
+	return e.lastHeard.Add(max(quiet, t.et))
+}
+
+// next is the next moment e needs a look: its silence check (unless
+// marked), its deadline, or the retry of its expiry.
+func (t *Table) next(e *entry) time.Time {
+	at := e.deadline
+	if !e.expiring.IsZero() {
+		if r := e.expiring.Add(2 * t.et); r.After(at) {
+			at = r
 		}
 	}
-	return out
+	if !e.marked {
+		if s := t.silentAt(e); s.Before(at) {
+			at = s
+		}
+	}
+	return at
 }
 
 // Expiry describes a session whose deadline passed, for the leader's log
@@ -158,22 +267,87 @@ type Expiry struct {
 	TTL       time.Duration
 }
 
-// Due returns the sessions whose deadline passed, except those whose
-// expiry was proposed less than retry ago, and marks them proposed.
-// LastHeard is the election for a session not heard in this term.
-func (t *Table) Due(now time.Time, retry time.Duration) []Expiry {
-	var out []Expiry
-	for id, e := range t.m {
-		if now.Before(e.deadline) {
-			continue
+// Work is what a Tick decided: the silence marks and the session clock to
+// write (one KindSessionSilent; nothing when Write is false), and the
+// sessions to expire.
+type Work struct {
+	// Marks are the sessions found silent, each with the session clock
+	// when it was last heard.
+	Marks []Mark
+	// Clock is the session clock to write, when Write is set.
+	Clock time.Duration
+	Write bool
+	// Due are the sessions whose deadline passed.
+	Due []Expiry
+	// seqs are the Marks' mark numbers, for Unmark.
+	seqs []uint32
+}
+
+// MarkSeq returns the mark number of Marks[i], for Unmark.
+func (w *Work) MarkSeq(i int) uint32 { return w.seqs[i] }
+
+// Tick looks at the sessions whose time has come, as of now:
+//
+//   - a session silent for longer than a live holder would be (silentAt)
+//     and not marked yet gets a silence mark, with the session clock when
+//     it was last heard;
+//   - the session clock is written up to this term's tenure less settle,
+//     with the marks, or alone while marked sessions exist, each time the
+//     tenure has doubled since it was last written (and at least slack
+//     in): a term that lasts D counts at least about half of D less an
+//     election timeout for its silent sessions, however short, in a
+//     number of entries that grows with log D and not at all with the
+//     sessions;
+//   - a session past its deadline is due to expire, unless its expiry was
+//     proposed less than two election timeouts ago; at most maxDue are
+//     returned, the rest wait for the next Tick.
+//
+// Only time up to now less settle (an election timeout) is counted:
+// settle covers how long a deposed leader can go on believing it leads
+// after its successor is elected (about an election timeout with
+// CheckQuorum, as voters wait that long after the old leader's last
+// heartbeat): time before that precedes any later leader's election, so
+// two leaders do not count the same span and the holder's deadline needs
+// little margin for it.
+func (t *Table) Tick(now time.Time, maxDue int) Work {
+	var w Work
+	tenure := now.Sub(t.elected) - t.et // what the clock may count
+	for len(t.h) > 0 && !t.h[0].at.After(now) {
+		e := t.h[0]
+		t.visits++
+		if now.Before(e.deadline) || !e.expiring.IsZero() && now.Sub(e.expiring) < 2*t.et {
+			// Not due.
+		} else if len(w.Due) < maxDue {
+			e.expiring = now
+			w.Due = append(w.Due, Expiry{ID: e.id, Owner: e.owner, LastHeard: e.lastHeard, TTL: e.ttl})
+		} else {
+			break // due, but enough for this tick: it stays at the top
 		}
-		if !e.expiring.IsZero() && now.Sub(e.expiring) < retry {
-			continue
+		if !e.marked && !now.Before(t.silentAt(e)) {
+			e.marked, e.unheard = true, true
+			e.markSeq++
+			t.marked++
+			w.Marks = append(w.Marks, Mark{ID: e.id, Since: t.clock + max(e.lastHeard.Sub(t.elected), 0)})
+			w.seqs = append(w.seqs, e.markSeq)
 		}
-		e.expiring = now
-		out = append(out, Expiry{ID: id, Owner: e.owner, LastHeard: e.lastHeard, TTL: e.ttl})
+		e.at = t.next(e)
+		heap.Fix(&t.h, 0)
 	}
-	return out
+	slack := t.et / 2
+	switch {
+	case len(w.Marks) > 0:
+		// silentAt is at least settle after the last hearing, so every
+		// mark is at or below the clock written with it.
+		w.Write = true
+	case t.marked > 0 && tenure >= slack && tenure >= 2*t.written:
+		w.Write = true
+	}
+	if w.Write {
+		tenure = max(tenure, t.written)
+		t.written = tenure
+		w.Clock = t.clock + tenure
+	}
+	return w
 }
 
 // Deadline returns the session's deadline, or false if it is unknown.
@@ -183,4 +357,26 @@ func (t *Table) Deadline(id int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return e.deadline, true
+}
+
+// entryHeap is a min-heap of entries by their key (at).
+type entryHeap []*entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *entryHeap) Push(x any) {
+	e := x.(*entry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
 }
