@@ -565,6 +565,8 @@ func resultErr(res command.Result) error {
 		return ErrQuotaExceeded
 	case command.StatusNoSession:
 		return ErrSessionExpired
+	case command.StatusForbidden:
+		return ErrForbidden
 	}
 	return fmt.Errorf("%w: the cell refused the command (status %d)", ErrInternal, res.Status)
 }

@@ -28,6 +28,14 @@ type ClientGrant struct {
 	// key; nil or empty grants none (the client may still read, watch and
 	// keep sessions). Reads are not restricted.
 	WritePrefixes []string
+	// Admin lets the client delete or overwrite, under WritePrefixes,
+	// keys of sessions that are not its own (another client's lock,
+	// election or ephemeral key), as a member can: for an operator's
+	// tool that breaks a stuck lock. Without it a client may write such
+	// keys only of its own sessions (ErrForbidden otherwise), so a grant
+	// on locks/ lets it queue for a lock, never take one from its
+	// holder.
+	Admin bool
 }
 
 // allowsWrite reports whether the grant covers a write of key (or of
@@ -382,6 +390,10 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 				}
 			}
 		}
+		if err := h.checkQueueEntries(c.Txn); err != nil {
+			return nil, err
+		}
+		h.markActor(c.Txn)
 	}
 	_, foreign, gone, err := h.sortSessions(ctx, clientwire.SessionsNamed(c))
 	switch {

@@ -355,6 +355,8 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 		return res, ErrQuotaExceeded
 	case command.StatusNoSession:
 		return res, ErrSessionExpired
+	case command.StatusForbidden:
+		return res, fmt.Errorf("%w: the write would delete or overwrite another session's key, or write for one", ErrForbidden)
 	default:
 		return res, fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
 	}

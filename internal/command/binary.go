@@ -7,12 +7,13 @@ import (
 	"github.com/coordcell/coord/internal/wirebytes"
 )
 
-// Formats 2 to 5, after the version byte:
+// Formats 2 to 6, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
 //	         [Txn if bodyTxn] [Session if bodySession]
 //	Txn      list If | list Then | list Else (the three counts first), then
 //	         the If compares, the Then ops, the Else ops
+//	         | [format 6: str Actor | Admin: 1 byte (0 or 1)]
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
@@ -37,7 +38,11 @@ import (
 // when the Owner is not empty, and a format 4 command with an empty one is
 // refused. Format 5 is format 4 with LockDelay in the expired byte: it is
 // written exactly when LockDelay is set, and a format 5 command without it
-// is refused. So the one-encoding rule holds across all four.
+// is refused. Format 6 is format 5 (its session, if any, carries term,
+// owner and flags) with the transaction's Actor and Admin: it is written
+// exactly when the command has a transaction with an Actor or Admin, and
+// a format 6 command without one is refused. So the one-encoding rule
+// holds across all five.
 
 const (
 	bodyTxn     = 1 << 0
@@ -64,11 +69,16 @@ func owned(c *Command) bool { return c.Session != nil && c.Session.Owner != "" }
 // lockDelayed reports whether c needs format 5.
 func lockDelayed(c *Command) bool { return c.Session != nil && c.Session.LockDelay }
 
+// actored reports whether c needs format 6.
+func actored(c *Command) bool { return c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin) }
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case lockDelayed(c):
+	case actored(c):
 		return Version
+	case lockDelayed(c):
+		return versionLockDelay
 	case owned(c):
 		return versionOwned
 	case termed(c):
@@ -88,6 +98,9 @@ func encodedLen(c *Command) int {
 			n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
 		}
 		n += opsLen(t.Then) + opsLen(t.Else)
+		if format(c) == Version {
+			n += wirebytes.StringLen(t.Actor) + 1
+		}
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
@@ -143,6 +156,14 @@ func encodeBinary(c *Command) []byte {
 		}
 		b = appendOps(b, t.Then)
 		b = appendOps(b, t.Else)
+		if format(c) == Version {
+			b = wirebytes.AppendString(b, t.Actor)
+			var admin byte
+			if t.Admin {
+				admin = 1
+			}
+			b = append(b, admin)
+		}
 	}
 	if s := c.Session; s != nil {
 		b = binary.AppendVarint(b, s.ID)
@@ -203,8 +224,11 @@ type decoder struct {
 	termed bool
 	// owned is set for formats 4 and 5: sessions carry an owner.
 	owned bool
-	// flags is set for format 5: the expired byte carries LockDelay too.
+	// flags is set for formats 5 and 6: the expired byte carries
+	// LockDelay too.
 	flags bool
+	// actor is set for format 6: transactions carry Actor and Admin.
+	actor bool
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -250,7 +274,8 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		Reader: wirebytes.NewMinimalReader(data[10:], ErrMalformed),
 		termed: version >= versionTermed,
 		owned:  version >= versionOwned,
-		flags:  version == Version,
+		flags:  version >= versionLockDelay,
+		actor:  version == Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -321,6 +346,10 @@ func (d *decoder) txn(t *Txn) {
 	if nElse >= 0 {
 		t.Else = ops[:nElse:nElse]
 		d.ops(t.Else)
+	}
+	if d.actor {
+		t.Actor = d.str()
+		t.Admin = d.Bool()
 	}
 }
 

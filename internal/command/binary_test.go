@@ -31,6 +31,7 @@ func encodeV1(t testing.TB, c *Command) []byte {
 func normalizeV1(c *Command) *Command {
 	c = clone(c)
 	if t := c.Txn; t != nil {
+		t.Actor, t.Admin = "", false // format 1 predates actors
 		if len(t.If) == 0 {
 			t.If = nil
 		}
@@ -86,7 +87,7 @@ func clone(c *Command) *Command {
 		return out
 	}
 	if t := c.Txn; t != nil {
-		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else)}
+		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else), Actor: t.Actor, Admin: t.Admin}
 		if t.If != nil {
 			nt.If = append([]Compare{}, t.If...)
 			for i := range nt.If {
@@ -171,15 +172,22 @@ func binaryCases() map[string]*Command {
 		"seen by term 300":    {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
 		"txn, termed session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}},
 			Session: &Session{ID: 1, Term: 128}},
+		// Format 6: a client's transaction carries its actor.
+		"client's txn": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpDelete, Key: "locks/a/m0"}}, Actor: "client:w1"}},
+		"admin's txn": {Kind: KindTxn, Txn: &Txn{Else: []Op{{Type: OpDelete, Key: "locks/", Prefix: true}},
+			Actor: "client:ops", Admin: true}},
+		"actor and session": {Kind: KindTxn, Txn: &Txn{Actor: "client:ü"}, Session: &Session{ID: 1, Term: 2, Owner: "o"}},
 	}
 }
 
-// wantVersion is the format Encode must write for c: 5 only when a
-// lock-delay flag needs it, 4 only when a session owner does, 3 only
-// when a session term does, so everything else stays format 2 byte for
-// byte.
+// wantVersion is the format Encode must write for c: 6 only when a
+// transaction's actor needs it, 5 only when a lock-delay flag does, 4
+// only when a session owner does, 3 only when a session term does, so
+// everything else stays format 2 byte for byte.
 func wantVersion(c *Command) byte {
 	switch {
+	case c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin):
+		return 6
 	case c.Session != nil && c.Session.LockDelay:
 		return 5
 	case c.Session != nil && c.Session.Owner != "":
@@ -308,6 +316,10 @@ func randomCommand(r *rand.Rand) *Command {
 				}
 			}
 		}
+		if r.IntN(3) == 0 {
+			c.Txn.Actor = string(data(length()))
+		}
+		c.Txn.Admin = r.IntN(4) == 0
 	}
 	if r.IntN(2) == 0 {
 		c.Session = &Session{ID: varint(), TTL: varint(), Expired: r.IntN(2) == 0}
@@ -490,6 +502,9 @@ func TestDecodeMalformed(t *testing.T) {
 		return append([]byte{versionOwned, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	header5 := func(kind Kind, body byte) []byte {
+		return append([]byte{versionLockDelay, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header6 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -513,7 +528,16 @@ func TestDecodeMalformed(t *testing.T) {
 		"header only":    {versionBinary2},
 		"v3 header only": {versionTermed},
 		"v4 header only": {versionOwned},
-		"v5 header only": {Version},
+		"v5 header only": {versionLockDelay},
+		"v6 header only": {Version},
+		// Format 6 is only for a transaction with an actor (or admin).
+		"v6 no actor":       cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0, 0}),
+		"v6 no txn":         cat(header6(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0, 0}),
+		"v6 actor missing":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0}),
+		"v6 admin missing":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c'}),
+		"v6 admin 2":        cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 2}),
+		"v6 actor too long": cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 9, 'c', 0}),
+		"v6 trailing byte":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 0, 0}),
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),

@@ -10,7 +10,9 @@ import "github.com/coordcell/coord/internal/wirebytes"
 // own few keys. Bounded reads the encoding without allocating; what it
 // cannot read (format 1, malformed bytes) counts as unbounded. A session
 // term (format 3), owner (format 4) or lock-delay flag (format 5) sits in
-// the session body, which Bounded does not read.
+// the session body, which Bounded does not read; a transaction's actor
+// (format 6) follows its ops, and costs one session lookup per op (a
+// prefix delete, unbounded anyway, scans its range once more).
 func Bounded(data []byte) bool {
 	if len(data) < 11 || data[0] < versionBinary2 || data[0] > Version {
 		return false

@@ -25,14 +25,18 @@ import (
 // and misreading one would make this member's state differ from the
 // others'.
 //
-// Encode writes format 3, 4 or 5 only for a command that needs it (a
+// Encode writes format 3, 4, 5 or 6 only for a command that needs it (a
 // session command carrying a leader's term, a client's session creation
-// carrying its owner, an expiry that must leave lock-delay markers);
-// every other command is written in format 2, byte for byte as before.
-// So a member not yet upgraded halts (and replays after its upgrade)
-// only on the commands whose meaning it would get wrong, and keeps
-// applying all the others.
-const Version byte = 5
+// carrying its owner, an expiry that must leave lock-delay markers, a
+// client's writing transaction carrying its actor); every other command
+// is written in format 2, byte for byte as before. So a member not yet
+// upgraded halts (and replays after its upgrade) only on the commands
+// whose meaning it would get wrong, and keeps applying all the others.
+const Version byte = 6
+
+// versionLockDelay is the binary format with the session term, owner and
+// lock-delay flag, without a transaction's actor.
+const versionLockDelay byte = 5
 
 // versionOwned is the binary format with the session term and owner,
 // without the lock-delay flag.
@@ -151,6 +155,19 @@ type Txn struct {
 	If   []Compare `msgpack:"if,omitempty"`
 	Then []Op      `msgpack:"then,omitempty"`
 	Else []Op      `msgpack:"else,omitempty"`
+	// Actor, on a transaction a member proposes for a client, names that
+	// client as its sessions' owner does ("client:" and its identity).
+	// The state machine then lets the transaction's branch run only if
+	// every ephemeral put is for a session of that owner and, unless
+	// Admin, every key it deletes or overwrites (each key under a prefix
+	// delete included) is not an ephemeral key of another owner's session
+	// nor a lock-delay marker; otherwise nothing changes
+	// (StatusForbidden). Empty for a member's own transactions, which
+	// these rules do not restrict. Written in format 6 only.
+	Actor string `msgpack:"-"`
+	// Admin, with Actor, lifts the rule on other owners' keys (the
+	// client's grant says admin); its ephemeral puts are still its own.
+	Admin bool `msgpack:"-"`
 }
 
 // Session carries the arguments of session commands.
@@ -211,14 +228,14 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 to 5. It never
+// Decode parses an encoded command of format version 1 to 6. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionOwned, versionTermed, versionBinary2:
+	case Version, versionLockDelay, versionOwned, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
@@ -247,6 +264,10 @@ const (
 	// reached the log in another term than the one it was decided in: the
 	// leader that decided it no longer led, so nothing changed.
 	StatusStaleTerm
+	// StatusForbidden means a client's transaction (Txn.Actor) would
+	// have written for, or over, a session that is not its own; nothing
+	// changed.
+	StatusForbidden
 )
 
 // KV is a key as stored, returned in results.
