@@ -84,3 +84,7 @@ func (p *QueueProbe) WaitFor(ctx context.Context, cond func(waits, wakes int) bo
 // for up to a second while a gossiping member leaves) and it answers
 // requests with ErrClosed.
 func (n *Node) StartClosing() { n.cancelClose() }
+
+// ClientCertsRefused counts the client certificates n's client port
+// refused.
+func ClientCertsRefused(n *Node) uint64 { return n.clients.auth.refused.Load() }
