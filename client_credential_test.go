@@ -315,3 +315,40 @@ func TestClientSecretDeprecated(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, logs.String(), "ClientConfig.Secret is deprecated")
 }
+
+// TestClientCredentialAsPEMFiles: a TLS client that knows nothing of
+// coord (as etcd's clients) presents a credential from its PEM files and
+// verifies the member with the client CA alone, as a plain tls.Config
+// does: it is admitted as the credential's name.
+func TestClientCredentialAsPEMFiles(t *testing.T) {
+	var ids identities
+	c, _ := credCell(t, func(cfg *coord.Config) {
+		cfg.ClientPolicy = func(id string) (coord.ClientGrant, error) {
+			ids.policy(id)
+			return hostGrants(id)
+		}
+	})
+	ctx := ctxT(t, 30*time.Second)
+	cc, err := transport.IssueClientCredential(credClientSecret, "alice", 1)
+	require.NoError(t, err)
+	certPEM, keyPEM, err := cc.CertificatePEM()
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	ca, err := transport.ClientSecretCA(credClientSecret)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	n := c.Node(0)
+	raw, err := dialTLS(ctx, n.ClientAddr(), &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots,
+		ServerName: n.Status().Name, MinVersion: tls.VersionTLS13})
+	require.NoError(t, err)
+	w, err := clientwire.Handshake(ctx, raw, clientwire.ClientOptions{Name: "whoever"})
+	require.NoError(t, err)
+	defer w.Close()
+	put, err := command.Encode(putCmd("alice/pem", "1", 0))
+	require.NoError(t, err)
+	_, err = w.Propose(ctx, put)
+	require.NoError(t, err)
+	require.Equal(t, []string{"alice"}, ids.all())
+}

@@ -51,6 +51,15 @@ Commands:
                                 expired) shows its marker and no holder
   elections                     elections: leaders, values and candidates
   snapshot save FILE            write an online backup to FILE (see coord.Restore)
+  client issue -secret-file FILE [-pem DIR] NAME [GENERATION]
+                                print client NAME's credential (generation 1
+                                unless given) for ClientConfig.Credential, from
+                                the cell's client secret (the file's exact
+                                bytes; $COORDCTL_CLIENT_SECRET_FILE); with -pem,
+                                also write DIR/client.crt, DIR/client.key and
+                                DIR/ca.crt for other TLS clients. Needs no
+                                member. To revoke, issue GENERATION+1 and set
+                                Config.ClientRevoked[NAME] on every member
 
 There is no compact or defrag: members compact their log, history and
 files by themselves.
