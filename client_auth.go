@@ -49,7 +49,16 @@ type clientAuth struct {
 	suppressed atomic.Uint64 // refusals not logged since
 
 	mu   sync.Mutex
-	live map[*clientHandler]net.Conn // connections admitted by a credential, for revocation
+	live map[*clientHandler]liveCred // connections admitted by a credential, for revocation
+}
+
+// liveCred is a connection a credential admitted. Its own copy of the
+// name and generation: the handler's fields belong to its connection's
+// goroutine.
+type liveCred struct {
+	name string
+	gen  uint64
+	conn net.Conn
 }
 
 // refusalLogEvery bounds the WARN lines refusals log: the first, then at
@@ -57,7 +66,7 @@ type clientAuth struct {
 const refusalLogEvery = 10 * time.Second
 
 func newClientAuth(cfg *Config, log *slog.Logger) *clientAuth {
-	a := &clientAuth{log: log, live: make(map[*clientHandler]net.Conn)}
+	a := &clientAuth{log: log, live: make(map[*clientHandler]liveCred)}
 	a.setRevoked(cfg.ClientRevoked)
 	switch {
 	case cfg.Secret != nil:
@@ -189,15 +198,16 @@ func (a *clientAuth) setRevoked(revoked map[string]uint64) {
 	a.revoked.Store(&m)
 }
 
-// admit records a connection a credential admitted, so a revocation can
-// end it; it fails if the credential was revoked since the handshake.
-func (a *clientAuth) admit(h *clientHandler, conn net.Conn) error {
+// admit records a connection the credential of name at generation gen
+// admitted, so a revocation can end it; it fails if the credential was
+// revoked since the handshake.
+func (a *clientAuth) admit(h *clientHandler, name string, gen uint64, conn net.Conn) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r := (*a.revoked.Load())[h.identity]; h.credGen <= r {
-		return fmt.Errorf("%w: the credential of %q, generation %d, is revoked", errClientCert, h.identity, h.credGen)
+	if r := (*a.revoked.Load())[name]; gen <= r {
+		return fmt.Errorf("%w: the credential of %q, generation %d, is revoked", errClientCert, name, gen)
 	}
-	a.live[h] = conn
+	a.live[h] = liveCred{name: name, gen: gen, conn: conn}
 	return nil
 }
 
@@ -214,10 +224,10 @@ func (a *clientAuth) revoke(revoked map[string]uint64) {
 	defer a.mu.Unlock()
 	a.setRevoked(revoked)
 	cur := *a.revoked.Load()
-	for h, conn := range a.live {
-		if h.credGen <= cur[h.identity] {
-			a.log.Warn("ended a client whose credential was revoked", "client", h.identity, "generation", h.credGen)
-			conn.Close()
+	for h, l := range a.live {
+		if l.gen <= cur[l.name] {
+			a.log.Warn("ended a client whose credential was revoked", "client", l.name, "generation", l.gen)
+			l.conn.Close()
 			delete(a.live, h)
 		}
 	}

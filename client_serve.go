@@ -248,9 +248,7 @@ func (cs *clientServer) serve(conn net.Conn) {
 		}
 		id, gen, err := cs.auth.authenticate(tc.ConnectionState())
 		if err == nil && gen > 0 {
-			h.credGen = gen
-			h.identity = id
-			err = cs.auth.admit(h, conn)
+			err = cs.auth.admit(h, id, gen, conn)
 			defer cs.auth.leave(h)
 		}
 		if err != nil {
@@ -302,7 +300,6 @@ type clientHandler struct {
 	cs        *clientServer
 	n         *Node
 	plaintext bool
-	credGen   uint64 // the generation of the credential it connected with; 0 for none
 	// Set by Welcome, before Serve calls any other method.
 	identity string
 	owner    string
