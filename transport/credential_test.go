@@ -178,3 +178,19 @@ func TestClientCredentialTLS(t *testing.T) {
 	_, _, err = v.Verify(leaf)
 	require.NoError(t, err, "the PEM files are the credential's certificate")
 }
+
+// BenchmarkClientVerifierVerify is what a member adds to each client
+// handshake that presents a credential.
+func BenchmarkClientVerifierVerify(b *testing.B) {
+	v, err := NewClientVerifier(testSecret(1))
+	require.NoError(b, err)
+	c, err := IssueClientCredential(testSecret(1), "alice", 1)
+	require.NoError(b, err)
+	cert, err := c.certificate()
+	require.NoError(b, err)
+	for b.Loop() {
+		if _, _, err := v.Verify(cert.Leaf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
