@@ -20,8 +20,9 @@ import (
 // ClientConfig configures Connect.
 type ClientConfig struct {
 	// Name is the client's name: its identity in plaintext (members
-	// trust it only then), the name in its certificate under Secret, and
-	// in every case the name in the members' logs. Required.
+	// trust it only then), the name its credential or certificate must
+	// prove otherwise, and in every case the name in the members' logs.
+	// Required, except with a Credential, whose name it then is.
 	Name string
 	// Members are the client addresses of the members (Config.ClientAddr,
 	// Node.ClientAddr). Connect tries them in a random order, and the
@@ -29,6 +30,16 @@ type ClientConfig struct {
 	// client also learns the cell's client addresses from its members
 	// (Learned) and tries those after these, which stay.
 	Members []string
+	// Credential is the client's own credential, from
+	// IssueClientCredential (or `coordctl client issue`) on whoever holds
+	// the cell's client secret: the way to authenticate a client that the
+	// cell's operator does not trust as much as a member. It proves Name
+	// and nothing else: a client holding it can connect as Name only, so
+	// ClientPolicy's grants and the ownership of sessions and recipe keys
+	// hold against it. The client derives a TLS certificate from it, and
+	// trusts members presenting one of the cell's client CA (whose public
+	// key the credential carries). Exclusive with TLS and Secret.
+	Credential string
 	// TLS authenticates the client to the members and the members to the
 	// client (mutual TLS; the certificate names the client). A member's
 	// certificate is checked against RootCAs; with ServerName empty, any
@@ -43,6 +54,13 @@ type ClientConfig struct {
 	// transport, so a client secret never makes a member. Exclusive with
 	// TLS. With neither, the connection is plaintext (for tests and
 	// trusted networks only).
+	//
+	// Deprecated: whoever holds the client secret can connect as any
+	// client (it mints a certificate for any Name), so a client given it
+	// can pose as every other client, and grants and session ownership
+	// hold nothing against it. Give each client its own Credential
+	// instead, and the secret to none. Connect still accepts Secret, and
+	// logs a warning.
 	Secret []byte
 	// Dial opens a connection to a member's address (nil: TCP). coordtest
 	// passes an in-memory dialler.
@@ -109,6 +127,21 @@ var _ Cell = (*Client)(nil)
 // returns the client. It fails if none accepts within ctx, or at once on
 // a configuration error. The client keeps itself connected until Close.
 func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	var cred transport.ClientCredential
+	if cfg.Credential != "" {
+		var err error
+		if cred, err = transport.ParseClientCredential(cfg.Credential); err != nil {
+			return nil, fmt.Errorf("%w: ClientConfig.Credential: %w", ErrInvalidConfig, err)
+		}
+		switch {
+		case cfg.TLS != nil || cfg.Secret != nil:
+			return nil, fmt.Errorf("%w: ClientConfig.Credential, TLS and Secret are exclusive", ErrInvalidConfig)
+		case cfg.Name == "":
+			cfg.Name = cred.Name
+		case cfg.Name != cred.Name:
+			return nil, fmt.Errorf("%w: ClientConfig.Credential is %q's, not %q's", ErrInvalidConfig, cred.Name, cfg.Name)
+		}
+	}
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: ClientConfig.Name is empty", ErrInvalidConfig)
 	}
@@ -124,11 +157,19 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger.With("client", cfg.Name), ready: make(chan struct{}),
 		done: make(chan struct{})}
 	switch {
+	case cfg.Credential != "":
+		t, err := cred.TLS()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		c.tlsCfg = unauthenticatedOnFailure(t)
 	case cfg.Secret != nil:
 		t, err := transport.ClientSecretTLS(cfg.Secret, cfg.Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
+		c.log.Warn("ClientConfig.Secret is deprecated: whoever holds the client secret can connect as any client; " +
+			"give this client its own Credential (IssueClientCredential) instead")
 		c.tlsCfg = memberVerifying(t)
 	case cfg.TLS != nil:
 		c.tlsCfg = memberVerifying(cfg.TLS)
@@ -179,6 +220,20 @@ func memberVerifying(cfg *tls.Config) *tls.Config {
 		}
 		if user != nil {
 			return user(cs)
+		}
+		return nil
+	}
+	return c
+}
+
+// unauthenticatedOnFailure makes cfg's own check of the member fail
+// with ErrUnauthenticated, as memberVerifying's does.
+func unauthenticatedOnFailure(cfg *tls.Config) *tls.Config {
+	c := cfg.Clone()
+	verify := cfg.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if err := verify(cs); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		return nil
 	}
@@ -567,6 +622,8 @@ func resultErr(res command.Result) error {
 		return ErrSessionExpired
 	case command.StatusTooManySessions:
 		return ErrTooManySessions
+	case command.StatusForbidden:
+		return ErrForbidden
 	}
 	return fmt.Errorf("%w: the cell refused the command (status %d)", ErrInternal, res.Status)
 }

@@ -28,6 +28,14 @@ type ClientGrant struct {
 	// key; nil or empty grants none (the client may still read, watch and
 	// keep sessions). Reads are not restricted.
 	WritePrefixes []string
+	// Admin lets the client delete or overwrite, under WritePrefixes,
+	// keys of sessions that are not its own (another client's lock,
+	// election or ephemeral key), as a member can: for an operator's
+	// tool that breaks a stuck lock. Without it a client may write such
+	// keys only of its own sessions (ErrForbidden otherwise), so a grant
+	// on locks/ lets it queue for a lock, never take one from its
+	// holder.
+	Admin bool
 }
 
 // allowsWrite reports whether the grant covers a write of key (or of
@@ -65,6 +73,7 @@ const clientOwnerPrefix = "client:"
 // serves and every client connection, all ended at Close.
 type clientServer struct {
 	n      *Node
+	auth   *clientAuth     // who a TLS client is (client_auth.go)
 	ctx    context.Context // ends at Close: every connection's Serve returns
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -78,7 +87,7 @@ type clientServer struct {
 }
 
 func newClientServer(n *Node) *clientServer {
-	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{})}
+	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{}), auth: newClientAuth(&n.cfg, n.cfg.Logger)}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	return cs
 }
@@ -87,10 +96,14 @@ func newClientServer(n *Node) *clientServer {
 // which the host supplies: a plain listener, or a tls.Listener whose
 // config requires and verifies client certificates (mutual TLS). Under
 // TLS a client's identity is its certificate's name (the first DNS SAN,
-// else the first URI SAN, else the common name); on a plain listener it
-// is the name the client gives, unauthenticated (one WARN is logged), so
-// use plaintext only where the network itself admits only trusted
-// clients. A client is never a member: it reaches no Raft message,
+// else the first URI SAN, else the common name), for a certificate the
+// listener's config verified or one of a CA the member trusts for
+// clients, or the name its credential proves (IssueClientCredential,
+// which only a config without chain verification lets through:
+// Config.ClientAddr's does); anything else is refused. On a plain
+// listener it is the name the client gives, unauthenticated (one WARN is
+// logged), so use plaintext only where the network itself admits only
+// trusted clients. A client is never a member: it reaches no Raft message,
 // membership change or session it did not create, and writes only where
 // Config.ClientPolicy grants.
 //
@@ -179,67 +192,38 @@ func (n *Node) listenClients() error {
 }
 
 // clientPortTLS is the client port's TLS configuration, nil for
-// plaintext. The client secret (Config.ClientSecret, else the member
-// Secret) gives the certificate the port presents, from the client CA,
-// so a client holding only that secret can verify the member; the port
-// trusts client certificates from that CA and from the members' own
-// (Secret or TLS), so hosts with a PKI can keep issuing clients theirs.
+// plaintext. With a client secret (Config.ClientSecret, else the member
+// Secret) the port presents a certificate from the client CA, so a
+// client can verify the member with the client CA alone, and takes what
+// clientAuth.authenticate takes: certificates of the members' CA (Secret
+// or TLS, so hosts with a PKI can keep issuing clients theirs) and of the
+// client CA, and client credentials. It lists no CAs in its certificate
+// request: a credential's certificate is self-signed, and some clients
+// send only a certificate from a listed CA. Under TLS alone it trusts
+// the TLS configuration's certificates, as crypto/tls checks them.
 func (n *Node) clientPortTLS() (*tls.Config, error) {
 	secret := n.cfg.ClientSecret
 	if secret == nil {
 		secret = n.cfg.Secret
 	}
-	var member *tls.Config // the members' trust, for client certificates
-	switch {
-	case n.cfg.Secret != nil:
-		t, err := transport.SecretTLS(n.cfg.Secret, n.cfg.Name)
-		if err != nil {
-			return nil, err
-		}
-		member = t
-	case n.cfg.TLS != nil:
-		member = n.cfg.TLS
-	}
 	if secret == nil {
-		if member == nil {
+		if n.cfg.TLS == nil {
 			return nil, nil
 		}
-		tc := member.Clone()
+		tc := n.cfg.TLS.Clone()
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 		return tc, nil
 	}
-	tc, err := transport.ClientSecretTLS(secret, n.cfg.Name)
+	port, err := transport.ClientSecretTLS(secret, n.cfg.Name)
 	if err != nil {
 		return nil, err
 	}
-	ca, err := transport.ClientSecretCA(secret)
-	if err != nil {
-		return nil, err
-	}
-	trust := func(m *tls.Config) *x509.CertPool {
-		if m == nil || m.ClientCAs == nil {
-			return tc.ClientCAs
-		}
-		pool := m.ClientCAs.Clone()
-		pool.AddCert(ca)
-		return pool
-	}
-	tc.ClientCAs = trust(member)
-	if member != nil && member.GetConfigForClient != nil {
-		// A reloading TLS (TLSFiles) serves its current CA this way: trust
-		// that one, not the CA as of Open.
-		base := tc.Clone()
-		tc.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			cur, err := member.GetConfigForClient(hello)
-			if err != nil || cur == nil {
-				return nil, err
-			}
-			c := base.Clone()
-			c.ClientCAs = trust(cur)
-			return c, nil
-		}
-	}
-	return tc, nil
+	return &tls.Config{
+		Certificates:     port.Certificates,
+		MinVersion:       tls.VersionTLS13,
+		ClientAuth:       tls.RequireAnyClientCert, // checked by VerifyConnection
+		VerifyConnection: n.clients.auth.verifyConnection,
+	}, nil
 }
 
 // close ends every listener and client connection, and waits for them.
@@ -266,13 +250,17 @@ func (cs *clientServer) serve(conn net.Conn) {
 			conn.Close()
 			return
 		}
-		st := tc.ConnectionState()
-		if len(st.PeerCertificates) == 0 {
-			n.cfg.Logger.Warn("refused a client without a certificate", "remote", conn.RemoteAddr().String())
+		id, gen, err := cs.auth.authenticate(tc.ConnectionState())
+		if err == nil && gen > 0 {
+			err = cs.auth.admit(h, id, gen, conn)
+			defer cs.auth.leave(h)
+		}
+		if err != nil {
+			cs.auth.refuse(conn.RemoteAddr().String(), err)
 			conn.Close()
 			return
 		}
-		h.identity = certIdentity(st.PeerCertificates[0])
+		h.identity = id
 	} else {
 		h.plaintext = true
 		cs.warn.Do(func() {
@@ -393,6 +381,10 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 				}
 			}
 		}
+		if err := h.checkQueueEntries(c.Txn); err != nil {
+			return nil, err
+		}
+		h.markActor(c.Txn)
 	}
 	_, foreign, gone, err := h.sortSessions(ctx, clientwire.SessionsNamed(c))
 	switch {

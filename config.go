@@ -130,28 +130,50 @@ type Config struct {
 	// not members (Connect), e.g. "127.0.0.1:7101" (port 0 picks one; see
 	// Node.ClientAddr). It is a listener of its own, never the members'
 	// transport. With TLS, Secret or ClientSecret it is mutual TLS (a
-	// client's identity is its certificate's name); without, plaintext
+	// client's identity is the name its certificate or credential
+	// proves); without, plaintext
 	// (a client's identity is the name it gives; Open logs a warning).
 	// "" = no client listener; the host may still call ServeClients.
 	ClientAddr string
 	// ClientSecret, when set (32 bytes or more, the same on every
-	// member), authenticates clients apart from members: the client port
-	// presents a certificate from a CA derived from it (see
-	// transport.ClientSecretTLS) and trusts client certificates from that
-	// CA, and from the members' own CA under TLS or Secret. Clients pass
-	// it as ClientConfig.Secret. Their certificates are refused by the
-	// members' transport, so handing clients this secret never lets them
-	// speak for a member. Unset with Secret set, the client CA is derived
-	// from Secret instead (clients then pass Secret), and under TLS alone
+	// member), authenticates clients apart from members. It is the
+	// operator's, never a client's: IssueClientCredential (or `coordctl
+	// client issue`) derives from it one credential per client, which
+	// proves that client's name and no other (ClientConfig.Credential).
+	// The client port presents a certificate from a CA derived from it
+	// (transport.ClientSecretCA), which clients verify members with, and
+	// takes credentials, certificates of that CA (ClientConfig.Secret,
+	// deprecated: a holder of the secret can claim any name), and
+	// certificates of the members' own CA under TLS or Secret. Neither a
+	// credential nor a certificate of the client CA passes the members'
+	// transport: a client never speaks for a member. Unset with Secret
+	// set, it is Secret (credentials are then issued from the member
+	// secret, which still stays with the members), and under TLS alone
 	// the port presents and trusts the TLS configuration's certificates.
 	// With ClientSecret and TLS, a client using ClientConfig.TLS needs
-	// transport.ClientSecretCA(ClientSecret) among its RootCAs.
+	// transport.ClientSecretCA(ClientSecret) among its RootCAs. See
+	// SECURITY.md for who can claim which identity.
 	ClientSecret []byte
 	// ClientPolicy, when set, decides which clients may connect and where
 	// they may write: it is called once per connection with the client's
 	// identity, and an error refuses the client with that reason. nil =
-	// every client that authenticates may connect and write any key.
+	// every client that authenticates may connect and write any key (of
+	// its own sessions, for ephemeral keys: see ClientGrant.Admin).
 	ClientPolicy func(identity string) (ClientGrant, error)
+	// ClientRevoked revokes client credentials (IssueClientCredential):
+	// a credential of name N and generation G is refused when G <=
+	// ClientRevoked[N]. To replace a lost or leaked credential, issue N's
+	// next generation, deploy it, then raise ClientRevoked[N] on every
+	// member; Node.SetClientRevoked does so while a member runs, and ends
+	// the connections revoked credentials hold. Other clients are not
+	// touched. It lives in each member's configuration, beside the client
+	// secret it answers to, rather than in the replicated state: it then
+	// holds on a member cut off from the others (which still serves
+	// serializable reads and watches), cannot be undone through the
+	// client door, and leaves the replicated formats alone. It does not
+	// apply to certificates from a CA (Config.TLS): refuse those with
+	// ClientPolicy. nil = nothing revoked.
+	ClientRevoked map[string]uint64
 	// MaxClients bounds the clients this member serves at once; one more
 	// is refused (ErrOverloaded on its side). Default DefaultMaxClients.
 	MaxClients int

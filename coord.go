@@ -368,6 +368,8 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 		return res, nil // a resolve's answer; Outcome reads it
 	case command.StatusTooManySessions:
 		return res, fmt.Errorf("%w: the identity holds %d sessions, the limit", ErrTooManySessions, cmd.Session.MaxSessions)
+	case command.StatusForbidden:
+		return res, fmt.Errorf("%w: the write would delete or overwrite another session's key, or write for one", ErrForbidden)
 	default:
 		return res, fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
 	}

@@ -159,7 +159,8 @@ var (
 // ErrUnauthenticated: the client and a member could not authenticate
 // each other over TLS: the member's certificate is not of the CA the
 // client trusts, or the member refused the client's certificate (a
-// wrong ClientConfig.Secret, or a certificate of another CA). It is a
+// credential of another cell, a revoked or forged one, a wrong
+// ClientConfig.Secret, or a certificate of another CA). It is a
 // client-side error, never sent on the wire; Connect returns it wrapped
 // in ErrNoQuorum when no member accepted the client.
 var ErrUnauthenticated = errors.New("coord: TLS authentication with the member failed")

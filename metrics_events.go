@@ -83,6 +83,7 @@ type eventDescs struct {
 	sessCreated, sessExpired, sessJeopardy           *prometheus.Desc
 	sessDecided, sessRefused                         *prometheus.Desc
 	watchers, watchEvents, watchSlow, watchCompacted *prometheus.Desc
+	clientCertsRefused                               *prometheus.Desc
 }
 
 func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc) eventDescs {
@@ -115,6 +116,8 @@ func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc)
 		watchSlow:   d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
 		watchCompacted: d("watch_compacted_ends_total",
 			"Watches ended because they needed revisions older than the retained history (ErrCompacted)."),
+		clientCertsRefused: d("client_certs_refused_total",
+			"Client certificates this member's client port refused: a credential not its name's (forged, of another cell) or revoked, or a certificate of no CA the port trusts (under TLS alone crypto/tls refuses those before the member sees them)."),
 	}
 }
 
@@ -123,7 +126,7 @@ func (e *eventDescs) describe(ch chan<- *prometheus.Desc) {
 		e.snapSent, e.snapFailed, e.snapInstalled, e.logSync, e.apply,
 		e.bytesOut, e.bytesIn, e.framesOut, e.framesIn, e.connErrors, e.droppedFrames,
 		e.sessCreated, e.sessExpired, e.sessJeopardy, e.sessDecided, e.sessRefused,
-		e.watchers, e.watchEvents, e.watchSlow, e.watchCompacted} {
+		e.watchers, e.watchEvents, e.watchSlow, e.watchCompacted, e.clientCertsRefused} {
 		ch <- d
 	}
 }
@@ -171,6 +174,7 @@ func (e *eventDescs) collect(ch chan<- prometheus.Metric, n *Node) {
 	counter(e.watchEvents, hs.Events)
 	counter(e.watchSlow, hs.SlowEnds)
 	counter(e.watchCompacted, hs.CompactedEnds)
+	counter(e.clientCertsRefused, n.clients.auth.refused.Load())
 }
 
 // constHistogram turns raftnode's duration histogram into Prometheus's.

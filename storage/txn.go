@@ -9,9 +9,9 @@ import (
 )
 
 // txn applies a transaction. Everything that can make it fail (a bad op,
-// a missing session, the quota) is checked before its first write, because
-// a Pebble batch cannot take back a write and a failed command must change
-// nothing (invariant 8).
+// a client's write over another's session, a missing session, the quota)
+// is checked before its first write, because a Pebble batch cannot take
+// back a write and a failed command must change nothing (invariant 8).
 func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	if !validTxn(t) {
 		return a.status(command.StatusInvalid), nil
@@ -28,6 +28,9 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	ops := t.Then
 	if !ok {
 		ops = t.Else
+	}
+	if !a.actorMay(t, ops) {
+		return a.status(command.StatusForbidden), nil
 	}
 	if st, err := a.precheck(ops); err != nil || st != command.StatusOK {
 		return a.status(st), err

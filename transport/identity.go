@@ -97,7 +97,8 @@ func SecretTLS(secret []byte, name string) (*tls.Config, error) {
 // secret. Members serving clients present a certificate from the same
 // CA, which is what the client verifies. Whoever knows the client secret
 // can mint a client certificate for any name (and pose as a member to
-// other clients): keep it like a private key, apart from the members'.
+// other clients): keep it like a private key, apart from the members',
+// and give clients a credential each instead (IssueClientCredential).
 func ClientSecretTLS(secret []byte, name string) (*tls.Config, error) {
 	if len(secret) < MinSecretLen {
 		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrWeakSecret, len(secret), MinSecretLen)

@@ -160,6 +160,11 @@ func dispatch(ctx context.Context, c *client, out output, args []string) error {
 		return watch(ctx, c, out, args)
 	case "compact", "defrag":
 		return fmt.Errorf("%w: %s: the cell compacts its log and history by itself (Config.CompactEvery, HistoryRevisions) and Pebble compacts its files; there is nothing to run", errUsage, cmd)
+	case "client":
+		if len(args) == 0 || args[0] != "issue" {
+			return fmt.Errorf("%w: coordctl client issue -secret-file FILE [-pem DIR] NAME [GENERATION]", errUsage)
+		}
+		return clientIssue(out, args[1:])
 	case "snapshot":
 		if err := need(args, 2, "snapshot save FILE"); err != nil || args[0] != "save" {
 			return fmt.Errorf("%w: coordctl snapshot save FILE", errUsage)

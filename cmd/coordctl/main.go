@@ -55,6 +55,15 @@ Commands:
                                 expired) shows its marker and no holder
   elections                     elections: leaders, values and candidates
   snapshot save FILE            write an online backup to FILE (see coord.Restore)
+  client issue -secret-file FILE [-pem DIR] NAME [GENERATION]
+                                print client NAME's credential (generation 1
+                                unless given) for ClientConfig.Credential, from
+                                the cell's client secret (the file's exact
+                                bytes; $COORDCTL_CLIENT_SECRET_FILE); with -pem,
+                                also write DIR/client.crt, DIR/client.key and
+                                DIR/ca.crt for other TLS clients. Needs no
+                                member. To revoke, issue GENERATION+1 and set
+                                Config.ClientRevoked[NAME] on every member
 
 There is no compact or defrag: members compact their log, history and
 files by themselves.
@@ -132,14 +141,17 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 			rest = append(rest, a)
 			continue
 		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil && len(rest) > 0 && ownFlags[rest[0]] {
+			// A flag of the command's own (client issue -pem DIR): its
+			// parser takes it, and refuses what it does not know.
+			rest = append(rest, a)
 			continue
 		}
-		f := fs.Lookup(name)
-		if f == nil {
-			continue // Parse refuses it
+		flags = append(flags, a)
+		if f == nil || hasValue {
+			continue // Parse refuses an unknown one
 		}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			continue
@@ -154,6 +166,10 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 	return rest, nil
 }
+
+// ownFlags names the commands that parse flags of their own, which
+// parseFlags leaves to them when they follow the command.
+var ownFlags = map[string]bool{"client": true}
 
 // isFlag reports whether a looks like a flag: one or two dashes and a
 // name, not a number.

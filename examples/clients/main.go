@@ -1,8 +1,10 @@
 // Command clients shows processes that use a cell without being members
 // of it: three members serve clients on their ClientAddr, and three
-// workers connect as clients (coord.Connect), authenticated by the
-// cell's client secret (the members keep their own secret to
-// themselves). The workers take turns holding one lock and
+// workers connect as clients (coord.Connect), each with a credential of
+// its own that the operator issued from the cell's client secret
+// (coord.IssueClientCredential, or coordctl client issue): a worker
+// proves its own name and no other, and neither secret leaves the
+// members. The workers take turns holding one lock and
 // write to a storage service that checks their fencing tokens. Midway,
 // the member one worker talks to is closed: the worker moves to another
 // member and carries on, its session and its place in the queue intact.
@@ -32,10 +34,10 @@ func main() {
 	}
 }
 
-// secret is the members' shared secret, clientSecret the one clients
-// hold: each derives TLS identities from its own CA, so a client's
-// certificate never passes for a member's. A real cell reads both from
-// a secret store.
+// secret is the members' shared secret, clientSecret the one the
+// operator issues client credentials from: no client holds either, so
+// no client can pass for a member or for another client. A real cell
+// reads both from a secret store, and its clients their credentials.
 var (
 	secret       = []byte("example secret, 32 bytes or more: keep it out of code")
 	clientSecret = []byte("example client secret, 32 bytes or more, apart")
@@ -80,9 +82,12 @@ func run() error {
 
 	clients := make([]*coord.Client, 3)
 	for i := range clients {
-		cl, err := coord.Connect(ctx, coord.ClientConfig{
-			Name: fmt.Sprintf("worker-%d", i), Members: addrs, Secret: clientSecret,
-		})
+		// What the operator hands worker i (its name at generation 1).
+		cred, err := coord.IssueClientCredential(clientSecret, fmt.Sprintf("worker-%d", i), 1)
+		if err != nil {
+			return err
+		}
+		cl, err := coord.Connect(ctx, coord.ClientConfig{Members: addrs, Credential: cred})
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 //	         [Txn if bodyTxn] [Session if bodySession] [Proposer if bodyProposer]
 //	Txn      list If | list Then | list Else (the three counts first), then
 //	         the If compares, the Then ops, the Else ops
+//	         | [format 6: str Actor | Admin: 1 byte (0 or 1)]
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
@@ -39,13 +40,15 @@ import (
 // when the Owner is not empty, and a format 4 command with an empty one is
 // refused. Format 5 is format 4 with LockDelay in the expired byte: it is
 // written exactly when LockDelay is set, and a format 5 command without it
-// is refused. Format 6 is format 5 (its session carries the flags byte,
-// the term and the owner) with, in a session, Charged, MaxSessions and
-// Clock, and a Proposer body; it is the only format of KindSessionSilent
-// and KindResolve. It is written exactly when the command has a proposer,
-// the kind is KindSessionSilent or one of the three session fields is set
-// (LockDelay may then be either), and a format 6 command with none of
-// that is refused. So the one-encoding rule holds across all five.
+// is refused. Format 6 is format 5 (its session, if any, carries the
+// flags byte, the term and the owner) with, in a session, Charged,
+// MaxSessions and Clock, in a transaction its Actor and Admin, and a
+// Proposer body; it is the only format of KindSessionSilent and
+// KindResolve. It is written exactly when the command has a proposer, the
+// kind is KindSessionSilent, one of the three session fields is set
+// (LockDelay may then be either) or the transaction has an Actor or
+// Admin, and a format 6 command with none of that is refused. So the
+// one-encoding rule holds across all five.
 
 const (
 	bodyTxn      = 1 << 0
@@ -81,11 +84,13 @@ func bounded(c *Command) bool {
 	s := c.Session
 	return s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0)
 }
+// actored reports whether c needs format 6.
+func actored(c *Command) bool { return c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin) }
 
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case c.Proposer != nil, bounded(c):
+	case c.Proposer != nil, bounded(c), actored(c):
 		return Version
 	case lockDelayed(c):
 		return versionLockDelay
@@ -108,6 +113,9 @@ func encodedLen(c *Command) int {
 			n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
 		}
 		n += opsLen(t.Then) + opsLen(t.Else)
+		if format(c) == Version {
+			n += wirebytes.StringLen(t.Actor) + 1
+		}
 	}
 	if p := c.Proposer; p != nil {
 		n += wirebytes.StringLen(p.Owner) + wirebytes.UvarintLen(p.ID) + wirebytes.UvarintLen(p.Seq) +
@@ -174,6 +182,14 @@ func encodeBinary(c *Command) []byte {
 		}
 		b = appendOps(b, t.Then)
 		b = appendOps(b, t.Else)
+		if format(c) == Version {
+			b = wirebytes.AppendString(b, t.Actor)
+			var admin byte
+			if t.Admin {
+				admin = 1
+			}
+			b = append(b, admin)
+		}
 	}
 	if s := c.Session; s != nil {
 		b = binary.AppendVarint(b, s.ID)
@@ -257,6 +273,8 @@ type decoder struct {
 	// bounds is set for format 6: sessions carry Charged, MaxSessions
 	// and Clock.
 	bounds bool
+	// actor is set for format 6: transactions carry Actor and Admin.
+	actor bool
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -325,6 +343,7 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		owned:  version >= versionOwned,
 		flags:  version >= versionLockDelay,
 		bounds: version >= Version,
+		actor:  version >= Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -397,6 +416,10 @@ func (d *decoder) txn(t *Txn) {
 	if nElse >= 0 {
 		t.Else = ops[:nElse:nElse]
 		d.ops(t.Else)
+	}
+	if d.actor {
+		t.Actor = d.str()
+		t.Admin = d.Bool()
 	}
 }
 

@@ -32,6 +32,7 @@ func normalizeV1(c *Command) *Command {
 	c = clone(c)
 	c.Proposer = nil // format 1 has none
 	if t := c.Txn; t != nil {
+		t.Actor, t.Admin = "", false // format 1 predates actors
 		if len(t.If) == 0 {
 			t.If = nil
 		}
@@ -88,7 +89,7 @@ func clone(c *Command) *Command {
 		return out
 	}
 	if t := c.Txn; t != nil {
-		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else)}
+		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else), Actor: t.Actor, Admin: t.Admin}
 		if t.If != nil {
 			nt.If = append([]Compare{}, t.If...)
 			for i := range nt.If {
@@ -191,18 +192,24 @@ func binaryCases() map[string]*Command {
 		"silent, no session":   {Kind: KindSessionSilent},
 		"silent, zero session": {Kind: KindSessionSilent, Session: &Session{}},
 		"lock-delay, clocked":  {Kind: KindSessionEnd, Session: &Session{ID: 9, Expired: true, LockDelay: true, Term: 4, Clock: -1}},
+		// Format 6: a client's transaction carries its actor.
+		"client's txn": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpDelete, Key: "locks/a/m0"}}, Actor: "client:w1"}},
+		"admin's txn": {Kind: KindTxn, Txn: &Txn{Else: []Op{{Type: OpDelete, Key: "locks/", Prefix: true}},
+			Actor: "client:ops", Admin: true}},
+		"actor and session": {Kind: KindTxn, Txn: &Txn{Actor: "client:ü"}, Session: &Session{ID: 1, Term: 2, Owner: "o"}},
 	}
 }
 
 // wantVersion is the format Encode must write for c: 6 only when a
-// proposer, a silence mark, a charge, an owner's bound or a clock needs
-// it, 5 only when a lock-delay flag does, 4 only when a session owner
-// does, 3 only when a session term does, so everything else stays format
-// 2 byte for byte.
+// proposer, a silence mark, a charge, an owner's bound, a clock or a
+// transaction's actor needs it, 5 only when a lock-delay flag does, 4
+// only when a session owner does, 3 only when a session term does, so
+// everything else stays format 2 byte for byte.
 func wantVersion(c *Command) byte {
 	s := c.Session
 	switch {
-	case c.Proposer != nil, c.Kind == KindSessionSilent || s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0):
+	case c.Proposer != nil, c.Kind == KindSessionSilent || s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0),
+		c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin):
 		return 6
 	case c.Session != nil && c.Session.LockDelay:
 		return 5
@@ -346,6 +353,10 @@ func randomCommand(r *rand.Rand) *Command {
 				}
 			}
 		}
+		if r.IntN(3) == 0 {
+			c.Txn.Actor = string(data(length()))
+		}
+		c.Txn.Admin = r.IntN(4) == 0
 	}
 	if r.IntN(2) == 0 {
 		c.Session = &Session{ID: varint(), TTL: varint(), Expired: r.IntN(2) == 0}
@@ -613,6 +624,14 @@ func TestDecodeMalformed(t *testing.T) {
 		"v4 silent":        cat(header4(KindSessionSilent, bodySession), []byte{0, 0, 0, 6, 0, 0, 0}),
 		"v2 silent":        header(KindSessionSilent, 0),
 		"v1 silent":        []byte("\x01\x81\xa4kind\x07"),
+		// Format 6 is only for a transaction with an actor (or admin).
+		"v6 no actor":       cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0, 0}),
+		"v6 no txn":         cat(header6(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0, 0}),
+		"v6 actor missing":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0}),
+		"v6 admin missing":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c'}),
+		"v6 admin 2":        cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 2}),
+		"v6 actor too long": cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 9, 'c', 0}),
+		"v6 trailing byte":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 0, 0}),
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),

@@ -11,7 +11,10 @@ import "github.com/coordcell/coord/internal/wirebytes"
 // cannot read (format 1, malformed bytes) counts as unbounded. A session
 // term (format 3), owner (format 4), lock-delay flag (format 5) or
 // format 6's bounds and clock sit in the session body, which Bounded does
-// not read. A leader's silence marks cost in proportion to their count.
+// not read. A leader's silence marks cost in proportion to their count;
+// a transaction's actor (format 6) follows its ops, and costs one session
+// lookup per op (a prefix delete, unbounded anyway, scans its range once
+// more).
 func Bounded(data []byte) bool {
 	if len(data) < 11 || data[0] < versionBinary2 || data[0] > Version {
 		return false

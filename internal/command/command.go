@@ -30,14 +30,15 @@ import (
 // carrying its owner, an expiry that must leave lock-delay markers, a
 // command that names its proposer for exactly-once application, a
 // session creation that counts against the quota or its owner's bound, a
-// leader's silence marks); every other command is written in format 2,
-// byte for byte as before. So a member not yet upgraded halts (and
-// replays after its upgrade) only on the commands whose meaning it would
-// get wrong, and keeps applying all the others.
+// leader's silence marks, a client's writing transaction carrying its
+// actor); every other command is written in format 2, byte for byte as
+// before. So a member not yet upgraded halts (and replays after its
+// upgrade) only on the commands whose meaning it would get wrong, and
+// keeps applying all the others.
 const Version byte = 6
 
-// versionLockDelay is the binary format with the session's lock-delay
-// flag, without format 6's additions.
+// versionLockDelay is the binary format with the session term, owner and
+// lock-delay flag, without format 6's additions.
 const versionLockDelay byte = 5
 
 // versionOwned is the binary format with the session term and owner,
@@ -174,6 +175,19 @@ type Txn struct {
 	If   []Compare `msgpack:"if,omitempty"`
 	Then []Op      `msgpack:"then,omitempty"`
 	Else []Op      `msgpack:"else,omitempty"`
+	// Actor, on a transaction a member proposes for a client, names that
+	// client as its sessions' owner does ("client:" and its identity).
+	// The state machine then lets the transaction's branch run only if
+	// every ephemeral put is for a session of that owner and, unless
+	// Admin, every key it deletes or overwrites (each key under a prefix
+	// delete included) is not an ephemeral key of another owner's session
+	// nor a lock-delay marker; otherwise nothing changes
+	// (StatusForbidden). Empty for a member's own transactions, which
+	// these rules do not restrict. Written in format 6 only.
+	Actor string `msgpack:"-"`
+	// Admin, with Actor, lifts the rule on other owners' keys (the
+	// client's grant says admin); its ephemeral puts are still its own.
+	Admin bool `msgpack:"-"`
 }
 
 // Session carries the arguments of session commands.
@@ -337,6 +351,10 @@ const (
 	// answer to every copy of the command it settled): the command never
 	// applied and never will.
 	StatusNotApplied
+	// StatusForbidden means a client's transaction (Txn.Actor) would
+	// have written for, or over, a session that is not its own; nothing
+	// changed.
+	StatusForbidden
 )
 
 // KV is a key as stored, returned in results.
