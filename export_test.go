@@ -105,6 +105,7 @@ func SessionsUnheard(n *Node) map[SessionID]time.Duration {
 func OwnerSessions(n *Node, identity string) int64 {
 	return n.sm.OwnerSessions(clientOwnerPrefix + identity)
 }
+
 // ClientCertsRefused counts the client certificates n's client port
 // refused.
 func ClientCertsRefused(n *Node) uint64 { return n.clients.auth.refused.Load() }

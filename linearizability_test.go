@@ -51,7 +51,7 @@ type regInput struct {
 type regOutput struct {
 	ambiguous bool  // the write's outcome is unknown
 	err       error // why, when ambiguous
-	found     bool // get: the key existed
+	found     bool  // get: the key existed
 	value     string
 	version   int64 // get: the version read
 	ok        bool  // cas: it succeeded

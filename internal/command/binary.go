@@ -84,6 +84,7 @@ func bounded(c *Command) bool {
 	s := c.Session
 	return s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0)
 }
+
 // actored reports whether c needs format 6.
 func actored(c *Command) bool { return c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin) }
 

@@ -607,7 +607,7 @@ func TestDecodeMalformed(t *testing.T) {
 		"v6 header only": {Version},
 		// Format 6 is only for a command with a proposer, and only format
 		// 6 carries one.
-				"v5 with a proposer":   cat(header5(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
+		"v5 with a proposer":   cat(header5(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
 		"v2 with a proposer":   cat(header(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),
 		"v6 proposer cut":      cat(header6(KindNoop, bodyProposer), []byte{0, 1, 1}),
 		"v6 owner beyond data": cat(header6(KindNoop, bodyProposer), []byte{9, 'c', 1, 1, 0, 0, 0}),
