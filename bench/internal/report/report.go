@@ -14,8 +14,8 @@ import (
 // Child is what one child process measured: one scenario on one side,
 // in one round.
 type Child struct {
-	Side     string            `json:"side"`
-	Scenario string            `json:"scenario"`
+	Side     string `json:"side"`
+	Scenario string `json:"scenario"`
 	// Round is the child's round, from 1, among the interleaved rounds of
 	// its scenario (0 in files from before rounds: one round).
 	Round   int               `json:"round,omitempty"`
