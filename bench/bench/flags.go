@@ -35,7 +35,10 @@ type options struct {
 	child       string
 	member      bool
 	shape       string
-	soak        soakOptions
+	// rounds is how many interleaved rounds each scenario runs on each
+	// side: coord, etcd, coord, etcd...
+	rounds int
+	soak   soakOptions
 }
 
 // parseFlags parses args (without the program name).
@@ -46,6 +49,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	c := &o.cfg
 	scen := fs.String("scenario", "all", "scenarios to run, comma-separated, or all: "+scenarioNames())
 	sides := fs.String("sides", "coord,etcd", "sides to run, comma-separated")
+	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds of each scenario (coord, etcd, coord, etcd...): each side's figure is its median, "+
+		"coord/etcd the median of the rounds' paired ratios, with their range; 1 runs each side once")
 	fs.StringVar(&o.out, "out", "results.json", "the JSON results file")
 	fs.StringVar(&o.md, "md", "", "also write the table as Markdown to this file")
 	fs.StringVar(&o.dir, "dir", os.TempDir(), "where the members' data directories go (must be a real disk: fsync is measured)")
@@ -157,6 +162,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if c.ClientCallers, err = parseInts(*callers); err != nil {
 		return nil, fmt.Errorf("-client-callers: %w", err)
+	}
+	if o.rounds < 1 {
+		return nil, errors.New("-rounds must be at least 1")
 	}
 	if so.duration < 0 || so.interval <= 0 {
 		return nil, errors.New("-soak and -soak-interval must be positive")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,18 +22,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRun runs the program end to end on a tiny put scenario: two child
-// processes, the table, the JSON file.
+// TestRun runs the program end to end on a tiny put scenario in two
+// interleaved rounds: four child processes (coord, etcd, coord, etcd),
+// the table, the JSON file.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-scenario", "put", "-duration", "200ms", "-warmup", "50ms", "-clients", "1,2",
-		"-dir", dir, "-out", out}, &stdout, &stderr)
+		"-rounds", "2", "-dir", dir, "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "coord/etcd") {
+	if !strings.Contains(stdout.String(), "coord/etcd") || !strings.Contains(stdout.String(), "median over 2 rounds") {
 		t.Errorf("no table in the output:\n%s", stdout.String())
 	}
 	b, err := os.ReadFile(out)
@@ -43,8 +45,15 @@ func TestRun(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Children) != 2 {
-		t.Fatalf("%d children, want 2 (coord and etcd)", len(res.Children))
+	if len(res.Children) != 4 || res.Rounds != 2 {
+		t.Fatalf("%d children in %d rounds, want 4 in 2", len(res.Children), res.Rounds)
+	}
+	var order []string
+	for _, ch := range res.Children {
+		order = append(order, fmt.Sprintf("%s%d", ch.Side, ch.Round))
+	}
+	if !slices.Equal(order, []string{"coord1", "etcd1", "coord2", "etcd2"}) {
+		t.Errorf("children ran in the order %v, want the sides interleaved", order)
 	}
 	for _, ch := range res.Children {
 		if ch.Error != "" || ch.CPUSeconds <= 0 || ch.PeakRSS <= 0 || len(ch.Metrics) == 0 {
@@ -54,8 +63,8 @@ func TestRun(t *testing.T) {
 	found := map[string]bool{}
 	for _, r := range res.Rows {
 		found[r.Name] = true
-		if r.Name == "put.c2.rate" && (r.Coord == nil || r.Etcd == nil || r.Ratio == nil) {
-			t.Errorf("row %s lacks a side or the ratio: %+v", r.Name, r)
+		if r.Name == "put.c2.rate" && (r.Coord == nil || r.Etcd == nil || r.Ratio == nil || r.Pairs != 2 || r.RatioMin == nil) {
+			t.Errorf("row %s lacks a side, the ratio or its range: %+v", r.Name, r)
 		}
 	}
 	for _, n := range []string{"put.c1.rate", "put.c2.p99", "put.child_cpu", "put.child_rss", "rss.peak"} {
@@ -75,6 +84,9 @@ func TestFlags(t *testing.T) {
 		"clients-sessions", "clients-watch", "client-put", "client-lock", "client-get"}) {
 		t.Errorf("default scenarios %v", o.scenarios)
 	}
+	if o.rounds != 3 {
+		t.Errorf("%d rounds by default, want 3", o.rounds)
+	}
 	if !slices.Equal(o.cfg.PutClients, []int{1, 16, 64}) || o.cfg.Sessions != 10_000 || o.cfg.SessionsLarge != 100_000 {
 		t.Errorf("defaults: %+v", o.cfg)
 	}
@@ -87,7 +99,7 @@ func TestFlags(t *testing.T) {
 		t.Errorf("-sessions-large 0 still runs it: %v %v", o.scenarios, err)
 	}
 	for _, bad := range [][]string{{"-scenario", "nope"}, {"-sides", "zookeeper"}, {"-clients", "0"},
-		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"extra"}} {
+		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"-rounds", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -38,9 +38,9 @@ var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true}
 // running its share of the workers against its own member in-process. Its
 // report has the merged figures under the one-process scenario's names,
 // and each process's CPU time and peak RSS from its rusage.
-func runProcs(ctx context.Context, o *options, exe, side, name string, stderr io.Writer) report.Child {
+func runProcs(ctx context.Context, o *options, exe, side, name string, round int, stderr io.Writer) report.Child {
 	sc := name + procsSuffix
-	fmt.Fprintf(stderr, "== %s %s\n", side, sc)
+	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, o.rounds)
 	ch := report.Child{Side: side, Scenario: sc}
 	start := time.Now()
 	dir, err := os.MkdirTemp(o.dir, "coord-bench-procs-"+side+"-")

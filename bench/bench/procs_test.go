@@ -18,7 +18,7 @@ func TestRunProcs(t *testing.T) {
 	out := filepath.Join(dir, "results.json")
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-shape", "procs", "-scenario", "put", "-duration", "200ms", "-warmup", "50ms", "-clients", "1,4",
-		"-dir", dir, "-out", out}, &stdout, &stderr)
+		"-rounds", "1", "-dir", dir, "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
