@@ -80,6 +80,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	stop := fs.String("failover-stop", string(cell.Crash),
 		"failover: how the leader is stopped: crash (coord: transport cut; etcd: HardStop) or graceful (Close on both)")
 	fs.IntVar(&c.FailoverRounds, "failover-rounds", 7, "failover: rounds, each on a fresh cell (the time to a new leader is mostly the randomized election timeout: a median over few rounds is noise)")
+	fs.IntVar(&c.InflightWriters, "inflight-writers", 128, "inflight: writers on the survivors, each with a write in flight when the leader stops")
+	fs.IntVar(&c.InflightCells, "inflight-cells", 3, "inflight: fresh cells each stop mode runs on (its figures pool their writes)")
+	inflightStops := fs.String("inflight-stop", "crash,graceful", "inflight: how the leader is stopped, comma-separated: crash (one process: coord's transport cut, "+
+		"etcd's HardStop; -shape procs: kill -9 of the leader's process) and/or graceful (Close on both)")
 	fs.IntVar(&c.Watchers, "watchers", 1000, "watch: watchers on one prefix")
 	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch, clients-watch: measured puts")
 	fs.IntVar(&c.Clients, "client-count", 100, "clients-sessions, clients-watch: clients (coord.Connect), client i on member i%3")
@@ -157,6 +161,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if c.StopMode, err = cell.ParseStopMode(*stop); err != nil {
 		return nil, err
 	}
+	c.InflightStops = nil
+	for _, s := range strings.Split(*inflightStops, ",") {
+		m, err := cell.ParseStopMode(s)
+		if err != nil {
+			return nil, fmt.Errorf("-inflight-stop: %w", err)
+		}
+		if !slices.Contains(c.InflightStops, m) {
+			c.InflightStops = append(c.InflightStops, m)
+		}
+	}
 	if c.PutClients, err = parseInts(*clients); err != nil {
 		return nil, fmt.Errorf("-clients: %w", err)
 	}
@@ -182,6 +196,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	for name, v := range map[string]int{"get-clients": c.GetClients, "get-keys": c.GetKeys,
 		"lock-holders": c.LockHolders, "create-workers": c.CreateWorkers, "failover-rounds": c.FailoverRounds,
+		"inflight-writers": c.InflightWriters, "inflight-cells": c.InflightCells,
 		"watchers": c.Watchers, "watch-puts": c.WatchPuts, "sessions": c.Sessions,
 		"client-count": c.Clients, "client-sessions": c.ClientSessions, "client-create-workers": c.ClientCreateWorkers, "client-watchers": c.ClientWatchers} {
 		if v < 1 {

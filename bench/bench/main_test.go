@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/coordcell/coord/bench/internal/cell"
 )
 
 // TestMain lets the test binary serve as the bench's child: the parent
@@ -80,9 +82,15 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "watch",
+	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "inflight", "watch",
 		"clients-sessions", "clients-watch", "client-put", "client-lock", "client-get"}) {
 		t.Errorf("default scenarios %v", o.scenarios)
+	}
+	if c := o.cfg; c.InflightWriters != 128 || c.InflightCells != 3 || !slices.Equal(c.InflightStops, []cell.StopMode{cell.Crash, cell.Graceful}) {
+		t.Errorf("inflight defaults: %d writers, %d cells, stops %v", c.InflightWriters, c.InflightCells, c.InflightStops)
+	}
+	if o, err := parseFlags([]string{"-inflight-stop", "graceful"}, &stderr); err != nil || !slices.Equal(o.cfg.InflightStops, []cell.StopMode{cell.Graceful}) {
+		t.Errorf("-inflight-stop graceful: %v %v", o.cfg.InflightStops, err)
 	}
 	if o.rounds != 3 {
 		t.Errorf("%d rounds by default, want 3", o.rounds)
@@ -99,7 +107,7 @@ func TestFlags(t *testing.T) {
 		t.Errorf("-sessions-large 0 still runs it: %v %v", o.scenarios, err)
 	}
 	for _, bad := range [][]string{{"-scenario", "nope"}, {"-sides", "zookeeper"}, {"-clients", "0"},
-		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"-rounds", "0"}, {"extra"}} {
+		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"-rounds", "0"}, {"-inflight-stop", "crash,kill"}, {"-inflight-writers", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -164,3 +164,20 @@ func TestWriteTableRounds(t *testing.T) {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }
+
+// Issue 23's target bounds coord's own figure: the in-flight p99 past the
+// first write after the stop, in ms.
+func TestInflightTarget(t *testing.T) {
+	over := func(name string, coord, etcd float64) Child {
+		return Child{Side: name, Scenario: "inflight", Metrics: []scenario.Metric{
+			{Name: "inflight.crash.over", Label: "over", Unit: "ms", Value: coord},
+			{Name: "inflight.graceful.over", Label: "over", Unit: "ms", Value: etcd}}}
+	}
+	rows := Rows([]string{"inflight"}, []Child{over("coord", 20, 51), over("etcd", 5000, 1)})
+	if r := row(t, rows, "inflight.crash.over"); r.Verdict != "meets" || r.Target != "coord <= 50" {
+		t.Errorf("crash: %s %s", r.Verdict, r.Target)
+	}
+	if r := row(t, rows, "inflight.graceful.over"); r.Verdict != "MISSES" {
+		t.Errorf("graceful: %s %s", r.Verdict, r.Target)
+	}
+}

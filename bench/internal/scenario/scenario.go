@@ -65,6 +65,13 @@ type Config struct {
 	ClientCreateWorkers int
 	// ClientCallers are the concurrencies of client-put.
 	ClientCallers []int
+	// InflightWriters is the number of writers of the inflight scenario
+	// (each with one write in flight when the leader stops),
+	// InflightCells the fresh cells it runs each of InflightStops on.
+	// Its writers warm up for Warmup before the stop.
+	InflightWriters int
+	InflightCells   int
+	InflightStops   []cell.StopMode
 }
 
 // Env is what a scenario runs in.
@@ -112,6 +119,8 @@ var All = []Scenario{
 	{Name: "sessions", Doc: "create Sessions sessions, keep them alive: CPU, memory, log entries, expiries", Run: Sessions},
 	{Name: "sessions-large", Doc: "the sessions scenario with SessionsLarge sessions (coord only)", CoordOnly: true, Run: SessionsLarge},
 	{Name: "failover", Doc: "stop the leader: time to a new leader and a write; election hand-over after a holder dies", Run: Failover},
+	{Name: "inflight", Doc: "InflightWriters writes in flight on the survivors when the leader stops (crash, graceful): stop to each result p50/p99/max, errors by class, first write after the stop",
+		Run: Inflight},
 	{Name: "watch", Doc: "Watchers watchers on one prefix, one put at a time: time until all received it", Run: Watch},
 	{Name: "clients-sessions", Doc: "Clients clients x ClientSessions sessions kept alive: log entries, keep-alive messages, traffic per member, CPU (coord only)",
 		CoordOnly: true, Run: ClientsSessions},
