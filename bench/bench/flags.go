@@ -94,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"clients-sessions: time limit of the creation; sessions not created by then are reported and left out")
 	callers := fs.String("client-callers", "16,64", "client-put: concurrent callers of each point (spread over 3 clients, one per member)")
 	fs.StringVar(&o.shape, "shape", shapeOne, "where the 3 members of each side run: one (in one process, as before), procs (one OS process each, "+
-		"loopback TCP, the workers spread over the processes calling their own member in-process: scenarios put, get, lock; "+
+		"loopback TCP, the workers spread over the processes calling their own member in-process: scenarios put, get, lock, inflight (its crash a kill -9); "+
 		"each member process's CPU and peak RSS and their sums), or both (each scenario in both shapes, side by side)")
 	so := &o.soak
 	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
@@ -146,7 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		for _, n := range o.scenarios {
 			if !procsScenarios[n] {
-				return nil, fmt.Errorf("-shape procs runs put, get and lock, not %s", n)
+				return nil, fmt.Errorf("-shape procs runs put, get, lock and inflight, not %s", n)
 			}
 		}
 	default:

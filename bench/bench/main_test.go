@@ -112,8 +112,8 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock"}) {
-		t.Errorf("-shape procs runs %v (%v), want put, get, lock", o.scenarios, err)
+	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock", "inflight"}) {
+		t.Errorf("-shape procs runs %v (%v), want put, get, lock, inflight", o.scenarios, err)
 	}
 	for _, bad := range [][]string{{"-shape", "procs", "-scenario", "watch"}, {"-shape", "cloud"}, {"-soak", "-1s"}, {"-soak-keys", "0"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {

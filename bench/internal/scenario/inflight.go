@@ -166,7 +166,7 @@ func inflightCell(ctx context.Context, c cell.Cell, mode cell.StopMode, writers 
 		}
 	}
 	val := value(valueSize)
-	ws := startWriters(ctx, writers, func(ctx context.Context, w, seq int) error {
+	ws := startWriters(ctx, writers, never, func(ctx context.Context, w, seq int) error {
 		return c.Put(ctx, survivors[w%len(survivors)], inflightKey(0, w, seq), val)
 	}, func(ctx context.Context, err error) cell.ErrorClass { return cell.Classify(ctx, c, err) })
 	sleep(ctx, warmup)
@@ -193,6 +193,10 @@ func inflightCell(ctx context.Context, c cell.Cell, mode cell.StopMode, writers 
 	return res, ctx.Err()
 }
 
+// never is a time after every write: writers that keep it remember only
+// their last two writes.
+var never = time.Unix(1<<62, 0)
+
 // inflightKey is the key of writer w's seq-th write in member process p
 // (0 in one process).
 func inflightKey(p, w, seq int) string {
@@ -200,21 +204,24 @@ func inflightKey(p, w, seq int) string {
 }
 
 // inflightWriters are writers writing one call after another until
-// halted, each remembering its last two writes: one of them is the write
-// it had in flight when halted, if it had one (it starts at most one
-// more after the halt, which is not in flight at it).
+// halted. Each remembers its last two writes, and every write that ended
+// at or after keep: a write in flight at an instant after keep is among
+// them. (With keep in the future, just the last two: the write a writer
+// had in flight when halted, if it had one, is one of them, since it
+// starts at most one more after the halt.)
 type inflightWriters struct {
 	stop atomic.Bool
 	wg   sync.WaitGroup
-	last [][2]writeRecord
+	keep time.Time
+	recs [][]writeRecord
 }
 
 // startWriters starts n writers calling put (with its writer number and
 // a per-writer sequence number), each call bounded by inflightLimit, its
 // error named by classify (given the call's context).
-func startWriters(ctx context.Context, n int, put func(ctx context.Context, w, seq int) error,
+func startWriters(ctx context.Context, n int, keep time.Time, put func(ctx context.Context, w, seq int) error,
 	classify func(ctx context.Context, err error) cell.ErrorClass) *inflightWriters {
-	ws := &inflightWriters{last: make([][2]writeRecord, n)}
+	ws := &inflightWriters{keep: keep, recs: make([][]writeRecord, n)}
 	for w := range n {
 		ws.wg.Go(func() {
 			for seq := 0; !ws.stop.Load() && ctx.Err() == nil; seq++ {
@@ -226,11 +233,21 @@ func startWriters(ctx context.Context, n int, put func(ctx context.Context, w, s
 					rec.class = classify(wctx, err)
 				}
 				cancel()
-				ws.last[w][seq%2] = rec
+				ws.add(w, rec)
 			}
 		})
 	}
 	return ws
+}
+
+// add records writer w's latest write, dropping its oldest when it has
+// more than two and that one ended before keep.
+func (ws *inflightWriters) add(w int, rec writeRecord) {
+	r := append(ws.recs[w], rec)
+	if len(r) > 2 && r[0].end.Before(ws.keep) {
+		r = append(r[:0], r[1:]...)
+	}
+	ws.recs[w] = r
 }
 
 // halt stops the writers from starting writes and returns the instant
@@ -242,16 +259,12 @@ func (ws *inflightWriters) halt() time.Time {
 	return t0
 }
 
-// wait waits for every writer and returns their last writes.
+// wait waits for every writer and returns the writes they remember.
 func (ws *inflightWriters) wait() []writeRecord {
 	ws.wg.Wait()
 	var out []writeRecord
-	for _, l := range ws.last {
-		for _, r := range l {
-			if !r.start.IsZero() {
-				out = append(out, r)
-			}
-		}
+	for _, r := range ws.recs {
+		out = append(out, r...)
 	}
 	return out
 }

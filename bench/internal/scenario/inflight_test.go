@@ -3,9 +3,11 @@ package scenario
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +42,32 @@ func TestAccountInflight(t *testing.T) {
 	}
 	if len(got.Errors) != 2 || got.Errors[cell.ClassAmbiguous] != 1 || got.Errors[cell.ClassLeaderChanged] != 2 {
 		t.Errorf("errors %v, want 1 ambiguous and 2 leader-changed", got.Errors)
+	}
+}
+
+// A writer remembers its last two writes and every one that ended at or
+// after keep, so the write it had in flight at any instant after keep is
+// among them.
+func TestWritersKeep(t *testing.T) {
+	keep := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return keep.Add(time.Duration(ms) * time.Millisecond) }
+	ws := &inflightWriters{keep: keep, recs: make([][]writeRecord, 1)}
+	for i := -5; i < 4; i++ {
+		ws.add(0, writeRecord{start: at(i - 1), end: at(i)})
+	}
+	var ends []int
+	for _, r := range ws.wait() {
+		ends = append(ends, int(r.end.Sub(keep)/time.Millisecond))
+	}
+	if want := []int{0, 1, 2, 3}; !slices.Equal(ends, want) {
+		t.Errorf("kept writes ending at %v ms, want %v", ends, want)
+	}
+	ws = &inflightWriters{keep: never, recs: make([][]writeRecord, 1)}
+	for i := range 5 {
+		ws.add(0, writeRecord{start: at(i - 1), end: at(i)})
+	}
+	if r := ws.wait(); len(r) != 2 || !r[1].end.Equal(at(4)) {
+		t.Errorf("keeping only the last two: %v", r)
 	}
 }
 
@@ -262,3 +290,87 @@ func (c *stallCell) Classify(err error) cell.ErrorClass {
 	}
 	return cell.ClassOther
 }
+
+// With one member per process: two survivors' shares on in-memory
+// members that hold every write until delay after the stop. The parent's
+// accounting finds each writer's write in flight at the stop, timed from
+// it; the first write is a probe started after the stop; the new leader
+// is the survivor that says it leads.
+func TestInflightShares(t *testing.T) {
+	const writers, delay = 5, 30 * time.Millisecond
+	release := make(chan struct{})
+	var leads atomic.Bool
+	ms := []*gatedMember{{release: release}, {release: release, leads: &leads}}
+	stopAt := time.Now().Add(50 * time.Millisecond)
+	shares := make([]*InflightShareResult, len(ms))
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		sh := InflightShare{Writers: writers, Process: i, ValueSize: 8, StopAt: stopAt.UnixNano(),
+			ProbeOffset: time.Duration(i) * time.Millisecond, ProbeEvery: 2 * time.Millisecond, ProbeGuard: 5 * time.Millisecond, HaltGrace: 5 * time.Millisecond}
+		wg.Go(func() { shares[i], errs[i] = RunInflightShare(context.Background(), m, sh) })
+	}
+	time.Sleep(time.Until(stopAt)) // the parent stops the leader at the planned instant
+	t0 := time.Now()
+	// The second survivor leads at the delay, and takes writes a little
+	// after, as a new leader commits its first entry before any write.
+	time.AfterFunc(delay, func() { leads.Store(true) })
+	time.AfterFunc(delay+10*time.Millisecond, func() { close(release) })
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	res, err := InflightFromShares(t0, shares)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Lat) != 2*writers {
+		t.Fatalf("%d writes in flight, want %d: %v", len(res.Lat), 2*writers, res)
+	}
+	for _, l := range res.Lat {
+		if l < delay {
+			t.Errorf("a write in flight ended %v after the stop, before the cell could take it (%v)", l, delay)
+		}
+	}
+	if len(res.Errors) != 0 {
+		t.Errorf("errors %v", res.Errors)
+	}
+	if res.Write < delay+10*time.Millisecond || res.Lead < delay {
+		t.Errorf("first write %v, new leader %v: sooner than %v", res.Write, res.Lead, delay)
+	}
+	// A share whose probes never got a write through after the stop
+	// cannot say when the cell took writes again.
+	if _, err := InflightFromShares(time.Now(), []*InflightShareResult{{Probes: []InflightWrite{{Start: t0.UnixNano(), End: t0.UnixNano()}}}}); err == nil {
+		t.Error("no probe after the stop, and no error")
+	}
+	for _, bad := range []InflightShare{{}, {Writers: 1, StopAt: time.Now().Add(time.Hour).UnixNano(), ProbeEvery: time.Millisecond},
+		{Writers: 1, StopAt: time.Now().UnixNano()}} {
+		if _, err := RunInflightShare(context.Background(), ms[0], bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// gatedMember is an in-memory cell.Member whose puts wait until release
+// closes; it leads once leads (if any) is set.
+type gatedMember struct {
+	release chan struct{}
+	leads   *atomic.Bool
+}
+
+func (m *gatedMember) Side() string { return "fake" }
+func (m *gatedMember) Put(ctx context.Context, _ string, _ []byte) error {
+	select {
+	case <-m.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (m *gatedMember) Get(context.Context, string, bool) error { return nil }
+func (m *gatedMember) NewSession(context.Context, time.Duration) (cell.Session, error) {
+	return nil, errors.New("fake: no sessions")
+}
+func (m *gatedMember) Watch(context.Context, string, func(string)) error { return nil }
+func (m *gatedMember) Close() error                                      { return nil }
+func (m *gatedMember) Leads() bool                                       { return m.leads != nil && m.leads.Load() }
