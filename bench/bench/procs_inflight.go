@@ -87,9 +87,20 @@ func procsInflightCell(ctx context.Context, o *options, exe, side string, mode c
 		return scenario.InflightCell{}, nil, err
 	}
 	defer os.RemoveAll(dir)
-	startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
-	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr)
-	cancelStart()
+	var c member.Cell
+	for try := 1; ; try++ {
+		startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
+		c, err = member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr)
+		cancelStart()
+		if !cell.PortTaken(err) || try == cell.OpenRetries || ctx.Err() != nil {
+			break
+		}
+		logf("cell start found a port taken (%v): again on fresh ports", err)
+		os.RemoveAll(dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return scenario.InflightCell{}, nil, err
+		}
+	}
 	if err != nil {
 		return scenario.InflightCell{}, nil, err
 	}

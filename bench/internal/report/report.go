@@ -161,6 +161,9 @@ func Rows(order []string, children []Child) []Row {
 			names = append(names, sc+".child_cpu", sc+".child_rss")
 		}
 		for _, n := range names {
+			if labels[n].OmitZero && allZero(vals["coord"][n]) && allZero(vals["etcd"][n]) {
+				continue
+			}
 			rows = append(rows, newRow(sc, n, labels[n], vals["coord"][n], vals["etcd"][n]))
 		}
 	}

@@ -29,12 +29,13 @@ func Median(vs []float64) (float64, bool) {
 }
 
 // PairedRatios returns coord[i]/etcd[i] for every round i that both sides
-// measured (nil: a side lacks the round) and where etcd's value is not 0,
-// in round order.
+// measured (nil: a side lacks the round) where etcd's value is positive
+// and coord's not negative (a ratio of negative values, differences of
+// two figures, says nothing), in round order.
 func PairedRatios(coord, etcd []*float64) []float64 {
 	var out []float64
 	for i := range min(len(coord), len(etcd)) {
-		if coord[i] != nil && etcd[i] != nil && *etcd[i] != 0 {
+		if coord[i] != nil && etcd[i] != nil && *etcd[i] > 0 && *coord[i] >= 0 {
 			out = append(out, *coord[i] / *etcd[i])
 		}
 	}
@@ -69,6 +70,16 @@ func (s Spread) Range() string {
 	}
 	lo := ratio(&s.Min)
 	return lo[:len(lo)-1] + "-" + ratio(&s.Max)
+}
+
+// allZero reports whether every present value of vs is 0.
+func allZero(vs []*float64) bool {
+	for _, v := range vs {
+		if v != nil && *v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // values returns the present values of vs.

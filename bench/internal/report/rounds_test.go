@@ -51,6 +51,11 @@ func TestPairedRatios(t *testing.T) {
 			t.Errorf("PairedRatios = %v, want %v", got, want)
 		}
 	}
+	// A negative value has no meaningful ratio (a difference of two
+	// figures, say); coord's 0 over a positive etcd value is 0x.
+	if got := PairedRatios([]*float64{f(-1), f(2), f(0)}, []*float64{f(4), f(-2), f(5)}); len(got) != 1 || got[0] != 0 {
+		t.Errorf("signs: %v", got)
+	}
 	// A shorter side pairs only the rounds both have.
 	if got := PairedRatios([]*float64{f(1), f(2), f(3)}, []*float64{f(1)}); len(got) != 1 || got[0] != 1 {
 		t.Errorf("uneven sides: %v", got)
@@ -179,5 +184,32 @@ func TestInflightTarget(t *testing.T) {
 	}
 	if r := row(t, rows, "inflight.graceful.over"); r.Verdict != "MISSES" {
 		t.Errorf("graceful: %s %s", r.Verdict, r.Target)
+	}
+}
+
+// A figure marked OmitZero (an error class, say) has no row when it is 0
+// in every round of both sides; otherwise it has its row, zeros and all.
+func TestOmitZero(t *testing.T) {
+	m := func(name string, v float64) scenario.Metric {
+		return scenario.Metric{Name: name, Label: name, Unit: "writes", Value: v, OmitZero: true}
+	}
+	var chs []Child
+	for r := range 3 {
+		other := 0.0
+		if r == 1 {
+			other = 2
+		}
+		chs = append(chs,
+			Child{Side: "coord", Scenario: "inflight", Round: r + 1, Metrics: []scenario.Metric{m("x.none", 0), m("x.some", 0)}},
+			Child{Side: "etcd", Scenario: "inflight", Round: r + 1, Metrics: []scenario.Metric{m("x.none", 0), m("x.some", other)}})
+	}
+	rows := Rows([]string{"inflight"}, chs)
+	for _, r := range rows {
+		if r.Name == "x.none" {
+			t.Errorf("a row for a figure 0 everywhere: %+v", r)
+		}
+	}
+	if r := row(t, rows, "x.some"); *r.Coord != 0 || *r.Etcd != 0 || len(r.EtcdRounds) != 3 || *r.EtcdRounds[1] != 2 {
+		t.Errorf("x.some: %+v", r)
 	}
 }

@@ -128,27 +128,26 @@ func InflightMetrics(mode cell.StopMode, writers int, cells []InflightCell) []Me
 	}
 	lat, leads, writes = sortedCopy(lat), sortedCopy(leads), sortedCopy(writes)
 	name := "inflight." + string(mode)
-	label := fmt.Sprintf("writes in flight across a %s stop of the leader (%d writers, %d cells)", mode, writers, len(cells))
+	label := fmt.Sprintf("in-flight writes, %s stop (%d writers x %d cells)", mode, writers, len(cells))
 	p99, first := percentile(lat, 99), percentile(writes, 50)
 	out := []Metric{
-		{Name: name + ".writes", Label: label + ": writes in flight", Unit: "writes", Value: float64(len(lat))},
+		{Name: name + ".writes", Label: label + ": in flight at the stop", Unit: "writes", Value: float64(len(lat))},
 		{Name: name + ".p50", Label: label + ": stop to result, p50", Unit: "ms", Value: ms(percentile(lat, 50))},
 		{Name: name + ".p99", Label: label + ": stop to result, p99", Unit: "ms", Value: ms(p99)},
 		{Name: name + ".max", Label: label + ": stop to result, max", Unit: "ms", Value: ms(percentile(lat, 100))},
-		{Name: name + ".errors", Label: label + ": ended in an error", Unit: "writes", Value: float64(total)},
+		{Name: name + ".errors", Label: label + ": errors", Unit: "writes", Value: float64(total)},
 	}
 	for _, cl := range cell.ErrorClasses {
-		out = append(out, Metric{Name: name + ".errors." + string(cl), Label: label + ": ended in an error, " + string(cl),
-			Unit: "writes", Value: float64(errs[cl])})
+		out = append(out, Metric{Name: name + ".errors." + string(cl), Label: label + ": errors, " + string(cl),
+			Unit: "writes", Value: float64(errs[cl]), OmitZero: true})
 	}
 	if len(leads) > 0 {
 		out = append(out, Metric{Name: name + ".failover.leader", Label: label + ": stop to a new leader, median", Unit: "ms",
 			Value: ms(percentile(leads, 50))})
 	}
 	out = append(out,
-		Metric{Name: name + ".failover.write", Label: label + ": stop to the first write after it, median", Unit: "ms", Value: ms(first)},
-		Metric{Name: name + ".over", Label: fmt.Sprintf("%s: p99 past the first write (target <= %v)", label, InflightOver),
-			Unit: "ms", Value: ms(p99 - first)})
+		Metric{Name: name + ".failover.write", Label: label + ": stop to the first write, median", Unit: "ms", Value: ms(first)},
+		Metric{Name: name + ".over", Label: label + ": p99 past the first write", Unit: "ms", Value: ms(p99 - first)})
 	return out
 }
 

@@ -374,3 +374,24 @@ func (m *gatedMember) NewSession(context.Context, time.Duration) (cell.Session, 
 func (m *gatedMember) Watch(context.Context, string, func(string)) error { return nil }
 func (m *gatedMember) Close() error                                      { return nil }
 func (m *gatedMember) Leads() bool                                       { return m.leads != nil && m.leads.Load() }
+
+// A cell whose start found a port taken is started again; other errors
+// are not retried.
+func TestWithCellRetriesTakenPort(t *testing.T) {
+	taken := errors.New("coord member 2: transport: listen: listen tcp 127.0.0.1:9: bind: address already in use")
+	opens := 0
+	env := Env{Open: func(context.Context) (cell.Cell, error) {
+		if opens++; opens < cell.OpenRetries {
+			return nil, taken
+		}
+		return newStallCell(0), nil
+	}}
+	if _, err := withCell(context.Background(), env, func(cell.Cell) ([]Metric, error) { return nil, nil }); err != nil || opens != cell.OpenRetries {
+		t.Errorf("%d opens, err %v; want %d and none", opens, err, cell.OpenRetries)
+	}
+	opens = 0
+	env.Open = func(context.Context) (cell.Cell, error) { opens++; return nil, errors.New("disk full") }
+	if _, err := withCell(context.Background(), env, func(cell.Cell) ([]Metric, error) { return nil, nil }); err == nil || opens != 1 {
+		t.Errorf("%d opens, err %v; want 1 and its error", opens, err)
+	}
+}

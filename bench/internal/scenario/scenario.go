@@ -99,6 +99,9 @@ type Metric struct {
 	Value float64 `json:"value"`
 	// HigherIsBetter says which way is better ("" when neither).
 	HigherIsBetter bool `json:"higher_is_better,omitempty"`
+	// OmitZero asks the report to leave the figure out when it is 0 in
+	// every round of both sides (one of many counts, mostly 0).
+	OmitZero bool `json:"omit_zero,omitempty"`
 }
 
 // Scenario is one runnable scenario.
@@ -141,10 +144,15 @@ func ByName(name string) (Scenario, error) {
 	return Scenario{}, fmt.Errorf("unknown scenario %q", name)
 }
 
-// withCell opens a cell, runs f on it and closes it.
+// withCell opens a cell, runs f on it and closes it. A cell that could
+// not start because a port was taken is started again (cell.PortTaken).
 func withCell(ctx context.Context, env Env, f func(c cell.Cell) ([]Metric, error)) ([]Metric, error) {
 	start := time.Now()
 	c, err := env.Open(ctx)
+	for try := 1; cell.PortTaken(err) && try < cell.OpenRetries && ctx.Err() == nil; try++ {
+		env.log("cell start found a port taken (%v): again on fresh ports", err)
+		c, err = env.Open(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
