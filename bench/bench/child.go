@@ -21,10 +21,16 @@ import (
 )
 
 // runChild runs the one scenario on the one side that o.child names
-// ("side:scenario") and writes a report.Child as JSON to stdout. A
+// ("side:scenario", or "side:scenario:round" for one of several interleaved
+// rounds, which names its profile and trace files) and writes a report.Child as JSON to stdout. A
 // failing scenario is reported in the JSON, not by the exit code.
 func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	side, name, _ := strings.Cut(o.child, ":")
+	name, round, _ := strings.Cut(name, ":")
+	base := side + "-" + name
+	if o.rounds > 1 && round != "" {
+		base += "-r" + round // each round's profiles and traces are their own
+	}
 	sc, err := scenario.ByName(name)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench child:", err)
@@ -36,7 +42,7 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.profileDir != "" {
-		stopProfile, err := startProfile(o.profileDir, side+"-"+name)
+		stopProfile, err := startProfile(o.profileDir, base)
 		if err != nil {
 			fmt.Fprintln(stderr, "bench child:", err)
 			return 1
@@ -44,7 +50,7 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		defer stopProfile()
 	}
 	if o.traceDir != "" {
-		stopTrace, err := startTrace(o.traceDir, side+"-"+name)
+		stopTrace, err := startTrace(o.traceDir, base)
 		if err != nil {
 			fmt.Fprintln(stderr, "bench child:", err)
 			return 1

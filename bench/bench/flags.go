@@ -35,7 +35,10 @@ type options struct {
 	child       string
 	member      bool
 	shape       string
-	soak        soakOptions
+	// rounds is how many interleaved rounds each scenario runs on each
+	// side: coord, etcd, coord, etcd...
+	rounds int
+	soak   soakOptions
 }
 
 // parseFlags parses args (without the program name).
@@ -46,6 +49,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	c := &o.cfg
 	scen := fs.String("scenario", "all", "scenarios to run, comma-separated, or all: "+scenarioNames())
 	sides := fs.String("sides", "coord,etcd", "sides to run, comma-separated")
+	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds of each scenario (coord, etcd, coord, etcd...): each side's figure is its median, "+
+		"coord/etcd the median of the rounds' paired ratios, with their range; 1 runs each side once")
 	fs.StringVar(&o.out, "out", "results.json", "the JSON results file")
 	fs.StringVar(&o.md, "md", "", "also write the table as Markdown to this file")
 	fs.StringVar(&o.dir, "dir", os.TempDir(), "where the members' data directories go (must be a real disk: fsync is measured)")
@@ -75,6 +80,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	stop := fs.String("failover-stop", string(cell.Crash),
 		"failover: how the leader is stopped: crash (coord: transport cut; etcd: HardStop) or graceful (Close on both)")
 	fs.IntVar(&c.FailoverRounds, "failover-rounds", 7, "failover: rounds, each on a fresh cell (the time to a new leader is mostly the randomized election timeout: a median over few rounds is noise)")
+	fs.IntVar(&c.InflightWriters, "inflight-writers", 128, "inflight: writers on the survivors, each with a write in flight when the leader stops")
+	fs.IntVar(&c.InflightCells, "inflight-cells", 3, "inflight: fresh cells each stop mode runs on (its figures pool their writes)")
+	inflightStops := fs.String("inflight-stop", "crash,graceful", "inflight: how the leader is stopped, comma-separated: crash (one process: coord's transport cut, "+
+		"etcd's HardStop; -shape procs: kill -9 of the leader's process) and/or graceful (Close on both)")
 	fs.IntVar(&c.Watchers, "watchers", 1000, "watch: watchers on one prefix")
 	fs.IntVar(&c.WatchPuts, "watch-puts", 50, "watch, clients-watch: measured puts")
 	fs.IntVar(&c.Clients, "client-count", 100, "clients-sessions, clients-watch: clients (coord.Connect), client i on member i%3")
@@ -85,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"clients-sessions: time limit of the creation; sessions not created by then are reported and left out")
 	callers := fs.String("client-callers", "16,64", "client-put: concurrent callers of each point (spread over 3 clients, one per member)")
 	fs.StringVar(&o.shape, "shape", shapeOne, "where the 3 members of each side run: one (in one process, as before), procs (one OS process each, "+
-		"loopback TCP, the workers spread over the processes calling their own member in-process: scenarios put, get, lock; "+
+		"loopback TCP, the workers spread over the processes calling their own member in-process: scenarios put, get, lock, inflight (its crash a kill -9); "+
 		"each member process's CPU and peak RSS and their sums), or both (each scenario in both shapes, side by side)")
 	so := &o.soak
 	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
@@ -137,7 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		for _, n := range o.scenarios {
 			if !procsScenarios[n] {
-				return nil, fmt.Errorf("-shape procs runs put, get and lock, not %s", n)
+				return nil, fmt.Errorf("-shape procs runs put, get, lock and inflight, not %s", n)
 			}
 		}
 	default:
@@ -152,11 +161,24 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if c.StopMode, err = cell.ParseStopMode(*stop); err != nil {
 		return nil, err
 	}
+	c.InflightStops = nil
+	for _, s := range strings.Split(*inflightStops, ",") {
+		m, err := cell.ParseStopMode(s)
+		if err != nil {
+			return nil, fmt.Errorf("-inflight-stop: %w", err)
+		}
+		if !slices.Contains(c.InflightStops, m) {
+			c.InflightStops = append(c.InflightStops, m)
+		}
+	}
 	if c.PutClients, err = parseInts(*clients); err != nil {
 		return nil, fmt.Errorf("-clients: %w", err)
 	}
 	if c.ClientCallers, err = parseInts(*callers); err != nil {
 		return nil, fmt.Errorf("-client-callers: %w", err)
+	}
+	if o.rounds < 1 {
+		return nil, errors.New("-rounds must be at least 1")
 	}
 	if so.duration < 0 || so.interval <= 0 {
 		return nil, errors.New("-soak and -soak-interval must be positive")
@@ -174,6 +196,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	for name, v := range map[string]int{"get-clients": c.GetClients, "get-keys": c.GetKeys,
 		"lock-holders": c.LockHolders, "create-workers": c.CreateWorkers, "failover-rounds": c.FailoverRounds,
+		"inflight-writers": c.InflightWriters, "inflight-cells": c.InflightCells,
 		"watchers": c.Watchers, "watch-puts": c.WatchPuts, "sessions": c.Sessions,
 		"client-count": c.Clients, "client-sessions": c.ClientSessions, "client-create-workers": c.ClientCreateWorkers, "client-watchers": c.ClientWatchers} {
 		if v < 1 {

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/coordcell/coord/bench/internal/cell"
 )
 
 // TestMain lets the test binary serve as the bench's child: the parent
@@ -21,18 +24,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRun runs the program end to end on a tiny put scenario: two child
-// processes, the table, the JSON file.
+// TestRun runs the program end to end on a tiny put scenario in two
+// interleaved rounds: four child processes (coord, etcd, coord, etcd),
+// the table, the JSON file.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-scenario", "put", "-duration", "200ms", "-warmup", "50ms", "-clients", "1,2",
-		"-dir", dir, "-out", out}, &stdout, &stderr)
+		"-rounds", "2", "-dir", dir, "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "coord/etcd") {
+	if !strings.Contains(stdout.String(), "coord/etcd") || !strings.Contains(stdout.String(), "median over 2 rounds") {
 		t.Errorf("no table in the output:\n%s", stdout.String())
 	}
 	b, err := os.ReadFile(out)
@@ -43,8 +47,15 @@ func TestRun(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Children) != 2 {
-		t.Fatalf("%d children, want 2 (coord and etcd)", len(res.Children))
+	if len(res.Children) != 4 || res.Rounds != 2 {
+		t.Fatalf("%d children in %d rounds, want 4 in 2", len(res.Children), res.Rounds)
+	}
+	var order []string
+	for _, ch := range res.Children {
+		order = append(order, fmt.Sprintf("%s%d", ch.Side, ch.Round))
+	}
+	if !slices.Equal(order, []string{"coord1", "etcd1", "coord2", "etcd2"}) {
+		t.Errorf("children ran in the order %v, want the sides interleaved", order)
 	}
 	for _, ch := range res.Children {
 		if ch.Error != "" || ch.CPUSeconds <= 0 || ch.PeakRSS <= 0 || len(ch.Metrics) == 0 {
@@ -54,8 +65,8 @@ func TestRun(t *testing.T) {
 	found := map[string]bool{}
 	for _, r := range res.Rows {
 		found[r.Name] = true
-		if r.Name == "put.c2.rate" && (r.Coord == nil || r.Etcd == nil || r.Ratio == nil) {
-			t.Errorf("row %s lacks a side or the ratio: %+v", r.Name, r)
+		if r.Name == "put.c2.rate" && (r.Coord == nil || r.Etcd == nil || r.Ratio == nil || r.Pairs != 2 || r.RatioMin == nil) {
+			t.Errorf("row %s lacks a side, the ratio or its range: %+v", r.Name, r)
 		}
 	}
 	for _, n := range []string{"put.c1.rate", "put.c2.p99", "put.child_cpu", "put.child_rss", "rss.peak"} {
@@ -71,9 +82,18 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "watch",
+	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "inflight", "watch",
 		"clients-sessions", "clients-watch", "client-put", "client-lock", "client-get"}) {
 		t.Errorf("default scenarios %v", o.scenarios)
+	}
+	if c := o.cfg; c.InflightWriters != 128 || c.InflightCells != 3 || !slices.Equal(c.InflightStops, []cell.StopMode{cell.Crash, cell.Graceful}) {
+		t.Errorf("inflight defaults: %d writers, %d cells, stops %v", c.InflightWriters, c.InflightCells, c.InflightStops)
+	}
+	if o, err := parseFlags([]string{"-inflight-stop", "graceful"}, &stderr); err != nil || !slices.Equal(o.cfg.InflightStops, []cell.StopMode{cell.Graceful}) {
+		t.Errorf("-inflight-stop graceful: %v %v", o.cfg.InflightStops, err)
+	}
+	if o.rounds != 3 {
+		t.Errorf("%d rounds by default, want 3", o.rounds)
 	}
 	if !slices.Equal(o.cfg.PutClients, []int{1, 16, 64}) || o.cfg.Sessions != 10_000 || o.cfg.SessionsLarge != 100_000 {
 		t.Errorf("defaults: %+v", o.cfg)
@@ -87,13 +107,13 @@ func TestFlags(t *testing.T) {
 		t.Errorf("-sessions-large 0 still runs it: %v %v", o.scenarios, err)
 	}
 	for _, bad := range [][]string{{"-scenario", "nope"}, {"-sides", "zookeeper"}, {"-clients", "0"},
-		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"extra"}} {
+		{"-failover-stop", "kill"}, {"-etcd-client", "http"}, {"-watchers", "0"}, {"-client-count", "0"}, {"-client-callers", "16,x"}, {"-rounds", "0"}, {"-inflight-stop", "crash,kill"}, {"-inflight-writers", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock"}) {
-		t.Errorf("-shape procs runs %v (%v), want put, get, lock", o.scenarios, err)
+	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock", "inflight"}) {
+		t.Errorf("-shape procs runs %v (%v), want put, get, lock, inflight", o.scenarios, err)
 	}
 	for _, bad := range [][]string{{"-shape", "procs", "-scenario", "watch"}, {"-shape", "cloud"}, {"-soak", "-1s"}, {"-soak-keys", "0"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {

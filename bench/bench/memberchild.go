@@ -35,6 +35,13 @@ func runMember(ctx context.Context, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// The member processes' operations of the in-flight scenario.
+const (
+	opInflight        = "inflight"         // a survivor's scenario.InflightShare
+	opLeads           = "leads"            // whether the member leads: a bool
+	opCloseGracefully = "close-gracefully" // close the member gracefully, keep the process
+)
+
 // memberServices routes a member process's requests by their prefix.
 type memberServices struct {
 	m    cell.Member
@@ -42,17 +49,37 @@ type memberServices struct {
 }
 
 // Handle passes the soak operations to the soak service, and runs the
-// multi-process shape's load points.
+// multi-process shape's load points and in-flight rounds.
 func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMessage) (any, error) {
 	if strings.HasPrefix(op, "soak-") {
 		return s.soak.Handle(ctx, op, body)
 	}
-	if op == opLoad {
+	switch op {
+	case opLoad:
 		var l scenario.MemberLoad
 		if err := json.Unmarshal(body, &l); err != nil {
 			return nil, fmt.Errorf("load: %w", err)
 		}
 		return scenario.RunMemberLoad(ctx, s.m, l)
+	case opInflight:
+		var sh scenario.InflightShare
+		if err := json.Unmarshal(body, &sh); err != nil {
+			return nil, fmt.Errorf("inflight: %w", err)
+		}
+		return scenario.RunInflightShare(ctx, s.m, sh)
+	case opLeads:
+		l, ok := s.m.(cell.Leads)
+		if !ok {
+			return nil, errors.New("bench member: this side cannot say whether it leads")
+		}
+		return l.Leads(), nil
+	case opCloseGracefully:
+		// The member closes as its side's ordinary shutdown does; the
+		// process stays, to be stopped with the others.
+		if g, ok := s.m.(cell.GracefulCloser); ok {
+			return nil, g.CloseGracefully()
+		}
+		return nil, s.m.Close()
 	}
 	return nil, errors.New("bench member: unknown operation " + op)
 }

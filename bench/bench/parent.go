@@ -28,6 +28,7 @@ type results struct {
 	Machine         machine         `json:"machine"`
 	EtcdClient      string          `json:"etcd_client"`
 	Shape           string          `json:"shape"`
+	Rounds          int             `json:"rounds"`
 	Config          scenario.Config `json:"config"`
 	Rows            []report.Row    `json:"rows"`
 	Children        []report.Child  `json:"children"`
@@ -48,6 +49,7 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		Machine:    readMachine(),
 		EtcdClient: string(o.etcdClient),
 		Shape:      o.shape,
+		Rounds:     o.rounds,
 		Config:     o.cfg,
 	}
 	fmt.Fprintf(stderr, "bench: %s; %d CPUs (%s); data under %s\n",
@@ -64,27 +66,40 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		if procs {
 			order = append(order, name+procsSuffix)
 		}
+		var sides []string
 		for _, side := range o.sides {
-			if sc.CoordOnly && side != "coord" {
-				continue
+			if !sc.CoordOnly || side == "coord" {
+				sides = append(sides, side)
 			}
-			var chs []report.Child
-			if one {
-				chs = append(chs, runOne(ctx, exe, args, side, name, stderr))
-			}
-			if procs && ctx.Err() == nil {
-				chs = append(chs, runProcs(ctx, o, exe, side, name, stderr))
-			}
-			for _, ch := range chs {
-				if ch.Error != "" {
-					failed = true
-					fmt.Fprintf(stderr, "== %s %s FAILED: %s\n", side, ch.Scenario, ch.Error)
+		}
+		// The rounds interleave the sides, shape by shape, so each
+		// round's pair of children ran one right after the other.
+		for round := 1; round <= o.rounds; round++ {
+			for _, shape := range []bool{false, true} {
+				if (!shape && !one) || (shape && !procs) {
+					continue
+				}
+				for _, side := range sides {
+					if ctx.Err() != nil {
+						return 1
+					}
+					var ch report.Child
+					if shape {
+						ch = runProcs(ctx, o, exe, side, name, round, stderr)
+					} else {
+						ch = runOne(ctx, exe, args, side, name, round, o.rounds, stderr)
+					}
+					ch.Round = round
+					if ch.Error != "" {
+						failed = true
+						fmt.Fprintf(stderr, "== %s %s round %d FAILED: %s\n", side, ch.Scenario, round, ch.Error)
+					}
+					res.Children = append(res.Children, ch)
 				}
 			}
-			res.Children = append(res.Children, chs...)
-			if ctx.Err() != nil {
-				return 1
-			}
+		}
+		if ctx.Err() != nil {
+			return 1
 		}
 	}
 	res.DurationSeconds = time.Since(res.Started).Seconds()
@@ -113,13 +128,13 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 	return 0
 }
 
-// runOne runs one child and returns its report, with the CPU time and
-// peak RSS of its rusage.
-func runOne(ctx context.Context, exe string, args []string, side, name string, stderr io.Writer) report.Child {
-	fmt.Fprintf(stderr, "== %s %s\n", side, name)
+// runOne runs one child (round round of rounds) and returns its report,
+// with the CPU time and peak RSS of its rusage.
+func runOne(ctx context.Context, exe string, args []string, side, name string, round, rounds int, stderr io.Writer) report.Child {
+	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, name, round, rounds)
 	ctx, cancel := context.WithTimeout(ctx, childLimit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, append(slices.Clone(args), "-"+childFlag, side+":"+name)...)
+	cmd := exec.CommandContext(ctx, exe, append(slices.Clone(args), "-"+childFlag, fmt.Sprintf("%s:%s:%d", side, name, round))...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, stderr
 	start := time.Now()

@@ -31,18 +31,30 @@ const procsSuffix = "@procs"
 const opLoad = "load"
 
 // procsScenarios are the scenarios the multi-process shape runs.
-var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true}
+var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "inflight": true}
 
 // runProcs runs scenario name on side with one member per process: a
 // fresh cell of member processes (package member, as the soak), each
 // running its share of the workers against its own member in-process. Its
 // report has the merged figures under the one-process scenario's names,
 // and each process's CPU time and peak RSS from its rusage.
-func runProcs(ctx context.Context, o *options, exe, side, name string, stderr io.Writer) report.Child {
+func runProcs(ctx context.Context, o *options, exe, side, name string, round int, stderr io.Writer) report.Child {
 	sc := name + procsSuffix
-	fmt.Fprintf(stderr, "== %s %s\n", side, sc)
+	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, o.rounds)
 	ch := report.Child{Side: side, Scenario: sc}
 	start := time.Now()
+	if name == "inflight" {
+		// A fresh cell for every round of it, so it starts its own.
+		runProcsInflight(ctx, o, exe, side, &ch, stderr)
+		ch.WallSeconds = time.Since(start).Seconds()
+		for _, p := range ch.Processes {
+			ch.CPUSeconds += p.CPUSeconds
+			ch.PeakRSS += p.PeakRSS
+		}
+		fmt.Fprintf(stderr, "== %s %s: %.1fs, CPU %.1fs, peak RSS %.0f MB (sums over %d member processes)\n",
+			side, sc, ch.WallSeconds, ch.CPUSeconds, float64(ch.PeakRSS)/(1<<20), len(ch.Processes))
+		return ch
+	}
 	dir, err := os.MkdirTemp(o.dir, "coord-bench-procs-"+side+"-")
 	if err != nil {
 		ch.Error = err.Error()

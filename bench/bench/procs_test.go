@@ -18,7 +18,7 @@ func TestRunProcs(t *testing.T) {
 	out := filepath.Join(dir, "results.json")
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-shape", "procs", "-scenario", "put", "-duration", "200ms", "-warmup", "50ms", "-clients", "1,4",
-		"-dir", dir, "-out", out}, &stdout, &stderr)
+		"-rounds", "1", "-dir", dir, "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -62,5 +62,51 @@ func TestRunProcs(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "member processes: CPU time, sum") {
 		t.Errorf("no sums in the table:\n%s", stdout.String())
+	}
+}
+
+// TestRunProcsInflight runs the inflight scenario with one member per
+// process on both sides, both stops, one cell each: the leader's process
+// is killed (crash) or its member closed (graceful), and the writes in
+// flight on the two survivors' processes are each timed to their result.
+func TestRunProcsInflight(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-shape", "procs", "-scenario", "inflight", "-inflight-writers", "8", "-inflight-cells", "1",
+		"-warmup", "100ms", "-rounds", "1", "-dir", dir, "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Children) != 2 {
+		t.Fatalf("%d children", len(res.Children))
+	}
+	for _, ch := range res.Children {
+		if ch.Error != "" || ch.Scenario != "inflight@procs" || len(ch.Processes) != 3 || ch.CPUSeconds <= 0 {
+			t.Fatalf("child %s %s: %+v", ch.Side, ch.Scenario, ch)
+		}
+		got := map[string]float64{}
+		for _, m := range ch.Metrics {
+			got[m.Name] = m.Value
+		}
+		for _, mode := range []string{"crash", "graceful"} {
+			m := "inflight." + mode
+			if got[m+".writes"] < 1 || got[m+".p99"] <= 0 || got[m+".failover.write"] <= 0 || got[m+".errors.bench-limit"] != 0 {
+				t.Errorf("%s %s: %v", ch.Side, mode, got)
+			}
+			t.Logf("%s %s: %v in flight, p99 %.1f ms, %v errors, first write %.1f ms, new leader %.1f ms", ch.Side, mode,
+				got[m+".writes"], got[m+".p99"], got[m+".errors"], got[m+".failover.write"], got[m+".failover.leader"])
+		}
+	}
+	if !strings.Contains(stdout.String(), "3 procs") {
+		t.Errorf("no procs labels in the table:\n%s", stdout.String())
 	}
 }

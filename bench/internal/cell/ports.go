@@ -1,8 +1,11 @@
 package cell
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"syscall"
 )
 
 // FreeAddrs returns n loopback addresses ("127.0.0.1:port") whose ports
@@ -26,4 +29,15 @@ func FreeAddrs(n int) ([]string, error) {
 		addrs = append(addrs, l.Addr().String())
 	}
 	return addrs, nil
+}
+
+// OpenRetries is how many times a cell whose start found a port of
+// FreeAddrs taken is started again, on fresh ports.
+const OpenRetries = 3
+
+// PortTaken reports whether err is a start that failed because a port
+// FreeAddrs returned was taken in between (by another process, or by a
+// cell of this one closing its connections).
+func PortTaken(err error) bool {
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use"))
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coordcell/coord/bench/internal/cell"
@@ -23,6 +24,8 @@ type Member struct {
 	e        *embed.Etcd
 	cl       *clientv3.Client
 	logLevel zap.AtomicLevel
+	// closeOnce makes the first of Close and CloseGracefully the only one.
+	closeOnce sync.Once
 }
 
 var _ cell.Member = (*Member)(nil)
@@ -106,11 +109,26 @@ func (m *Member) Watch(ctx context.Context, prefix string, fn func(key string)) 
 // for a leadership transfer that cannot happen. A closing member logs
 // its listeners' ends as errors: nothing is logged from here on.
 func (m *Member) Close() error {
-	m.logLevel.SetLevel(zap.FatalLevel)
-	if m.cl != nil {
-		m.cl.Close()
-	}
-	m.e.Server.HardStop()
-	m.e.Close()
+	m.closeOnce.Do(func() {
+		m.logLevel.SetLevel(zap.FatalLevel)
+		if m.cl != nil {
+			m.cl.Close()
+		}
+		m.e.Server.HardStop()
+		m.e.Close()
+	})
+	return nil
+}
+
+// CloseGracefully is Etcd.Close, which transfers leadership first when
+// the member leads (as Cell.Stop's Graceful does).
+func (m *Member) CloseGracefully() error {
+	m.closeOnce.Do(func() {
+		m.logLevel.SetLevel(zap.FatalLevel)
+		if m.cl != nil {
+			m.cl.Close()
+		}
+		m.e.Close()
+	})
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/bench/internal/cell"
@@ -36,7 +37,8 @@ type Proc struct {
 
 	mu       sync.Mutex // one call at a time, so answers match requests
 	stopOnce sync.Once
-	usage    proc.Usage // the child's rusage, once exited
+	killed   atomic.Bool // by Kill: its exit status is no error
+	usage    proc.Usage  // the child's rusage, once exited
 	waitErr  error
 }
 
@@ -182,6 +184,15 @@ func (p *Proc) Call(ctx context.Context, op string, body, out any) (Usage, error
 	return r.Usage, nil
 }
 
+// Kill kills the child at once (SIGKILL, kill -9: its member gets no
+// chance to say goodbye, and the kernel closes its sockets) and returns
+// without waiting for it to exit; Stop then waits, and does not report
+// the kill as an error. A call in flight to the child fails.
+func (p *Proc) Kill() error {
+	p.killed.Store(true)
+	return p.cmd.Process.Kill()
+}
+
 // Stop asks the child to stop (its stdin closes: it closes its member
 // and exits), kills it if it has not exited within grace, and returns
 // what it used over its life (CPU time and peak RSS from its rusage). It
@@ -199,6 +210,9 @@ func (p *Proc) Stop(grace time.Duration) (proc.Usage, error) {
 			<-p.exited
 		}
 	})
+	if p.killed.Load() {
+		return p.usage, nil
+	}
 	return p.usage, p.waitErr
 }
 

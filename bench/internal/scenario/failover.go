@@ -83,7 +83,22 @@ func stopLeader(ctx context.Context, c cell.Cell, mode cell.StopMode) (lead, wri
 	start := time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(ctx, old, mode) }()
+	lead, write = awaitFailover(ctx, c, old, survivors, start)
+	if err := <-stopped; err != nil {
+		return 0, 0, fmt.Errorf("stop member %d: %w", old, err)
+	}
+	if lead == 0 || write == 0 {
+		return 0, 0, fmt.Errorf("no new leader and write within %v", failoverLimit)
+	}
+	return lead, write, nil
+}
 
+// awaitFailover returns how long from start, when member old was told to
+// stop, until a survivor led and until a write through a survivor
+// committed (0 for what ctx ended first): overlapping write attempts, one
+// started every writeEvery, alternating between the survivors, so the
+// first write is seen within writeEvery of when the cell could take one.
+func awaitFailover(ctx context.Context, c cell.Cell, old int, survivors []int, start time.Time) (lead, write time.Duration) {
 	var wg sync.WaitGroup
 	// A survivor leads.
 	wg.Go(func() {
@@ -101,8 +116,7 @@ func stopLeader(ctx context.Context, c cell.Cell, mode cell.StopMode) (lead, wri
 			}
 		}
 	})
-	// A write through a survivor commits: overlapping attempts, one
-	// started every writeEvery, alternating between the survivors.
+	// A write through a survivor commits.
 	wg.Go(func() {
 		done := make(chan time.Duration, 1)
 		actx, stopAttempts := context.WithCancel(ctx)
@@ -131,13 +145,7 @@ func stopLeader(ctx context.Context, c cell.Cell, mode cell.StopMode) (lead, wri
 		}
 	})
 	wg.Wait()
-	if err := <-stopped; err != nil {
-		return 0, 0, fmt.Errorf("stop member %d: %w", old, err)
-	}
-	if lead == 0 || write == 0 {
-		return 0, 0, fmt.Errorf("no new leader and write within %v", failoverLimit)
-	}
-	return lead, write, nil
+	return lead, write
 }
 
 // electionHandover elects a holder on member 0, has a candidate wait on

@@ -65,6 +65,13 @@ type Config struct {
 	ClientCreateWorkers int
 	// ClientCallers are the concurrencies of client-put.
 	ClientCallers []int
+	// InflightWriters is the number of writers of the inflight scenario
+	// (each with one write in flight when the leader stops),
+	// InflightCells the fresh cells it runs each of InflightStops on.
+	// Its writers warm up for Warmup before the stop.
+	InflightWriters int
+	InflightCells   int
+	InflightStops   []cell.StopMode
 }
 
 // Env is what a scenario runs in.
@@ -92,6 +99,9 @@ type Metric struct {
 	Value float64 `json:"value"`
 	// HigherIsBetter says which way is better ("" when neither).
 	HigherIsBetter bool `json:"higher_is_better,omitempty"`
+	// OmitZero asks the report to leave the figure out when it is 0 in
+	// every round of both sides (one of many counts, mostly 0).
+	OmitZero bool `json:"omit_zero,omitempty"`
 }
 
 // Scenario is one runnable scenario.
@@ -112,6 +122,8 @@ var All = []Scenario{
 	{Name: "sessions", Doc: "create Sessions sessions, keep them alive: CPU, memory, log entries, expiries", Run: Sessions},
 	{Name: "sessions-large", Doc: "the sessions scenario with SessionsLarge sessions (coord only)", CoordOnly: true, Run: SessionsLarge},
 	{Name: "failover", Doc: "stop the leader: time to a new leader and a write; election hand-over after a holder dies", Run: Failover},
+	{Name: "inflight", Doc: "InflightWriters writes in flight on the survivors when the leader stops (crash, graceful): stop to each result p50/p99/max, errors by class, first write after the stop",
+		Run: Inflight},
 	{Name: "watch", Doc: "Watchers watchers on one prefix, one put at a time: time until all received it", Run: Watch},
 	{Name: "clients-sessions", Doc: "Clients clients x ClientSessions sessions kept alive: log entries, keep-alive messages, traffic per member, CPU (coord only)",
 		CoordOnly: true, Run: ClientsSessions},
@@ -132,10 +144,15 @@ func ByName(name string) (Scenario, error) {
 	return Scenario{}, fmt.Errorf("unknown scenario %q", name)
 }
 
-// withCell opens a cell, runs f on it and closes it.
+// withCell opens a cell, runs f on it and closes it. A cell that could
+// not start because a port was taken is started again (cell.PortTaken).
 func withCell(ctx context.Context, env Env, f func(c cell.Cell) ([]Metric, error)) ([]Metric, error) {
 	start := time.Now()
 	c, err := env.Open(ctx)
+	for try := 1; cell.PortTaken(err) && try < cell.OpenRetries && ctx.Err() == nil; try++ {
+		env.log("cell start found a port taken (%v): again on fresh ports", err)
+		c, err = env.Open(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ func tiny() Config {
 		CreateWorkers: 4, CreateLimit: time.Minute, ElectionTTL: 4 * time.Second, StopMode: cell.Crash, FailoverRounds: 1,
 		Watchers: 10, WatchPuts: 3,
 		Clients: 4, ClientSessions: 20, ClientWatchers: 3, ClientCreateLimit: time.Minute, ClientCreateWorkers: 8, ClientCallers: []int{2},
+		InflightWriters: 6, InflightCells: 2, InflightStops: []cell.StopMode{cell.Crash},
 	}
 }
 
@@ -151,6 +152,25 @@ func TestFailover(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The in-flight scenario on both sides, both stops, one cell each: every
+// writer had a write in flight, and each was timed.
+func TestInflight(t *testing.T) {
+	cfg := tiny()
+	cfg.InflightCells, cfg.InflightWriters = 1, 8
+	cfg.InflightStops = []cell.StopMode{cell.Crash, cell.Graceful}
+	got := run(t, scenarioNamed(t, "inflight"), cfg)
+	for _, mode := range cfg.InflightStops {
+		m := "inflight." + string(mode)
+		positive(t, got, m+".writes", m+".p99", m+".max", m+".failover.write")
+		for side, ms := range got {
+			t.Logf("%s %s: %v in flight, p99 %vms, %v errors, first write %vms", side, mode, ms[m+".writes"], ms[m+".p99"], ms[m+".errors"], ms[m+".failover.write"])
+			if ms[m+".errors."+string(cell.ClassLimit)] != 0 {
+				t.Errorf("%s %s: a write in flight outlived the bench's limit", side, mode)
+			}
+		}
 	}
 }
 
