@@ -43,12 +43,16 @@
 //
 // # Failure semantics
 //
-// A write that certainly did not happen fails with ErrNoQuorum (or ErrClosed).
-// A write whose fate is unknown (it reached Raft, then the context ended
-// or leadership changed before it was seen to apply) fails with
-// ErrAmbiguous: it may have been applied; read before retrying. Both wrap
-// the context's error when the context was the cause, so errors.Is with
-// context.DeadlineExceeded works too. Bad input (oversized keys or values,
+// Writes are exactly-once: the library sends a write again whenever it
+// may have been lost (a dropped forward, a leader that lost office, a
+// client's member gone) and the cell applies it once, so a call with a
+// live context waits for its one real result. A write that certainly did
+// not happen fails with ErrNoQuorum (or ErrClosed). A call that ended
+// before its write's outcome was known (its context ended, its member
+// closed) fails with an *AmbiguousError (errors.Is ErrAmbiguous), whose
+// ID Outcome settles: applied, with its result, or never to apply. Both
+// wrap the context's error when the context was the cause, so errors.Is
+// with context.DeadlineExceeded works too. Bad input (oversized keys or values,
 // too many operations, over quota) fails with its own sentinel and
 // changes nothing.
 //

@@ -114,8 +114,10 @@ func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]K
 // With Ephemeral(s) the key belongs to session s and is deleted when the
 // session ends.
 //
-// An error wrapping ErrAmbiguous means the write may or may not have
-// happened; ErrNoQuorum means it did not.
+// The write applies once however often it is sent again. An
+// *AmbiguousError (ErrAmbiguous) means the call ended before its outcome
+// was known: Outcome(err.ID) settles it. ErrNoQuorum means it did not
+// happen.
 func (n *Node) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
 	return putKey(ctx, n, key, value, opts)
 }
