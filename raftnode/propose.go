@@ -81,8 +81,10 @@ func (w *waiters) stamp(cmd *command.Command, born uint64) *proposal {
 	p := &proposal{id: cmd.ID, resc: make(chan proposalResult, 1)}
 	if cmd.Proposer == nil {
 		seq, floor := w.seqs.take()
-		cmd.Proposer = &command.Proposer{ID: w.proposer, Seq: seq, Floor: floor, Born: born}
+		p.prop = command.Proposer{ID: w.proposer, Seq: seq, Floor: floor, Born: born}
 		p.own = true
+		cmd.Proposer = &p.prop // one allocation with the proposal
+		return p
 	}
 	p.prop = *cmd.Proposer
 	return p

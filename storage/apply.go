@@ -129,11 +129,12 @@ type applier struct {
 	m   smMeta // the state as of the entries applied so far
 	out *ApplyOutput
 
-	kbuf  []byte   // the KV key of the last getKV
-	ibuf  []byte   // index and history keys
-	vbuf  []byte   // records
-	hbuf  []byte   // history records
-	items []kvItem // scan's
+	kbuf  []byte       // the KV key of the last getKV
+	ibuf  []byte       // index and history keys
+	vbuf  []byte       // records
+	hbuf  []byte       // history records
+	items []kvItem     // scan's
+	gone  []resultItem // forgetResults
 	// slabs serve this call's results and events (slab.go).
 	slabs slabs
 }

@@ -390,41 +390,67 @@ func repeatResult(kept *command.Result, cmd *command.Command) command.Result {
 
 // keptResult is what the table keeps of res: the put values dropped (a
 // copy carries them), and the reads too when the whole outgrows
-// MaxResultBytes.
+// MaxResultBytes. A one-op result, every put's and delete's, takes one
+// allocation.
 func (a *applier) keptResult(res *command.Result, cmd *command.Command) *command.Result {
-	kept := *res
-	kept.Repeat = false
-	if t := cmd.Txn; t != nil && len(res.Ops) > 0 {
-		ops := t.Then
-		if !res.Succeeded {
-			ops = t.Else
+	t := cmd.Txn
+	if t == nil || len(res.Ops) == 0 {
+		kept := *res
+		kept.Repeat = false
+		return &kept
+	}
+	ops := t.Then
+	if !res.Succeeded {
+		ops = t.Else
+	}
+	isPut := func(i int) bool { return i < len(ops) && ops[i].Type == command.OpPut }
+	var kept *command.Result
+	if len(res.Ops) == 1 && len(res.Ops[0].KVs) <= 1 {
+		one := new(struct {
+			res command.Result
+			op  [1]command.OpResult
+			kv  [1]command.KV
+		})
+		one.res, one.op[0] = *res, res.Ops[0]
+		one.res.Ops = one.op[:]
+		if len(res.Ops[0].KVs) == 1 {
+			one.kv[0] = res.Ops[0].KVs[0]
+			one.op[0].KVs = one.kv[:]
 		}
-		kept.Ops = make([]command.OpResult, len(res.Ops))
-		size := 0
+		kept = &one.res
+	} else {
+		k := *res
+		k.Ops = make([]command.OpResult, len(res.Ops))
 		for i := range res.Ops {
-			kept.Ops[i].Deleted = res.Ops[i].Deleted
+			k.Ops[i].Deleted = res.Ops[i].Deleted
 			kvs := res.Ops[i].KVs
-			if i < len(ops) && ops[i].Type == command.OpPut {
+			if isPut(i) {
 				kvs = slices.Clone(kvs)
-				for j := range kvs {
-					kvs[j].Value = nil
-				}
 			}
-			for j := range kvs {
-				size += len(kvs[j].Key) + len(kvs[j].Value) + 40
-			}
-			kept.Ops[i].KVs = kvs
+			k.Ops[i].KVs = kvs
 		}
-		if size > a.sm.opts.MaxResultBytes {
-			kept.Trimmed = true
-			for i := range kept.Ops {
-				if i >= len(ops) || ops[i].Type != command.OpPut {
-					kept.Ops[i].KVs = nil
-				}
+		kept = &k
+	}
+	kept.Repeat = false
+	size := 0
+	for i := range kept.Ops {
+		kvs := kept.Ops[i].KVs
+		for j := range kvs {
+			if isPut(i) {
+				kvs[j].Value = nil
+			}
+			size += len(kvs[j].Key) + len(kvs[j].Value) + 40
+		}
+	}
+	if size > a.sm.opts.MaxResultBytes {
+		kept.Trimmed = true
+		for i := range kept.Ops {
+			if !isPut(i) {
+				kept.Ops[i].KVs = nil
 			}
 		}
 	}
-	return &kept
+	return kept
 }
 
 // recordResult keeps res as the result of cmd's proposer p, applied at
@@ -485,12 +511,14 @@ func (a *applier) putProposer(it *proposerItem) error {
 // forgetResults drops it's results below seq.
 func (a *applier) forgetResults(it *proposerItem, below uint64) error {
 	t := &a.mem.props
-	var gone []resultItem
+	gone := a.gone[:0]
 	t.results.AscendRange(resultItem{proposerRef: it.proposerRef}, resultItem{proposerRef: it.proposerRef, seq: below},
 		func(r resultItem) bool {
 			gone = append(gone, r)
 			return true
 		})
+	a.gone = gone
+	defer clear(gone) // the results they point to may go
 	for _, r := range gone {
 		if err := a.dropResult(r); err != nil {
 			return err

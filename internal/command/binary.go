@@ -310,10 +310,32 @@ type (
 	}
 )
 
-// bodies allocates a command with the bodies the flags name, except the
-// proposer, in one allocation.
+// bodies allocates a command with the bodies the flags name, the
+// proposer's included, in one allocation.
 func bodies(body byte) *Command {
-	switch body &^ bodyProposer {
+	type (
+		withProposer struct {
+			c Command
+			p Proposer
+		}
+		txnProposer struct {
+			c Command
+			t Txn
+			p Proposer
+		}
+		sessionProposer struct {
+			c Command
+			s Session
+			p Proposer
+		}
+		bothProposer struct {
+			c Command
+			t Txn
+			s Session
+			p Proposer
+		}
+	)
+	switch body {
 	case 0:
 		return new(Command)
 	case bodyTxn:
@@ -324,9 +346,25 @@ func bodies(body byte) *Command {
 		p := new(cmdSession)
 		p.c.Session = &p.s
 		return &p.c
-	default: // bodyTxn | bodySession
+	case bodyTxn | bodySession:
 		p := new(cmdBoth)
 		p.c.Txn, p.c.Session = &p.t, &p.s
+		return &p.c
+	case bodyProposer:
+		p := new(withProposer)
+		p.c.Proposer = &p.p
+		return &p.c
+	case bodyTxn | bodyProposer:
+		p := new(txnProposer)
+		p.c.Txn, p.c.Proposer = &p.t, &p.p
+		return &p.c
+	case bodySession | bodyProposer:
+		p := new(sessionProposer)
+		p.c.Session, p.c.Proposer = &p.s, &p.p
+		return &p.c
+	default: // all three
+		p := new(bothProposer)
+		p.c.Txn, p.c.Session, p.c.Proposer = &p.t, &p.s, &p.p
 		return &p.c
 	}
 }
@@ -360,8 +398,8 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 	if c.Session != nil {
 		d.session(c.Session)
 	}
-	if body&bodyProposer != 0 {
-		c.Proposer = d.proposer()
+	if c.Proposer != nil {
+		d.proposer(c.Proposer)
 	}
 	if d.Err() == nil && kind == KindResolve && (c.Proposer == nil || c.Txn != nil || c.Session != nil) {
 		d.Fail("a resolve carries a proposer and nothing else")
@@ -375,15 +413,13 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 	return c, nil
 }
 
-func (d *decoder) proposer() *Proposer {
-	return &Proposer{
-		Owner: d.str(),
-		ID:    d.Uvarint(),
-		Seq:   d.Uvarint(),
-		Floor: d.Uvarint(),
-		Born:  d.Uvarint(),
-		Key:   d.str(),
-	}
+func (d *decoder) proposer(p *Proposer) {
+	p.Owner = d.str()
+	p.ID = d.Uvarint()
+	p.Seq = d.Uvarint()
+	p.Floor = d.Uvarint()
+	p.Born = d.Uvarint()
+	p.Key = d.str()
 }
 
 func (d *decoder) txn(t *Txn) {
