@@ -32,6 +32,14 @@ var (
 	// ErrConnClosed: the connection is closed (by Close, by the peer, or
 	// after a protocol violation); pending calls end with it.
 	ErrConnClosed = errors.New("clientwire: connection closed")
+	// ErrSlowReader: the member cut the connection because the client
+	// did not read what it was sent (its queue passed its byte limit, or
+	// a write missed its deadline).
+	ErrSlowReader = errors.New("clientwire: client cut off for not reading")
+	// ErrIdle: the member closed the connection because the client sent
+	// nothing for its idle timeout, or left a frame unfinished past its
+	// I/O timeout.
+	ErrIdle = errors.New("clientwire: client idle or stalled mid-frame")
 )
 
 // Code is the stable number of an error on the wire. The root package
