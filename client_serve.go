@@ -66,15 +66,21 @@ type clientServer struct {
 	wg     sync.WaitGroup
 	warn   sync.Once // the one plaintext warning
 
-	mu       sync.Mutex
-	closed   bool
-	lns      map[net.Listener]struct{}
-	conns    int // connections being served (handshaking or admitted)
-	admitted int // connections welcomed
+	// budget bounds the bytes queued for all clients together.
+	budget *clientwire.Budget
+	counts doorCounters
+
+	mu          sync.Mutex
+	closed      bool
+	lns         map[net.Listener]struct{}
+	pending     pendingTable   // connections in their handshake
+	admitted    int            // connections welcomed
+	perIdentity map[string]int // connections welcomed, by identity
 }
 
 func newClientServer(n *Node) *clientServer {
-	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{})}
+	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{}), perIdentity: make(map[string]int),
+		budget: clientwire.NewBudget(max(n.cfg.ClientQueueBytesTotal, 2*int64(n.cfg.MaxFrameSize)))}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	return cs
 }
@@ -121,23 +127,25 @@ func (n *Node) ServeClients(l net.Listener) error {
 			}
 			return err
 		}
-		cs.mu.Lock()
 		// Connections that have not finished their handshake are bounded
-		// too, so a flood of dials cannot pile up goroutines.
-		if cs.closed || cs.conns >= 2*n.cfg.MaxClients {
+		// in total and per address, so a flood of dials can pile up
+		// neither goroutines nor silent connections that lock honest
+		// clients out (see Config.ClientMaxPending).
+		cs.mu.Lock()
+		if cs.closed {
 			cs.mu.Unlock()
 			conn.Close()
 			continue
 		}
-		cs.conns++
+		p, dropped := cs.pending.add(conn, time.Now(), n.cfg.ClientMaxPending, max(n.cfg.ClientMaxPending/4, 1))
 		cs.wg.Add(1)
 		cs.mu.Unlock()
+		if dropped != nil {
+			closeNow(dropped.conn) // its goroutine counts it refused
+		}
 		go func() {
 			defer cs.wg.Done()
-			cs.serve(conn)
-			cs.mu.Lock()
-			cs.conns--
-			cs.mu.Unlock()
+			cs.serve(conn, p)
 		}()
 	}
 }
@@ -250,47 +258,76 @@ func (cs *clientServer) close() {
 	cs.wg.Wait()
 }
 
-// serve authenticates one connection and speaks the protocol on it.
-func (cs *clientServer) serve(conn net.Conn) {
+// serve authenticates one connection and speaks the protocol on it. p
+// is its place among the handshakes in progress, which it leaves once
+// admitted (Welcome) or ended.
+func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 	n := cs.n
-	h := &clientHandler{cs: cs, n: n}
-	if tc, ok := conn.(*tls.Conn); ok {
-		ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
-			conn.Close()
-			return
-		}
-		st := tc.ConnectionState()
-		if len(st.PeerCertificates) == 0 {
-			n.cfg.Logger.Warn("refused a client without a certificate", "remote", conn.RemoteAddr().String())
-			conn.Close()
-			return
-		}
-		h.identity = certIdentity(st.PeerCertificates[0])
-	} else {
-		h.plaintext = true
-		cs.warn.Do(func() {
-			n.cfg.Logger.Warn("serving clients in plaintext: a client's identity is the name it gives, unauthenticated")
+	h := &clientHandler{cs: cs, n: n, pending: p}
+	err := cs.handshake(conn, h)
+	if err == nil {
+		err = clientwire.Serve(cs.ctx, conn, h.identity, h, clientwire.Limits{
+			MaxFrame:         n.cfg.MaxFrameSize,
+			MaxInFlight:      n.cfg.ClientMaxInFlight,
+			MaxWatchers:      n.cfg.ClientMaxWatchers,
+			QueueBytes:       n.cfg.ClientQueueBytes,
+			Budget:           cs.budget,
+			HandshakeTimeout: max(time.Until(p.at.Add(n.cfg.ClientHandshakeTimeout)), time.Millisecond),
+			IdleTimeout:      n.cfg.ClientIdleTimeout,
+			IOTimeout:        n.cfg.ClientIOTimeout,
+			ErrorCode:        codeFromErr,
+			Logger:           n.cfg.Logger,
 		})
 	}
-	err := clientwire.Serve(cs.ctx, conn, h.identity, h, clientwire.Limits{
-		MaxFrame:    n.cfg.MaxFrameSize,
-		MaxInFlight: n.cfg.ClientMaxInFlight,
-		MaxWatchers: n.cfg.ClientMaxWatchers,
-		ErrorCode:   codeFromErr,
-		Logger:      n.cfg.Logger,
-	})
+	closeNow(conn)
+	cs.mu.Lock()
+	cs.pending.remove(p)
 	if h.admitted {
-		cs.mu.Lock()
 		cs.admitted--
-		cs.mu.Unlock()
+		if cs.perIdentity[h.identity]--; cs.perIdentity[h.identity] <= 0 {
+			delete(cs.perIdentity, h.identity)
+		}
+	}
+	cs.mu.Unlock()
+	switch {
+	case !h.admitted:
+		cs.counts.refused.Add(1)
+	case errors.Is(err, clientwire.ErrSlowReader):
+		cs.counts.cutSlow.Add(1)
+	case errors.Is(err, clientwire.ErrIdle):
+		cs.counts.cutIdle.Add(1)
 	}
 	var refused *clientwire.RefusedError
 	if err != nil && !errors.As(err, &refused) {
 		n.cfg.Logger.Debug("client connection ended", "client", h.identity, "err", err)
 	}
+}
+
+// handshake runs a TLS connection's handshake within what is left of the
+// client's handshake time, and sets the identity its certificate names;
+// a plaintext connection's identity comes with its Hello.
+func (cs *clientServer) handshake(conn net.Conn, h *clientHandler) error {
+	n := cs.n
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		h.plaintext = true
+		cs.warn.Do(func() {
+			n.cfg.Logger.Warn("serving clients in plaintext: a client's identity is the name it gives, unauthenticated")
+		})
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(cs.ctx, h.pending.at.Add(n.cfg.ClientHandshakeTimeout))
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	st := tc.ConnectionState()
+	if len(st.PeerCertificates) == 0 {
+		n.cfg.Logger.Warn("refused a client without a certificate", "remote", conn.RemoteAddr().String())
+		return errors.New("no client certificate")
+	}
+	h.identity = certIdentity(st.PeerCertificates[0])
+	return nil
 }
 
 // certIdentity is the name a verified client certificate gives: its
@@ -311,6 +348,7 @@ func certIdentity(leaf *x509.Certificate) string {
 type clientHandler struct {
 	cs        *clientServer
 	n         *Node
+	pending   *pendingConn
 	plaintext bool
 	// Set by Welcome, before Serve calls any other method.
 	identity string
@@ -343,14 +381,25 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 			return nil, &clientwire.RefusedError{Reason: clientwire.RefuseForbidden, Message: err.Error()}
 		}
 	}
-	h.cs.mu.Lock()
-	if h.cs.admitted >= n.cfg.MaxClients {
-		h.cs.mu.Unlock()
+	cs := h.cs
+	cs.mu.Lock()
+	switch {
+	case h.pending.gone:
+		cs.mu.Unlock()
+		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseBusy, Message: "the handshake took too long"}
+	case cs.admitted >= n.cfg.MaxClients:
+		cs.mu.Unlock()
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseBusy,
 			Message: fmt.Sprintf("the member serves %d clients, its limit", n.cfg.MaxClients)}
+	case cs.perIdentity[identity] >= n.cfg.ClientMaxPerIdentity:
+		cs.mu.Unlock()
+		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseBusy,
+			Message: fmt.Sprintf("client %q holds %d connections to this member, its limit", identity, n.cfg.ClientMaxPerIdentity)}
 	}
-	h.cs.admitted++
-	h.cs.mu.Unlock()
+	cs.pending.remove(h.pending)
+	cs.admitted++
+	cs.perIdentity[identity]++
+	cs.mu.Unlock()
 	h.admitted = true
 	h.identity, h.owner, h.grant = identity, clientOwnerPrefix+identity, grant
 	return &clientwire.Welcome{
@@ -410,7 +459,7 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 // does not know has ended. Session IDs are log indexes, never reused, so
 // none can appear later.
 func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned map[SessionID]time.Duration, foreign, gone []int64, err error) {
-	owned = make(map[SessionID]time.Duration, len(ids))
+	owned = make(map[SessionID]time.Duration)
 	look := func(ids []int64) ([]int64, error) {
 		var missing []int64
 		for _, id := range ids {
@@ -481,14 +530,11 @@ func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) 
 // has acked it (client_serve_keepalive.go).
 func (h *clientHandler) KeepAlive(ctx context.Context, _ string, ka *clientwire.KeepAlive) (*clientwire.KeepAliveAck, error) {
 	ack := &clientwire.KeepAliveAck{Seq: ka.Seq}
-	ids := make([]int64, 0, len(ka.SessionIDs))
-	seen := make(map[int64]bool, len(ka.SessionIDs))
-	for _, id := range ka.SessionIDs {
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
+	// Sorted in place, not hashed: ka is this call's own, and nothing is
+	// sized by the count a client sent (at most MaxKeepAliveIDs).
+	ids := ka.SessionIDs
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
 	owned, foreign, gone, err := h.sortSessions(ctx, ids)
 	if err != nil {
 		return nil, err
