@@ -1,6 +1,9 @@
 package coord
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -133,4 +136,31 @@ func (cs *clientServer) status() ClientStatus {
 	st.CutIdle = cs.counts.cutIdle.Load()
 	st.QueuedBytes, st.QueuedPeak = cs.budget.Queued(), cs.budget.Peak()
 	return st
+}
+
+// handshake runs a TLS connection's handshake within what is left of the
+// client's handshake time, and sets the identity its certificate names;
+// a plaintext connection's identity comes with its Hello.
+func (cs *clientServer) handshake(conn net.Conn, h *clientHandler) error {
+	n := cs.n
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		h.plaintext = true
+		cs.warn.Do(func() {
+			n.cfg.Logger.Warn("serving clients in plaintext: a client's identity is the name it gives, unauthenticated")
+		})
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(cs.ctx, h.pending.at.Add(n.cfg.ClientHandshakeTimeout))
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	st := tc.ConnectionState()
+	if len(st.PeerCertificates) == 0 {
+		n.cfg.Logger.Warn("refused a client without a certificate", "remote", conn.RemoteAddr().String())
+		return errors.New("no client certificate")
+	}
+	h.identity = certIdentity(st.PeerCertificates[0])
+	return nil
 }

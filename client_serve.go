@@ -303,33 +303,6 @@ func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 	}
 }
 
-// handshake runs a TLS connection's handshake within what is left of the
-// client's handshake time, and sets the identity its certificate names;
-// a plaintext connection's identity comes with its Hello.
-func (cs *clientServer) handshake(conn net.Conn, h *clientHandler) error {
-	n := cs.n
-	tc, ok := conn.(*tls.Conn)
-	if !ok {
-		h.plaintext = true
-		cs.warn.Do(func() {
-			n.cfg.Logger.Warn("serving clients in plaintext: a client's identity is the name it gives, unauthenticated")
-		})
-		return nil
-	}
-	ctx, cancel := context.WithDeadline(cs.ctx, h.pending.at.Add(n.cfg.ClientHandshakeTimeout))
-	defer cancel()
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return err
-	}
-	st := tc.ConnectionState()
-	if len(st.PeerCertificates) == 0 {
-		n.cfg.Logger.Warn("refused a client without a certificate", "remote", conn.RemoteAddr().String())
-		return errors.New("no client certificate")
-	}
-	h.identity = certIdentity(st.PeerCertificates[0])
-	return nil
-}
-
 // certIdentity is the name a verified client certificate gives: its
 // first DNS SAN, else its first URI SAN, else its common name.
 func certIdentity(leaf *x509.Certificate) string {
