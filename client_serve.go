@@ -79,15 +79,22 @@ type clientServer struct {
 	wg     sync.WaitGroup
 	warn   sync.Once // the one plaintext warning
 
-	mu       sync.Mutex
-	closed   bool
-	lns      map[net.Listener]struct{}
-	conns    int // connections being served (handshaking or admitted)
-	admitted int // connections welcomed
+	// budget bounds the bytes queued for all clients together.
+	budget *clientwire.Budget
+	counts doorCounters
+
+	mu          sync.Mutex
+	closed      bool
+	lns         map[net.Listener]struct{}
+	pending     pendingTable   // connections in their handshake
+	admitted    int            // connections welcomed
+	perIdentity map[string]int // connections welcomed, by identity
 }
 
 func newClientServer(n *Node) *clientServer {
-	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{}), auth: newClientAuth(&n.cfg, n.cfg.Logger)}
+	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{}), perIdentity: make(map[string]int),
+		auth:   newClientAuth(&n.cfg, n.cfg.Logger),
+		budget: clientwire.NewBudget(max(n.cfg.ClientQueueBytesTotal, 2*int64(n.cfg.MaxFrameSize)))}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	return cs
 }
@@ -138,23 +145,25 @@ func (n *Node) ServeClients(l net.Listener) error {
 			}
 			return err
 		}
-		cs.mu.Lock()
 		// Connections that have not finished their handshake are bounded
-		// too, so a flood of dials cannot pile up goroutines.
-		if cs.closed || cs.conns >= 2*n.cfg.MaxClients {
+		// in total and per address, so a flood of dials can pile up
+		// neither goroutines nor silent connections that lock honest
+		// clients out (see Config.ClientMaxPending).
+		cs.mu.Lock()
+		if cs.closed {
 			cs.mu.Unlock()
 			conn.Close()
 			continue
 		}
-		cs.conns++
+		p, dropped := cs.pending.add(conn, time.Now(), n.cfg.ClientMaxPending, max(n.cfg.ClientMaxPending/4, 1))
 		cs.wg.Add(1)
 		cs.mu.Unlock()
+		if dropped != nil {
+			closeNow(dropped.conn) // its goroutine counts it refused
+		}
 		go func() {
 			defer cs.wg.Done()
-			cs.serve(conn)
-			cs.mu.Lock()
-			cs.conns--
-			cs.mu.Unlock()
+			cs.serve(conn, p)
 		}()
 	}
 }
@@ -238,46 +247,47 @@ func (cs *clientServer) close() {
 	cs.wg.Wait()
 }
 
-// serve authenticates one connection and speaks the protocol on it.
-func (cs *clientServer) serve(conn net.Conn) {
+// serve authenticates one connection and speaks the protocol on it. p
+// is its place among the handshakes in progress, which it leaves once
+// admitted (Welcome) or ended.
+func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 	n := cs.n
-	h := &clientHandler{cs: cs, n: n}
-	if tc, ok := conn.(*tls.Conn); ok {
-		ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
-			conn.Close()
-			return
-		}
-		id, gen, err := cs.auth.authenticate(tc.ConnectionState())
-		if err == nil && gen > 0 {
-			err = cs.auth.admit(h, id, gen, conn)
-			defer cs.auth.leave(h)
-		}
-		if err != nil {
-			cs.auth.refuse(conn.RemoteAddr().String(), err)
-			conn.Close()
-			return
-		}
-		h.identity = id
-	} else {
-		h.plaintext = true
-		cs.warn.Do(func() {
-			n.cfg.Logger.Warn("serving clients in plaintext: a client's identity is the name it gives, unauthenticated")
+	h := &clientHandler{cs: cs, n: n, pending: p}
+	err := cs.handshake(conn, h)
+	if h.credential {
+		defer cs.auth.leave(h)
+	}
+	if err == nil {
+		err = clientwire.Serve(cs.ctx, conn, h.identity, h, clientwire.Limits{
+			MaxFrame:         n.cfg.MaxFrameSize,
+			MaxInFlight:      n.cfg.ClientMaxInFlight,
+			MaxWatchers:      n.cfg.ClientMaxWatchers,
+			QueueBytes:       n.cfg.ClientQueueBytes,
+			Budget:           cs.budget,
+			HandshakeTimeout: max(time.Until(p.at.Add(n.cfg.ClientHandshakeTimeout)), time.Millisecond),
+			IdleTimeout:      n.cfg.ClientIdleTimeout,
+			IOTimeout:        n.cfg.ClientIOTimeout,
+			ErrorCode:        codeFromErr,
+			Logger:           n.cfg.Logger,
 		})
 	}
-	err := clientwire.Serve(cs.ctx, conn, h.identity, h, clientwire.Limits{
-		MaxFrame:    n.cfg.MaxFrameSize,
-		MaxInFlight: n.cfg.ClientMaxInFlight,
-		MaxWatchers: n.cfg.ClientMaxWatchers,
-		ErrorCode:   codeFromErr,
-		Logger:      n.cfg.Logger,
-	})
+	closeNow(conn)
+	cs.mu.Lock()
+	cs.pending.remove(p)
 	if h.admitted {
-		cs.mu.Lock()
 		cs.admitted--
-		cs.mu.Unlock()
+		if cs.perIdentity[h.identity]--; cs.perIdentity[h.identity] <= 0 {
+			delete(cs.perIdentity, h.identity)
+		}
+	}
+	cs.mu.Unlock()
+	switch {
+	case !h.admitted:
+		cs.counts.refused.Add(1)
+	case errors.Is(err, clientwire.ErrSlowReader):
+		cs.counts.cutSlow.Add(1)
+	case errors.Is(err, clientwire.ErrIdle):
+		cs.counts.cutIdle.Add(1)
 	}
 	var refused *clientwire.RefusedError
 	if err != nil && !errors.As(err, &refused) {
@@ -303,7 +313,11 @@ func certIdentity(leaf *x509.Certificate) string {
 type clientHandler struct {
 	cs        *clientServer
 	n         *Node
+	pending   *pendingConn
 	plaintext bool
+	// credential is set when the client proved a credential the member
+	// tracks for revocation (client_auth.go), until the connection ends.
+	credential bool
 	// Set by Welcome, before Serve calls any other method.
 	identity string
 	owner    string
@@ -335,14 +349,25 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 			return nil, &clientwire.RefusedError{Reason: clientwire.RefuseForbidden, Message: err.Error()}
 		}
 	}
-	h.cs.mu.Lock()
-	if h.cs.admitted >= n.cfg.MaxClients {
-		h.cs.mu.Unlock()
+	cs := h.cs
+	cs.mu.Lock()
+	switch {
+	case h.pending.gone:
+		cs.mu.Unlock()
+		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseBusy, Message: "the handshake took too long"}
+	case cs.admitted >= n.cfg.MaxClients:
+		cs.mu.Unlock()
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseBusy,
 			Message: fmt.Sprintf("the member serves %d clients, its limit", n.cfg.MaxClients)}
+	case cs.perIdentity[identity] >= n.cfg.ClientMaxPerIdentity:
+		cs.mu.Unlock()
+		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseBusy,
+			Message: fmt.Sprintf("client %q holds %d connections to this member, its limit", identity, n.cfg.ClientMaxPerIdentity)}
 	}
-	h.cs.admitted++
-	h.cs.mu.Unlock()
+	cs.pending.remove(h.pending)
+	cs.admitted++
+	cs.perIdentity[identity]++
+	cs.mu.Unlock()
 	h.admitted = true
 	h.identity, h.owner, h.grant = identity, clientOwnerPrefix+identity, grant
 	return &clientwire.Welcome{
@@ -413,7 +438,7 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 // does not know has ended. Session IDs are log indexes, never reused, so
 // none can appear later.
 func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned map[SessionID]time.Duration, foreign, gone []int64, err error) {
-	owned = make(map[SessionID]time.Duration, len(ids))
+	owned = make(map[SessionID]time.Duration)
 	look := func(ids []int64) ([]int64, error) {
 		var missing []int64
 		for _, id := range ids {
@@ -484,14 +509,11 @@ func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) 
 // has acked it (client_serve_keepalive.go).
 func (h *clientHandler) KeepAlive(ctx context.Context, _ string, ka *clientwire.KeepAlive) (*clientwire.KeepAliveAck, error) {
 	ack := &clientwire.KeepAliveAck{Seq: ka.Seq}
-	ids := make([]int64, 0, len(ka.SessionIDs))
-	seen := make(map[int64]bool, len(ka.SessionIDs))
-	for _, id := range ka.SessionIDs {
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
+	// Sorted in place, not hashed: ka is this call's own, and nothing is
+	// sized by the count a client sent (at most MaxKeepAliveIDs).
+	ids := ka.SessionIDs
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
 	owned, foreign, gone, err := h.sortSessions(ctx, ids)
 	if err != nil {
 		return nil, err

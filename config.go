@@ -199,6 +199,42 @@ type Config struct {
 	// member per interval whatever the sessions), but an abandoned
 	// session and its locks live that long: this bounds it.
 	MaxSessionTTL time.Duration
+	// ClientHandshakeTimeout bounds a client connection's handshake, TLS
+	// and the protocol's Hello together, from its accept; a connection
+	// that has not finished by then is closed. Default 5s.
+	ClientHandshakeTimeout time.Duration
+	// ClientMaxPending bounds the client connections in their handshake
+	// at once, and a quarter of it (at least 1) those from one remote
+	// address. A new connection is always taken: when a bound is full,
+	// the oldest handshake under it is dropped, so silent connections
+	// cannot hold the door shut, and those from one address never drop
+	// another address's. Default DefaultClientMaxPending.
+	ClientMaxPending int
+	// ClientMaxPerIdentity bounds the connections one client identity
+	// holds on this member at once; one more is refused (ErrOverloaded
+	// on its side). Default DefaultClientMaxPerIdentity.
+	ClientMaxPerIdentity int
+	// ClientIdleTimeout closes a client connection that sent nothing for
+	// that long (a Client pings every half election timeout). Default
+	// 30s, or four election timeouts if that is longer.
+	ClientIdleTimeout time.Duration
+	// ClientIOTimeout bounds a stalled client: a frame it started must
+	// arrive whole, and each write to it complete, within ClientIOTimeout
+	// plus the frame's size at 1 MiB/s; else its connection is closed.
+	// Default 10s.
+	ClientIOTimeout time.Duration
+	// ClientQueueBytes bounds the bytes queued unwritten for one client
+	// (raised to twice the longest frame it may be sent, at most
+	// MaxFrameSize): a watch that falls behind ends (ErrSlowWatcher)
+	// before three quarters of it are used, and a client that still does
+	// not read is cut off, never buffered without bound. Default
+	// DefaultClientQueueBytes.
+	ClientQueueBytes int
+	// ClientQueueBytesTotal bounds the bytes queued unwritten for all of
+	// this member's clients together (raised to twice MaxFrameSize):
+	// past it the client with the longest queue is cut off. Default
+	// DefaultClientQueueBytesTotal.
+	ClientQueueBytesTotal int64
 
 	// Gossip, when set, lets members find each other by gossip
 	// (hashicorp/memberlist) instead of static Peers, found the cell
@@ -256,6 +292,13 @@ func (c *Config) validate() error {
 	setDefault(&c.ClientMaxWatchers, DefaultClientMaxWatchers)
 	setDefault(&c.ClientMaxSessions, DefaultClientMaxSessions)
 	setDefault(&c.MaxSessionTTL, DefaultMaxSessionTTL)
+	setDefault(&c.ClientHandshakeTimeout, 5*time.Second)
+	setDefault(&c.ClientMaxPending, DefaultClientMaxPending)
+	setDefault(&c.ClientMaxPerIdentity, DefaultClientMaxPerIdentity)
+	setDefault(&c.ClientIdleTimeout, max(30*time.Second, 4*time.Duration(c.ElectionTicks)*c.TickInterval))
+	setDefault(&c.ClientIOTimeout, 10*time.Second)
+	setDefault(&c.ClientQueueBytes, DefaultClientQueueBytes)
+	setDefault(&c.ClientQueueBytesTotal, DefaultClientQueueBytesTotal)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -267,7 +310,9 @@ func (c *Config) validate() error {
 	case c.ElectionTicks <= c.HeartbeatTicks:
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	case c.MaxKeySize < 0 || c.MaxValueSize < 0 || c.MaxTxnOps < 0 || c.QuotaBytes < 0 || c.HistoryRevisions < 0 ||
-		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0 || c.ClientMaxSessions < 0:
+		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0 || c.ClientMaxSessions < 0,
+		c.ClientHandshakeTimeout < 0 || c.ClientMaxPending < 0 || c.ClientMaxPerIdentity < 0 ||
+			c.ClientIdleTimeout < 0 || c.ClientIOTimeout < 0 || c.ClientQueueBytes < 0 || c.ClientQueueBytesTotal < 0:
 		return bad("limits must be positive")
 	case c.MaxSessionTTL < 4*time.Duration(c.ElectionTicks)*c.TickInterval:
 		return bad("MaxSessionTTL %v is below the minimum session TTL %v (four election timeouts)",

@@ -308,6 +308,8 @@ type Status struct {
 	// Autopilot is the autopilot's last decision on this member (when it
 	// led) and why; the zero value without gossip.
 	Autopilot AutopilotDecision
+	// Clients is what the member's client door holds and has refused.
+	Clients ClientStatus
 }
 
 // Status returns this member's current status. It never blocks on the
@@ -319,6 +321,7 @@ func (n *Node) Status() Status {
 		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
 		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
 		Autopilot: n.Autopilot(),
+		Clients:   n.clients.status(),
 	}
 	if rs.Leader != 0 {
 		st.Leader, _ = n.raft.MemberName(rs.Leader)

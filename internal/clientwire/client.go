@@ -72,7 +72,7 @@ func Handshake(ctx context.Context, conn net.Conn, opts ClientOptions) (*ClientC
 	}
 	c := &ClientConn{
 		conn: conn, opts: opts, welcome: *w,
-		out:     newOutQueue(conn, w.Version, int(w.MaxFrame)),
+		out:     newOutQueue(conn, w.Version, int(w.MaxFrame), queueBounds{}),
 		slots:   make(chan struct{}, max(w.MaxInFlight, 1)),
 		done:    make(chan struct{}),
 		pending: make(map[uint64]*call),
@@ -224,7 +224,7 @@ func (c *ClientConn) Call(ctx context.Context, req Message) (Message, error) {
 	id := c.nextID
 	c.pending[id] = p
 	c.mu.Unlock()
-	if err := c.out.push(id, req, nil); err != nil {
+	if _, err := c.out.push(id, req, nil); err != nil {
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
@@ -250,7 +250,7 @@ func (c *ClientConn) Call(ctx context.Context, req Message) (Message, error) {
 		p.abandoned = waiting
 		c.mu.Unlock()
 		if waiting {
-			_ = c.out.push(id, &Cancel{}, nil)
+			_, _ = c.out.push(id, &Cancel{}, nil)
 		} else {
 			<-c.slots
 		}
@@ -341,7 +341,10 @@ func (c *ClientConn) violation(m Message) error {
 
 // KeepAlive sends ka without waiting; its ack comes to
 // ClientOptions.OnKeepAliveAck.
-func (c *ClientConn) KeepAlive(ka *KeepAlive) error { return c.out.push(0, ka, nil) }
+func (c *ClientConn) KeepAlive(ka *KeepAlive) error {
+	_, err := c.out.push(0, ka, nil)
+	return err
+}
 
 func (c *ClientConn) readLoop(fr *frameReader) error {
 	for {

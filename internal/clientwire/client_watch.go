@@ -42,7 +42,7 @@ func (c *ClientConn) Watch(ctx context.Context, ws *WatchStart) (*ClientWatch, e
 		c.mu.Unlock()
 		if ctx.Err() != nil {
 			// The member may have started it: make sure it stops.
-			_ = c.out.push(0, &WatchCancel{WatchID: w.id}, nil)
+			_, _ = c.out.push(0, &WatchCancel{WatchID: w.id}, nil)
 		}
 		return nil, err
 	}
@@ -73,7 +73,7 @@ func (w *ClientWatch) Cancel() {
 	delete(c.watches, w.id)
 	c.mu.Unlock()
 	if open {
-		_ = c.out.push(0, &WatchCancel{WatchID: w.id}, nil)
+		_, _ = c.out.push(0, &WatchCancel{WatchID: w.id}, nil)
 		w.finish(&WatchEnd{WatchID: w.id})
 	}
 }
@@ -94,7 +94,7 @@ func (c *ClientConn) toWatch(id uint64, m Message) {
 	c.mu.Lock()
 	delete(c.watches, id)
 	c.mu.Unlock()
-	_ = c.out.push(0, &WatchCancel{WatchID: id}, nil)
+	_, _ = c.out.push(0, &WatchCancel{WatchID: id}, nil)
 	w.finish(&WatchEnd{WatchID: id, Code: CodeSlowWatcher, Message: "the consumer fell behind the watch"})
 }
 

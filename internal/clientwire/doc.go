@@ -57,13 +57,20 @@
 //
 // # Limits
 //
-// A member bounds each client (Limits): frame size; requests in flight
-// (beyond: an immediate ErrorMsg CodeTooManyRequests, the connection
-// stays); replies queued unwritten (twice the in-flight limit: a client
-// that sends without reading stops being read, so it slows itself, not
-// the member); watches (CodeTooManyWatchers); frames of one watch queued
+// A member bounds each client (Limits): frame size, both ways (it sends
+// nothing longer than its own limit, whatever the Hello says); requests
+// in flight (beyond: an immediate ErrorMsg CodeTooManyRequests, the
+// connection stays); replies queued unwritten, in number (twice the
+// in-flight limit) and in bytes (half of QueueBytes): a client that sends
+// without reading stops being read, so it slows itself, not the member;
+// watches (CodeTooManyWatchers); frames and bytes of one watch queued
 // unwritten (beyond: the watch ends with CodeSlowWatcher); one keep-alive
-// ack queued at a time. The client waits for one of the member's
+// ack queued at a time, and MaxKeepAliveIDs IDs in a keep-alive. Every
+// frame queued counts against the connection's QueueBytes and a Budget
+// shared by the member's clients: a frame that does not fit ends its
+// watch, or cuts the connection (ErrSlowReader), as does a write past
+// its deadline (IOTimeout); a client idle past IdleTimeout, or stalled
+// mid-frame past IOTimeout, is closed (ErrIdle). The client waits for one of the member's
 // in-flight places before sending a request, so a well-behaved client is
 // never refused; a cancelled call gives its place back when the member's
 // late answer arrives, which is dropped. A watch whose consumer falls

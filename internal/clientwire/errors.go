@@ -35,6 +35,14 @@ var (
 	// ErrTooManySessions: the client's identity already holds as many
 	// sessions in the cell as the member allows; no session was created.
 	ErrTooManySessions = errors.New("clientwire: too many sessions for this client")
+	// ErrSlowReader: the member cut the connection because the client
+	// did not read what it was sent (its queue passed its byte limit, or
+	// a write missed its deadline).
+	ErrSlowReader = errors.New("clientwire: client cut off for not reading")
+	// ErrIdle: the member closed the connection because the client sent
+	// nothing for its idle timeout, or left a frame unfinished past its
+	// I/O timeout.
+	ErrIdle = errors.New("clientwire: client idle or stalled mid-frame")
 )
 
 // Code is the stable number of an error on the wire. The root package

@@ -29,6 +29,14 @@ const (
 	// MinMaxFrame is the smallest bound either end may set: room for any
 	// handshake and a useful request.
 	MinMaxFrame = 64 << 10
+	// DefaultQueueBytes is the default bound on the bytes a member queues
+	// for one client unwritten (Limits.QueueBytes).
+	DefaultQueueBytes = 16 << 20
+	// MaxKeepAliveIDs bounds the session IDs of one KeepAlive (and of the
+	// merge of those waiting): one ID can take a single byte, so the
+	// count, not the frame's length, bounds what decoding one allocates
+	// (8 bytes an ID: 1 MiB).
+	MaxKeepAliveIDs = 1 << 17
 	// handshakeMaxFrame bounds the frames read before the handshake ends,
 	// so an unauthenticated peer cannot make a member allocate much.
 	handshakeMaxFrame = 4 << 10
@@ -69,6 +77,10 @@ func AppendFrame(b []byte, version uint8, id uint64, m Message, maxFrame int) ([
 // (one per connection, for its life).
 type frameReader struct {
 	r *bufio.Reader
+	// started, when set, is called once a frame's length has been read
+	// and the rest has not all arrived yet: the member bounds how long
+	// the rest may take.
+	started func(n int)
 }
 
 func newFrameReader(r io.Reader) *frameReader {
@@ -93,6 +105,9 @@ func (fr *frameReader) read(maxFrame int) (Frame, error) {
 		return Frame{}, fmt.Errorf("%w: frame of %d bytes is shorter than its header", ErrProtocol, n)
 	}
 	size := int(n)
+	if fr.started != nil && fr.r.Buffered() < size {
+		fr.started(size)
+	}
 	buf := make([]byte, 0, min(size, growStep))
 	for len(buf) < size {
 		chunk := min(size-len(buf), growStep)

@@ -608,8 +608,15 @@ func appendIDs(b []byte, ids []int64) []byte {
 	return b
 }
 
+// ids reads a list of session IDs: at most what the bytes left hold
+// (one byte each) and MaxKeepAliveIDs, since 8 bytes are allocated for
+// each.
 func (d *dec) ids() []int64 {
 	n := d.Count(1)
+	if n > MaxKeepAliveIDs {
+		d.Fail("%d session IDs, at most %d", n, MaxKeepAliveIDs)
+		return nil
+	}
 	if n == 0 {
 		return nil
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
@@ -30,8 +32,16 @@ type session struct {
 	// slots bounds the replies queued unwritten: the reader takes one
 	// before it handles a request, the writer gives it back once the
 	// reply is written. A client that sends without reading stops being
-	// read, so it slows itself, not the member.
-	slots chan struct{}
+	// read, so it slows itself, not the member. replyBytes counts the
+	// bytes of those replies queued: the reader also waits while they
+	// reach replyLimit (freed says some were written), so replies are
+	// bounded in bytes, not only in number.
+	slots      chan struct{}
+	replyBytes atomic.Int64
+	replyLimit int64
+	freed      chan struct{}
+	// watchLimit bounds the bytes of one watch's frames queued.
+	watchLimit int
 	// kaSlot holds the newest keep-alive not yet handled.
 	kaSlot chan *KeepAlive
 	tasks  sync.WaitGroup
@@ -41,27 +51,50 @@ type session struct {
 	watches  map[uint64]*WatchSink
 }
 
-func (s *session) release() { <-s.slots }
+// release gives back a reply's slot and its n bytes.
+func (s *session) release(n int) {
+	s.replyBytes.Add(-int64(n))
+	<-s.slots
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
 
-// acquire takes a reply slot, waiting while the client does not read.
+// acquire takes a reply slot, waiting while the client does not read:
+// while every slot is taken, or the replies queued hold replyLimit
+// bytes.
 func (s *session) acquire() error {
 	select {
 	case s.slots <- struct{}{}:
-		return nil
 	case <-s.ctx.Done():
 		return s.ctx.Err()
 	}
+	for s.replyBytes.Load() >= s.replyLimit {
+		select {
+		case <-s.freed:
+		case <-s.ctx.Done():
+			<-s.slots
+			return s.ctx.Err()
+		}
+	}
+	return nil
 }
 
 // reply queues the response to request id; the slot is released once it
 // is written. A response too long for the client becomes an error.
 func (s *session) reply(id uint64, m Message) {
-	err := s.out.push(id, m, s.release)
+	n, err := s.out.push(id, m, s.release)
 	if errors.Is(err, ErrFrameTooLarge) {
-		err = s.out.push(id, &ErrorMsg{Code: CodeFrameTooLarge, Message: err.Error()}, s.release)
+		n, err = s.out.push(id, &ErrorMsg{Code: CodeFrameTooLarge, Message: err.Error()}, s.release)
 	}
-	if err != nil && !errors.Is(err, ErrConnClosed) {
-		s.release()
+	switch {
+	case err == nil:
+		// Counted after the push, so the release may come first: the
+		// count dips below its true value for that instant only.
+		s.replyBytes.Add(int64(n))
+	case !errors.Is(err, ErrConnClosed):
+		s.release(0)
 	}
 }
 
@@ -88,12 +121,34 @@ func (s *session) code(err error) Code {
 	return CodeUnknown
 }
 
+// readLoop reads and handles the client's frames until the connection
+// fails. Between frames the read deadline is the idle timeout; once a
+// frame has started, the I/O timeout plus its size at minWriteRate (set
+// only when the frame has not all arrived with its length, so most
+// frames cost one deadline).
 func (s *session) readLoop(fr *frameReader, version uint8) error {
-	for {
-		if s.lim.IdleTimeout > 0 {
-			_ = s.conn.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+	mid := false // the deadline is a frame's, not the idle one
+	if t := s.lim.IOTimeout; t > 0 {
+		fr.started = func(n int) {
+			mid = true
+			_ = s.conn.SetReadDeadline(time.Now().Add(t + time.Duration(n)*time.Second/minWriteRate))
 		}
+	}
+	for {
+		switch {
+		case s.lim.IdleTimeout > 0:
+			_ = s.conn.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+		case mid:
+			_ = s.conn.SetReadDeadline(time.Time{})
+		}
+		mid = false
 		f, err := fr.read(s.lim.MaxFrame)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if mid {
+				return fmt.Errorf("%w: a frame unfinished after the I/O timeout %v: %w", ErrIdle, s.lim.IOTimeout, err)
+			}
+			return fmt.Errorf("%w: nothing received for %v: %w", ErrIdle, s.lim.IdleTimeout, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -185,7 +240,7 @@ func (s *session) request(id uint64, do func(context.Context) (Message, error)) 
 	s.mu.Lock()
 	if _, dup := s.requests[id]; dup {
 		s.mu.Unlock()
-		s.release()
+		s.release(0)
 		return fmt.Errorf("%w: request ID %d already in flight", ErrProtocol, id)
 	}
 	if len(s.requests) >= s.lim.MaxInFlight {
@@ -231,30 +286,23 @@ func (s *session) offerKeepAlive(ka *KeepAlive) {
 		}
 		select {
 		case older := <-s.kaSlot:
-			ka = mergeKeepAlives(ka, older, s.lim.MaxFrame)
+			ka = mergeKeepAlives(ka, older, MaxKeepAliveIDs)
 		default:
 		}
 	}
 }
 
-// mergeKeepAlives returns ka listing older's sessions too, each once, or
-// ka as it is if together they would list more than limit IDs.
+// mergeKeepAlives returns ka listing older's sessions too, each once (in
+// ascending order), or ka as it is if together they would list more
+// than limit IDs. It sorts rather than hashes: nothing is sized by what
+// a client claims beyond the IDs it sent.
 func mergeKeepAlives(ka, older *KeepAlive, limit int) *KeepAlive {
 	if len(ka.SessionIDs)+len(older.SessionIDs) > limit {
 		return ka
 	}
-	listed := make(map[int64]struct{}, len(ka.SessionIDs))
-	for _, id := range ka.SessionIDs {
-		listed[id] = struct{}{}
-	}
-	ids := slices.Clip(ka.SessionIDs)
-	for _, id := range older.SessionIDs {
-		if _, ok := listed[id]; !ok {
-			listed[id] = struct{}{}
-			ids = append(ids, id)
-		}
-	}
-	return &KeepAlive{Seq: ka.Seq, SessionIDs: ids}
+	ids := append(slices.Clip(ka.SessionIDs), older.SessionIDs...)
+	slices.Sort(ids)
+	return &KeepAlive{Seq: ka.Seq, SessionIDs: slices.Compact(ids)}
 }
 
 // keepAlives hands keep-alives to the Handler one at a time, and waits
@@ -283,7 +331,7 @@ func (s *session) keepAlives() {
 		case <-written:
 		}
 		ack.Seq = ka.Seq
-		if err := s.out.push(0, ack, func() { written <- struct{}{} }); err != nil && !errors.Is(err, ErrConnClosed) {
+		if _, err := s.out.push(0, ack, func(int) { written <- struct{}{} }); err != nil && !errors.Is(err, ErrConnClosed) {
 			s.lim.Logger.Warn("clientwire: keep-alive ack not sent", "client", s.id, "err", err)
 			written <- struct{}{}
 		}

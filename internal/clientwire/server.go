@@ -1,6 +1,7 @@
 package clientwire
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,11 +63,35 @@ type Limits struct {
 	// WatchQueue is how many frames of one watch may wait unwritten
 	// (default 64): beyond, the watch ends with CodeSlowWatcher.
 	WatchQueue int
+	// WatchQueueBytes is how many bytes of one watch's frames may wait
+	// unwritten (default a quarter of QueueBytes): a watch that has that
+	// many queued ends with CodeSlowWatcher at its next frame. A watch
+	// with nothing queued may always queue a frame.
+	WatchQueueBytes int
+	// QueueBytes bounds the bytes queued for the client unwritten,
+	// frames being written included (default DefaultQueueBytes, and at
+	// least twice the connection's send limit, so a frame always fits).
+	// A watch's frame finds at most three quarters of it queued, else
+	// its watch ends with CodeSlowWatcher; any other frame that does not
+	// fit cuts the connection (ErrSlowReader): a client that does not
+	// read is cut off, never buffered without bound. Replies also stop
+	// the reading of requests while they hold half of it.
+	QueueBytes int
+	// Budget, when set, bounds the bytes queued across every connection
+	// that shares it, as QueueBytes bounds one (see Budget); nil = no
+	// bound beyond QueueBytes.
+	Budget *Budget
 	// HandshakeTimeout bounds the wait for the Hello (default 10s).
 	HandshakeTimeout time.Duration
-	// IdleTimeout closes a connection that sent nothing for that long;
-	// 0 = never. Clients with sessions send keep-alives, others Ping.
+	// IdleTimeout closes a connection that sent nothing for that long
+	// (ErrIdle); 0 = never. Clients with sessions send keep-alives,
+	// others Ping.
 	IdleTimeout time.Duration
+	// IOTimeout bounds a stalled peer: a frame the client started must
+	// arrive whole (else ErrIdle), and every write to it complete (else
+	// ErrSlowReader), within IOTimeout plus its size at 1 MiB/s. 0 =
+	// unbounded.
+	IOTimeout time.Duration
 	// ErrorCode maps a Handler's error to its wire code (the root
 	// package's sentinels to theirs). nil, or CodeNone from it: *Error
 	// keeps its code, a context error is CodeCanceled, anything else
@@ -94,6 +119,9 @@ func (l Limits) withDefaults() Limits {
 	if l.HandshakeTimeout <= 0 {
 		l.HandshakeTimeout = 10 * time.Second
 	}
+	if l.QueueBytes <= 0 {
+		l.QueueBytes = DefaultQueueBytes
+	}
 	if l.Logger == nil {
 		l.Logger = slog.Default()
 	}
@@ -120,23 +148,50 @@ func (e *WatchEndError) Error() string {
 // error says why it ended: nil for a clean end (ctx, or the client
 // closed), ErrProtocol, ErrFrameTooLarge or ErrVersion for a violation,
 // a *RefusedError when the handshake was refused, else the I/O error.
+//
+// When ctx ends, the connection is closed at once, whatever the client
+// does (it need not read: no write is waited for), so Serve returns
+// within the time its Handler calls take to see ctx end. A client that
+// is cut off for not reading ends it with ErrSlowReader, one that went
+// idle or left a frame unfinished with ErrIdle.
 func Serve(ctx context.Context, conn net.Conn, identity string, h Handler, lim Limits) error {
 	lim = lim.withDefaults()
-	defer conn.Close()
+	defer hardClose(conn)
+	// Closing the connection is what unblocks the reader, and a writer
+	// the client does not read, when ctx ends.
+	stop := context.AfterFunc(ctx, func() { hardClose(conn) })
+	defer stop()
 	fr := newFrameReader(conn)
 	hello, w, err := serverHandshake(conn, fr, identity, h, lim)
 	if err != nil {
+		if ctx.Err() != nil && !errors.As(err, new(*RefusedError)) {
+			return nil
+		}
 		return err
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
+	// The member sends no frame longer than its own limit, whatever the
+	// client says it accepts.
+	send := min(int(hello.MaxFrame), lim.MaxFrame)
+	qlim := max(lim.QueueBytes, 2*send)
+	wlim := lim.WatchQueueBytes
+	if wlim <= 0 {
+		wlim = qlim / 4
+	}
 	s := &session{
 		h: h, id: identity, conn: conn, lim: lim, hello: hello, ctx: ctx, cancel: cancel,
-		out:      newOutQueue(conn, w.Version, int(hello.MaxFrame)),
-		slots:    make(chan struct{}, 2*lim.MaxInFlight),
-		kaSlot:   make(chan *KeepAlive, 1),
-		requests: make(map[uint64]context.CancelFunc),
-		watches:  make(map[uint64]*WatchSink),
+		out: newOutQueue(conn, w.Version, send, queueBounds{
+			limit: qlim, streamLimit: qlim * 3 / 4, writeTimeout: lim.IOTimeout,
+			budget: cmp.Or(lim.Budget, NewBudget(0)),
+		}),
+		slots:      make(chan struct{}, 2*lim.MaxInFlight),
+		replyLimit: int64(qlim / 2),
+		watchLimit: wlim,
+		freed:      make(chan struct{}, 1),
+		kaSlot:     make(chan *KeepAlive, 1),
+		requests:   make(map[uint64]context.CancelFunc),
+		watches:    make(map[uint64]*WatchSink),
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -145,16 +200,25 @@ func Serve(ctx context.Context, conn net.Conn, identity string, h Handler, lim L
 		}
 	})
 	wg.Go(s.keepAlives)
-	// Closing the connection is what unblocks the reader when ctx ends.
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	err = s.readLoop(fr, w.Version)
-	stop()
+	// Nothing more is read or written: what is still queued is dropped,
+	// and a writer blocked on a client that does not read is released.
+	s.out.close()
+	hardClose(conn)
 	cancel()
 	s.tasks.Wait()
-	s.out.close()
 	wg.Wait()
-	if err != nil && (errors.Is(err, ErrProtocol) || errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrVersion)) {
+	if cut := s.out.err(); errors.Is(cut, ErrSlowReader) {
+		lim.Logger.Debug("clientwire: client cut off", "client", identity, "err", cut)
+		return cut
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrProtocol) || errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrVersion):
 		lim.Logger.Warn("clientwire: closing client connection", "client", identity, "err", err)
+		return err
+	case errors.Is(err, ErrIdle):
+		lim.Logger.Debug("clientwire: closing client connection", "client", identity, "err", err)
 		return err
 	}
 	if parent.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {

@@ -8,10 +8,11 @@ import (
 )
 
 // WatchSink is where a Handler's Watch pushes a watch's frames. Pushes
-// never block: each watch may have Limits.WatchQueue frames waiting to be
-// written, and a push beyond that ends the watch as slow (the client gets
-// a WatchEnd with CodeSlowWatcher and the revision to resume from). It is
-// safe for concurrent use.
+// never block: each watch may have Limits.WatchQueue frames and
+// Limits.WatchQueueBytes bytes waiting to be written, and a push beyond
+// either (or one that does not fit in the connection's queue) ends the
+// watch as slow (the client gets a WatchEnd with CodeSlowWatcher and the
+// revision to resume from). It is safe for concurrent use.
 type WatchSink struct {
 	s      *session
 	id     uint64
@@ -19,6 +20,7 @@ type WatchSink struct {
 
 	mu       sync.Mutex
 	queued   int   // frames pushed, not yet written
+	bytes    int   // their bytes
 	rev      int64 // the revision delivered up to, once all is written
 	slow     bool
 	tooLarge bool
@@ -33,9 +35,9 @@ func (w *WatchSink) Events(rev int64, events []Event) error {
 	if err := w.take(); err != nil {
 		return err
 	}
-	err := w.s.out.push(0, &WatchEvents{WatchID: w.id, Events: events, Rev: rev}, w.written)
+	n, err := w.s.out.push(0, &WatchEvents{WatchID: w.id, Events: events, Rev: rev}, w.written)
 	if errors.Is(err, ErrFrameTooLarge) {
-		w.written()
+		w.written(0)
 		if len(events) < 2 {
 			w.mu.Lock()
 			w.tooLarge = true
@@ -50,9 +52,9 @@ func (w *WatchSink) Events(rev int64, events []Event) error {
 		return w.Events(rev, events[half:])
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrWatchEnded, err)
+		return w.failed(err)
 	}
-	w.advance(rev)
+	w.pushed(n, rev)
 	return nil
 }
 
@@ -62,11 +64,25 @@ func (w *WatchSink) Progress(rev int64) error {
 	if err := w.take(); err != nil {
 		return err
 	}
-	if err := w.s.out.push(0, &WatchProgress{WatchID: w.id, Rev: rev}, w.written); err != nil {
-		return fmt.Errorf("%w: %v", ErrWatchEnded, err)
+	n, err := w.s.out.push(0, &WatchProgress{WatchID: w.id, Rev: rev}, w.written)
+	if err != nil {
+		return w.failed(err)
 	}
-	w.advance(rev)
+	w.pushed(n, rev)
 	return nil
+}
+
+// failed ends the watch whose push failed: as slow when its frame did
+// not fit in the connection's queue.
+func (w *WatchSink) failed(err error) error {
+	if errors.Is(err, errQueueFull) {
+		w.written(0) // never queued: its release will not run
+		w.mu.Lock()
+		w.slow = true
+		w.mu.Unlock()
+		w.stop()
+	}
+	return fmt.Errorf("%w: %v", ErrWatchEnded, err)
 }
 
 // take reserves a place in the watch's queue, or ends the watch as slow.
@@ -76,7 +92,7 @@ func (w *WatchSink) take() error {
 		w.mu.Unlock()
 		return ErrWatchEnded
 	}
-	if w.queued >= w.s.lim.WatchQueue {
+	if w.queued >= w.s.lim.WatchQueue || (w.queued > 0 && w.bytes >= w.s.watchLimit) {
 		w.slow = true
 		w.mu.Unlock()
 		w.stop()
@@ -87,14 +103,19 @@ func (w *WatchSink) take() error {
 	return nil
 }
 
-func (w *WatchSink) written() {
+// written gives back a frame's place and its n bytes.
+func (w *WatchSink) written(n int) {
 	w.mu.Lock()
 	w.queued--
+	w.bytes -= n
 	w.mu.Unlock()
 }
 
-func (w *WatchSink) advance(rev int64) {
+// pushed counts a queued frame's n bytes (after the push, so its
+// release may come first) and the revision it delivers up to.
+func (w *WatchSink) pushed(n int, rev int64) {
 	w.mu.Lock()
+	w.bytes += n
 	w.rev = max(w.rev, rev)
 	w.mu.Unlock()
 }
@@ -160,7 +181,7 @@ func (s *session) startWatch(id uint64, ws *WatchStart) error {
 		s.mu.Lock()
 		delete(s.watches, ws.WatchID)
 		s.mu.Unlock()
-		_ = s.out.push(0, end, nil)
+		_, _ = s.out.push(0, end, nil)
 	})
 	return nil
 }
