@@ -3,21 +3,23 @@ package command
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/coordcell/coord/internal/wirebytes"
 )
 
-// Formats 2 to 5, after the version byte:
+// Formats 2 to 6, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession)
 //	         [Txn if bodyTxn] [Session if bodySession]
 //	Txn      list If | list Then | list Else (the three counts first), then
 //	         the If compares, the Then ops, the Else ops
+//	         | [format 6: uvarint ReadLimit]
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
-//	         1 | 2 for LockDelay, which is set)
-//	         | [format 3: uvarint Term] | [formats 4, 5: uvarint Term | str Owner]
+//	         1 | 2 for LockDelay, which is set; format 6: either)
+//	         | [format 3: uvarint Term] | [formats 4 to 6: uvarint Term | str Owner]
 //	         | list IDs | list Credits
 //	         then each ID as varint, then each Credit as varint ID, varint Nanos
 //	str      uvarint length | bytes
@@ -37,7 +39,11 @@ import (
 // when the Owner is not empty, and a format 4 command with an empty one is
 // refused. Format 5 is format 4 with LockDelay in the expired byte: it is
 // written exactly when LockDelay is set, and a format 5 command without it
-// is refused. So the one-encoding rule holds across all four.
+// is refused. Format 6 is format 5 (its session, if any, laid out as
+// there, the flag set or not) with the transaction's ReadLimit after its
+// ops: it is written exactly when the command has a transaction with a
+// positive ReadLimit, and a format 6 command without one is refused. So
+// the one-encoding rule holds across all five.
 
 const (
 	bodyTxn     = 1 << 0
@@ -64,11 +70,16 @@ func owned(c *Command) bool { return c.Session != nil && c.Session.Owner != "" }
 // lockDelayed reports whether c needs format 5.
 func lockDelayed(c *Command) bool { return c.Session != nil && c.Session.LockDelay }
 
+// readLimited reports whether c needs format 6.
+func readLimited(c *Command) bool { return c.Txn != nil && c.Txn.ReadLimit > 0 }
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case lockDelayed(c):
+	case readLimited(c):
 		return Version
+	case lockDelayed(c):
+		return versionLockDelay
 	case owned(c):
 		return versionOwned
 	case termed(c):
@@ -88,6 +99,9 @@ func encodedLen(c *Command) int {
 			n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
 		}
 		n += opsLen(t.Then) + opsLen(t.Else)
+		if t.ReadLimit > 0 {
+			n += wirebytes.UvarintLen(uint64(t.ReadLimit))
+		}
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
@@ -143,6 +157,9 @@ func encodeBinary(c *Command) []byte {
 		}
 		b = appendOps(b, t.Then)
 		b = appendOps(b, t.Else)
+		if t.ReadLimit > 0 {
+			b = binary.AppendUvarint(b, uint64(t.ReadLimit))
+		}
 	}
 	if s := c.Session; s != nil {
 		b = binary.AppendVarint(b, s.ID)
@@ -190,7 +207,7 @@ func appendOps(b []byte, ops []Op) []byte {
 	return b
 }
 
-// decoder reads formats 2 to 5 with a minimal reader: each command has one
+// decoder reads formats 2 to 6 with a minimal reader: each command has one
 // encoding. The first error sticks, so callers check it once per stretch.
 type decoder struct {
 	wirebytes.Reader
@@ -199,12 +216,16 @@ type decoder struct {
 	// compare, put and get), and those can share one string.
 	keys  [4]string
 	nkeys int
-	// termed is set for formats 3 and 4: sessions carry a term.
+	// termed is set for formats 3 to 6: sessions carry a term.
 	termed bool
-	// owned is set for formats 4 and 5: sessions carry an owner.
+	// owned is set for formats 4 to 6: sessions carry an owner.
 	owned bool
-	// flags is set for format 5: the expired byte carries LockDelay too.
+	// flags is set for formats 5 and 6: the expired byte carries
+	// LockDelay too.
 	flags bool
+	// readLimit is set for format 6: a transaction ends with its
+	// ReadLimit.
+	readLimit bool
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -247,10 +268,11 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 	kind := Kind(data[8])
 	body := data[9]
 	d := decoder{
-		Reader: wirebytes.NewMinimalReader(data[10:], ErrMalformed),
-		termed: version >= versionTermed,
-		owned:  version >= versionOwned,
-		flags:  version == Version,
+		Reader:    wirebytes.NewMinimalReader(data[10:], ErrMalformed),
+		termed:    version >= versionTermed,
+		owned:     version >= versionOwned,
+		flags:     version >= versionLockDelay,
+		readLimit: version >= Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -321,6 +343,11 @@ func (d *decoder) txn(t *Txn) {
 	if nElse >= 0 {
 		t.Else = ops[:nElse:nElse]
 		d.ops(t.Else)
+	}
+	if d.readLimit {
+		// Zero would be a second encoding of a format 2 transaction: the
+		// format check after decoding refuses it.
+		t.ReadLimit = int64(d.UvarintMax(math.MaxInt64, "read limit"))
 	}
 }
 

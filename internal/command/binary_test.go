@@ -53,6 +53,9 @@ func normalizeV1(c *Command) *Command {
 			}
 		}
 	}
+	if t := c.Txn; t != nil {
+		t.ReadLimit = 0 // format 1 predates read limits
+	}
 	if s := c.Session; s != nil {
 		s.Owner = "" // format 1 predates owners and never carries one
 		s.LockDelay = false
@@ -86,7 +89,7 @@ func clone(c *Command) *Command {
 		return out
 	}
 	if t := c.Txn; t != nil {
-		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else)}
+		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else), ReadLimit: t.ReadLimit}
 		if t.If != nil {
 			nt.If = append([]Compare{}, t.If...)
 			for i := range nt.If {
@@ -171,15 +174,30 @@ func binaryCases() map[string]*Command {
 		"seen by term 300":    {Kind: KindSessionSeen, Session: &Session{Term: 300, IDs: []int64{1, 2}}},
 		"txn, termed session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}},
 			Session: &Session{ID: 1, Term: 128}},
+		// Format 6: a transaction's reads bounded.
+		"read-limited lock": func() *Command {
+			c := lockCommand()
+			c.Txn.ReadLimit = 4 << 20
+			return c
+		}(),
+		"read limit 1":       {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a", Prefix: true}}, ReadLimit: 1}},
+		"max read limit":     {Kind: KindTxn, Txn: &Txn{ReadLimit: math.MaxInt64}},
+		"read limit, no ops": {Kind: KindTxn, Txn: &Txn{If: []Compare{}, ReadLimit: 300}},
+		"read limit, session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}, ReadLimit: 128},
+			Session: &Session{ID: 1, Term: 2, Owner: "client:x"}},
+		"read limit, lock-delay session": {Kind: KindTxn, Txn: &Txn{ReadLimit: 9},
+			Session: &Session{ID: 1, Expired: true, LockDelay: true}},
 	}
 }
 
-// wantVersion is the format Encode must write for c: 5 only when a
-// lock-delay flag needs it, 4 only when a session owner does, 3 only
-// when a session term does, so everything else stays format 2 byte for
-// byte.
+// wantVersion is the format Encode must write for c: 6 only when a
+// transaction's read limit needs it, 5 only when a lock-delay flag does,
+// 4 only when a session owner does, 3 only when a session term does, so
+// everything else stays format 2 byte for byte.
 func wantVersion(c *Command) byte {
 	switch {
+	case c.Txn != nil && c.Txn.ReadLimit > 0:
+		return 6
 	case c.Session != nil && c.Session.LockDelay:
 		return 5
 	case c.Session != nil && c.Session.Owner != "":
@@ -308,6 +326,9 @@ func randomCommand(r *rand.Rand) *Command {
 				}
 			}
 		}
+	}
+	if c.Txn != nil && r.IntN(3) == 0 {
+		c.Txn.ReadLimit = 1 + int64(r.Uint64()>>(1+r.IntN(63)))
 	}
 	if r.IntN(2) == 0 {
 		c.Session = &Session{ID: varint(), TTL: varint(), Expired: r.IntN(2) == 0}
@@ -490,6 +511,9 @@ func TestDecodeMalformed(t *testing.T) {
 		return append([]byte{versionOwned, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	header5 := func(kind Kind, body byte) []byte {
+		return append([]byte{versionLockDelay, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header6 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
@@ -513,7 +537,8 @@ func TestDecodeMalformed(t *testing.T) {
 		"header only":    {versionBinary2},
 		"v3 header only": {versionTermed},
 		"v4 header only": {versionOwned},
-		"v5 header only": {Version},
+		"v5 header only": {versionLockDelay},
+		"v6 header only": {Version},
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),
@@ -525,6 +550,15 @@ func TestDecodeMalformed(t *testing.T) {
 		"v5 unknown flag":     cat(header5(KindSessionEnd, bodySession), []byte{0x54, 0, 7, 0, 0, 0, 0}),
 		"v5 no session":       header5(KindNoop, 0),
 		"v4 with the flag":    cat(header4(KindSessionEnd, bodySession), []byte{0x54, 0, 3, 0, 2, 'c', 0, 0}),
+		// Format 6 is only for a transaction with a read limit, which no
+		// other format carries.
+		"v6 read limit 0":       cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0}),
+		"v6 read limit missing": cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0}),
+		"v6 no txn":             cat(header6(KindSessionEnd, bodySession), []byte{0x54, 0, 3, 0, 0, 0, 0}),
+		"v6 noop":               header6(KindNoop, 0),
+		"v6 non-minimal limit":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0x81, 0}),
+		"v6 limit overflow":     cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),
+		"v5 with a read limit":  cat(header5(KindTxn, bodyTxn|bodySession), []byte{0, 0, 0, 5, 0x54, 0, 3, 0, 0, 0, 0}),
 		// Format 3 is only for a session with a term: term 0, no session
 		// at all, or a missing term would be a second encoding.
 		"v3 term 0":           cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0}),

@@ -25,14 +25,19 @@ import (
 // and misreading one would make this member's state differ from the
 // others'.
 //
-// Encode writes format 3, 4 or 5 only for a command that needs it (a
+// Encode writes format 3, 4, 5 or 6 only for a command that needs it (a
 // session command carrying a leader's term, a client's session creation
-// carrying its owner, an expiry that must leave lock-delay markers);
-// every other command is written in format 2, byte for byte as before.
-// So a member not yet upgraded halts (and replays after its upgrade)
-// only on the commands whose meaning it would get wrong, and keeps
-// applying all the others.
-const Version byte = 5
+// carrying its owner, an expiry that must leave lock-delay markers, a
+// transaction whose reads are bounded by Txn.ReadLimit); every other
+// command is written in format 2, byte for byte as before. So a member
+// not yet upgraded halts (and replays after its upgrade) only on the
+// commands whose meaning it would get wrong, and keeps applying all the
+// others.
+const Version byte = 6
+
+// versionLockDelay is the binary format with the lock-delay flag, without
+// a transaction's read limit.
+const versionLockDelay byte = 5
 
 // versionOwned is the binary format with the session term and owner,
 // without the lock-delay flag.
@@ -151,6 +156,32 @@ type Txn struct {
 	If   []Compare `msgpack:"if,omitempty"`
 	Then []Op      `msgpack:"then,omitempty"`
 	Else []Op      `msgpack:"else,omitempty"`
+	// ReadLimit, when positive, bounds what the gets of the branch that
+	// runs may read, in ReadCost units: each get counts the keys it
+	// would find in the state before the transaction, and those the
+	// branch puts before it, as if the branch's deletes had not happened
+	// (an upper bound known before anything is written). Past the limit
+	// the transaction fails with StatusReadTooLarge and changes nothing. A transaction with a read
+	// limit is also held to the rule its proposer checks: no branch
+	// writes one key twice (two puts, a put and a delete of the key, a
+	// put under a prefix delete), else StatusInvalid. Zero, as every
+	// command before format 6, means neither rule applies, so a log
+	// written by older members replays as they applied it. Written in
+	// format 6 only.
+	ReadLimit int64 `msgpack:"-"`
+}
+
+// ReadCostOverhead is what ReadCost adds to each key read for its
+// bookkeeping: a bound on its encoding besides the key and value bytes
+// (in results and on the client protocol), and about what a KV costs in
+// memory. It is part of format 6's meaning: never change it.
+const ReadCostOverhead = 64
+
+// ReadCost is what reading one key costs against a read limit
+// (Txn.ReadLimit, and the members' bound on every read): its key and
+// value bytes and ReadCostOverhead.
+func ReadCost(key string, value []byte) int64 {
+	return int64(len(key)) + int64(len(value)) + ReadCostOverhead
 }
 
 // Session carries the arguments of session commands.
@@ -211,14 +242,14 @@ func Encode(c *Command) ([]byte, error) {
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 to 5. It never
+// Decode parses an encoded command of format version 1 to 6. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionOwned, versionTermed, versionBinary2:
+	case Version, versionLockDelay, versionOwned, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
@@ -247,6 +278,9 @@ const (
 	// reached the log in another term than the one it was decided in: the
 	// leader that decided it no longer led, so nothing changed.
 	StatusStaleTerm
+	// StatusReadTooLarge means a transaction's gets would have read more
+	// than its Txn.ReadLimit; nothing changed.
+	StatusReadTooLarge
 )
 
 // KV is a key as stored, returned in results.

@@ -50,3 +50,8 @@ var (
 var (
 	InvalidArgument = errors.New("coord: invalid argument")
 )
+
+// Reads (List, transactions' gets) bounded in bytes.
+var (
+	ReadTooLarge = errors.New("coord: read too large")
+)
