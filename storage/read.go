@@ -187,22 +187,14 @@ func branch(s memState, t *command.Txn) (bool, []command.Op) {
 // if ops' deletes had not happened. It stops counting once past stop, so
 // its cost is bounded by stop and the ops, whatever s holds.
 func branchReadCost(s memState, ops []command.Op, stop int64) int64 {
-	var puts []putCost
+	var small [8]putCost
+	pc := putCosts{puts: small[:0]}
 	for i := range ops {
 		if op := &ops[i]; op.Type == command.OpPut {
-			puts = append(puts, putCost{op.Key, command.ReadCost(op.Key, op.Value)})
+			pc.puts = append(pc.puts, putCost{op.Key, command.ReadCost(op.Key, op.Value)})
 		}
 	}
-	slices.SortFunc(puts, func(a, b putCost) int { return strings.Compare(a.key, b.key) })
-	// cum[i] is the cost of puts[:i].
-	cum := make([]int64, len(puts)+1)
-	for i, p := range puts {
-		cum[i+1] = cum[i] + p.cost
-	}
-	find := func(key string) int {
-		i, _ := slices.BinarySearchFunc(puts, key, func(p putCost, k string) int { return strings.Compare(p.key, k) })
-		return i
-	}
+	pc.index()
 	var total int64
 	for i := range ops {
 		op := &ops[i]
@@ -214,21 +206,10 @@ func branchReadCost(s memState, ops []command.Op, stop int64) int64 {
 				total += command.ReadCost(it.key, it.kv.Value)
 				return total <= stop
 			})
-			// The puts under the prefix are a contiguous run of the sorted
-			// ones, up to the first key past every key under it.
-			lo, hi := find(op.Key), len(puts)
-			if end := prefixEnd([]byte(op.Key)); end != nil {
-				hi = find(string(end))
-			}
-			total += cum[hi] - cum[lo]
-		} else {
-			if it, found := s.keys.Get(kvItem{key: op.Key}); found {
-				total += command.ReadCost(it.key, it.kv.Value)
-			}
-			for j := find(op.Key); j < len(puts) && puts[j].key == op.Key; j++ {
-				total += puts[j].cost
-			}
+		} else if it, found := s.keys.Get(kvItem{key: op.Key}); found {
+			total += command.ReadCost(it.key, it.kv.Value)
 		}
+		total += pc.matching(op.Key, op.Prefix)
 		if total > stop {
 			return total
 		}
@@ -239,4 +220,59 @@ func branchReadCost(s memState, ops []command.Op, stop int64) int64 {
 type putCost struct {
 	key  string
 	cost int64
+}
+
+// putCosts answers what the puts of a branch add to a get: for a few
+// puts by a scan, for many from the puts sorted by key with running
+// sums, so a branch costs O(n log n) whatever its shape.
+type putCosts struct {
+	puts []putCost
+	cum  []int64 // cum[i] is the cost of puts[:i], once sorted; nil for a few
+}
+
+// smallPuts is how many puts matching scans rather than searches.
+const smallPuts = 8
+
+func (pc *putCosts) index() {
+	if len(pc.puts) <= smallPuts {
+		return
+	}
+	slices.SortFunc(pc.puts, func(a, b putCost) int { return strings.Compare(a.key, b.key) })
+	pc.cum = make([]int64, len(pc.puts)+1)
+	for i, p := range pc.puts {
+		pc.cum[i+1] = pc.cum[i] + p.cost
+	}
+}
+
+// matching is the cost of the puts a get of key (a prefix, or one key)
+// would find.
+func (pc *putCosts) matching(key string, prefix bool) int64 {
+	if pc.cum == nil {
+		var n int64
+		for _, p := range pc.puts {
+			if p.key == key || prefix && strings.HasPrefix(p.key, key) {
+				n += p.cost
+			}
+		}
+		return n
+	}
+	find := func(k string) int {
+		i, _ := slices.BinarySearchFunc(pc.puts, k, func(p putCost, k string) int { return strings.Compare(p.key, k) })
+		return i
+	}
+	lo, hi := find(key), len(pc.puts)
+	switch {
+	case !prefix:
+		hi = lo
+		for hi < len(pc.puts) && pc.puts[hi].key == key {
+			hi++
+		}
+	default:
+		// The puts under the prefix are a contiguous run of the sorted
+		// ones, up to the first key past every key under it.
+		if end := prefixEnd([]byte(key)); end != nil {
+			hi = find(string(end))
+		}
+	}
+	return pc.cum[hi] - pc.cum[lo]
 }

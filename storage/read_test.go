@@ -2,8 +2,11 @@ package storage
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/stretchr/testify/require"
@@ -208,4 +211,50 @@ func TestApplyWithin(t *testing.T) {
 	out, err := ts.ApplyWithin(ts.entries(txnCmd(command.Txn{Then: []command.Op{putOp("w", "2"), getPrefix("k/000")}})), nil, 20*one)
 	require.NoError(t, err, "within the budget")
 	require.Len(t, out.Results[0].Result.Ops[1].KVs, 10)
+}
+
+// branchReadCost counts, for each get, the state's keys it finds and the
+// branch's puts it would find, with few puts (scanned) and many (sorted)
+// alike.
+func TestBranchReadCost(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	keys := []string{"a", "a/", "a/b", "a/c", "ab", "b", "b/x", "c"}
+	for _, k := range keys[:5] {
+		ts.put(k, "vv")
+	}
+	s := ts.view.Load().memState
+	seed := uint64(time.Now().UnixNano())
+	r := rand.New(rand.NewPCG(seed, seed))
+	for i := range 5000 {
+		ops := make([]command.Op, 1+r.IntN(20))
+		for j := range ops {
+			k := keys[r.IntN(len(keys))]
+			switch r.IntN(3) {
+			case 0:
+				ops[j] = putOp(k, strings.Repeat("x", r.IntN(5)))
+			case 1:
+				ops[j] = getOp(k)
+			default:
+				ops[j] = getPrefix(k[:r.IntN(len(k)+1)])
+			}
+		}
+		var want int64
+		for _, op := range ops {
+			if op.Type != command.OpGet {
+				continue
+			}
+			match := func(k string) bool { return k == op.Key || op.Prefix && strings.HasPrefix(k, op.Key) }
+			for _, k := range keys[:5] {
+				if match(k) {
+					want += command.ReadCost(k, []byte("vv"))
+				}
+			}
+			for _, p := range ops {
+				if p.Type == command.OpPut && match(p.Key) {
+					want += command.ReadCost(p.Key, p.Value)
+				}
+			}
+		}
+		require.Equal(t, want, branchReadCost(s, ops, math.MaxInt64), "seed %d, case %d: %+v", seed, i, ops)
+	}
 }

@@ -13,6 +13,14 @@ import (
 // with a read limit (format 6), whose meaning includes the rule. It
 // costs O(n log n) in the ops, whatever they are.
 func DuplicateWrite(ops []Op) (key string, dup bool) {
+	if len(ops) <= smallBranch {
+		return duplicateWriteSmall(ops)
+	}
+	return duplicateWriteSorted(ops)
+}
+
+// duplicateWriteSorted is DuplicateWrite for any number of ops.
+func duplicateWriteSorted(ops []Op) (key string, dup bool) {
 	var puts, deletes, prefixes []string
 	for i := range ops {
 		op := &ops[i]
@@ -52,6 +60,31 @@ func DuplicateWrite(ops []Op) (key string, dup bool) {
 		i, found := slices.BinarySearch(kept, k)
 		if found || (i > 0 && strings.HasPrefix(k, kept[i-1])) {
 			return k, true
+		}
+	}
+	return "", false
+}
+
+// smallBranch is the size up to which DuplicateWrite compares every pair
+// of ops, without allocating: the branches of the recipes and of most
+// transactions.
+const smallBranch = 8
+
+func duplicateWriteSmall(ops []Op) (string, bool) {
+	for i := range ops {
+		if ops[i].Type != OpPut {
+			continue
+		}
+		k := ops[i].Key
+		for j := range ops {
+			o := &ops[j]
+			switch {
+			case j == i:
+			case o.Type == OpPut && o.Key == k,
+				o.Type == OpDelete && !o.Prefix && o.Key == k,
+				o.Type == OpDelete && o.Prefix && strings.HasPrefix(k, o.Key):
+				return k, true
+			}
 		}
 	}
 	return "", false

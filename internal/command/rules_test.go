@@ -1,6 +1,7 @@
 package command
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,4 +45,24 @@ func TestTxnReadOnly(t *testing.T) {
 	require.False(t, (&Txn{Then: []Op{{Type: 0, Key: "a"}}}).ReadOnly(), "an unknown op is not a read")
 	require.True(t, (&Txn{Else: []Op{{Type: OpGet, Key: "a", Prefix: true}}}).PrefixReads())
 	require.False(t, (&Txn{Then: []Op{{Type: OpGet, Key: "a"}, {Type: OpDelete, Key: "b", Prefix: true}}}).PrefixReads())
+}
+
+// The pairwise check of small branches and the sorted one of large
+// branches agree.
+func TestDuplicateWriteBothWays(t *testing.T) {
+	s := seed(t)
+	r := rand.New(rand.NewPCG(s, s))
+	keys := []string{"", "a", "a/", "a/b", "a/c", "ab", "b", "b/x"}
+	for i := range 20000 {
+		ops := make([]Op, 1+r.IntN(12))
+		for j := range ops {
+			ops[j] = Op{Type: OpType(1 + r.IntN(3)), Key: keys[r.IntN(len(keys))], Prefix: r.IntN(3) == 0}
+			if ops[j].Type == OpPut {
+				ops[j].Prefix = false
+			}
+		}
+		_, small := duplicateWriteSmall(ops)
+		_, sorted := duplicateWriteSorted(ops)
+		require.Equal(t, small, sorted, "seed %d, case %d: %+v", s, i, ops)
+	}
 }
