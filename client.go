@@ -427,7 +427,10 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (KV, e
 
 // List is Node.List through the client's member; a Serializable() List
 // of a prefix under ClientConfig.Cache is answered from the cache, with
-// the revision the cache was current to.
+// the revision the cache was current to (and, costing the member
+// nothing, without its Config.MaxReadBytes). Limit and After need a
+// member of this version or later; an older one answers
+// ErrInvalidArgument.
 func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
 	return listPrefix(ctx, c, prefix, opts)
 }
@@ -514,6 +517,9 @@ func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Res
 	if err != nil {
 		return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
+	if cmd.Kind == command.KindTxn && cmd.Txn != nil && cmd.Txn.ReadOnly() {
+		return c.proposeRead(ctx, data)
+	}
 	var res *clientwire.ProposeResult
 	for {
 		conn, err := c.current(ctx)
@@ -541,6 +547,25 @@ func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Res
 	return res.Result, nil
 }
 
+// proposeRead sends a transaction without writes, which the member
+// serves as a read, never through the log: like a read it is sent again
+// through the next member when its connection ends under it, and its
+// outcome is never ambiguous, since it changes nothing.
+func (c *Client) proposeRead(ctx context.Context, data []byte) (command.Result, error) {
+	var res *clientwire.ProposeResult
+	err := c.retryRead(ctx, func(conn *clientwire.ClientConn) (err error) {
+		res, err = conn.Propose(ctx, data)
+		return err
+	})
+	if err != nil {
+		return command.Result{}, err
+	}
+	if err := resultErr(res.Result); err != nil {
+		return res.Result, err
+	}
+	return res.Result, nil
+}
+
 // proposeErr maps a failed Propose. A member's answer is certain (its
 // code says what happened). A connection that ended, or a context that
 // ended, may have left the command in flight: ErrAmbiguous, as on a
@@ -565,6 +590,9 @@ func resultErr(res command.Result) error {
 		return ErrQuotaExceeded
 	case command.StatusNoSession:
 		return ErrSessionExpired
+	case command.StatusReadTooLarge:
+		return fmt.Errorf("%w: the transaction's gets would read more than the member's Config.MaxReadBytes; "+
+			"nothing changed: read less in one transaction", ErrReadTooLarge)
 	}
 	return fmt.Errorf("%w: the cell refused the command (status %d)", ErrInternal, res.Status)
 }
@@ -572,27 +600,42 @@ func resultErr(res command.Result) error {
 // read sends r, retrying once on another member when the connection
 // ended under it (a read changes nothing, so it can be repeated).
 func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.ReadResult, error) {
+	var res *clientwire.ReadResult
+	err := c.retryRead(ctx, func(conn *clientwire.ClientConn) (err error) {
+		res, err = conn.Read(ctx, r)
+		return err
+	})
+	return res, err
+}
+
+// retryRead runs send, a request that changes nothing, on the current
+// connection, and once more on the next member's when the connection
+// ended under it.
+func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn) error) error {
 	for attempt := 0; ; attempt++ {
 		conn, err := c.current(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		res, err := conn.Read(ctx, r)
+		err = send(conn)
 		if err == nil {
-			return res, nil
+			return nil
 		}
 		var we *clientwire.Error
 		switch {
 		case errors.As(err, &we) && !memberClosing(err):
-			return nil, errFromCode(we.Code, we.Message)
+			return errFromCode(we.Code, we.Message)
+		case errors.Is(err, clientwire.ErrVersion):
+			// Asked nothing of the member, which cannot serve it.
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
+			return fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
 		case attempt > 0:
-			return nil, fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
+			return fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
 		}
 		// Ended or closing: the next current() waits for the next member.
 		if err := waitConnEnd(ctx, conn); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, err)
+			return fmt.Errorf("%w: %w", ErrNoQuorum, err)
 		}
 	}
 }
@@ -617,11 +660,12 @@ func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, 
 
 func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
 	if o.serializable {
-		if kvs, rev, hit := c.cache.list(ctx, prefix); hit {
+		if kvs, rev, hit := c.cache.list(ctx, prefix, o); hit {
 			return kvs, rev, nil
 		}
 	}
-	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable})
+	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable,
+		After: o.after, Limit: uint32(o.limit)})
 	if err != nil {
 		return nil, 0, err
 	}
