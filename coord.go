@@ -405,13 +405,14 @@ func (n *Node) readTxn(ctx context.Context, t *command.Txn, maxRead int64) (comm
 }
 
 // boundReads returns cmd, a transaction that writes, with its read limit
-// set: maxRead when it reads a prefix, none otherwise (whatever a
-// client's command said; point gets are bounded by the operation count).
-// One whose reads the applied state already puts over the limit is
-// refused here, never proposed.
+// set: maxRead when its gets could read more, none otherwise (whatever a
+// client's command said), so a transaction of a few point gets stays in
+// the format members before read limits apply. One whose reads the
+// applied state already puts over the limit is refused here, never
+// proposed.
 func (n *Node) boundReads(cmd *command.Command, maxRead int64) (*command.Command, error) {
 	limit := int64(0)
-	if cmd.Txn.PrefixReads() {
+	if n.mayReadPast(cmd.Txn, maxRead) {
 		limit = maxRead
 	}
 	if cmd.Txn.ReadLimit == limit && limit == 0 {
@@ -427,6 +428,28 @@ func (n *Node) boundReads(cmd *command.Command, maxRead int64) (*command.Command
 	c := *cmd
 	c.Txn = &t
 	return &c, nil
+}
+
+// mayReadPast reports whether the gets of a branch of t could read more
+// than maxRead: a prefix get could, point gets only if so many large
+// values could add up to it (each may find the key's value and the
+// branch's own put of it, as the state machine counts).
+func (n *Node) mayReadPast(t *command.Txn, maxRead int64) bool {
+	if t.PrefixReads() {
+		return true
+	}
+	for _, ops := range [][]command.Op{t.Then, t.Else} {
+		var worst int64
+		for _, op := range ops {
+			if op.Type == command.OpGet {
+				worst += 2*command.ReadCost(op.Key, nil) + 2*int64(n.cfg.MaxValueSize)
+			}
+		}
+		if worst > maxRead {
+			return true
+		}
+	}
+	return false
 }
 
 // readBarrier makes a read linearizable unless the caller opted out. A

@@ -115,6 +115,7 @@ func TestWritingTxnReadBounded(t *testing.T) {
 
 	for name, cell := range map[string]coord.Cell{"client": cl, "member": c.Node(2)} {
 		w := "w/" + name
+		settledIndexes(t, c) // every member has applied the writes so far
 		rev := c.Node(0).Status().Revision
 		_, err := cell.Txn(ctx).Then(coord.OpPut(w, []byte("x")), coord.OpGetPrefix("q/")).Commit()
 		require.ErrorIs(t, err, coord.ErrReadTooLarge, name)
@@ -123,10 +124,17 @@ func TestWritingTxnReadBounded(t *testing.T) {
 			Else(coord.OpDelete("q/00000"), coord.OpGetPrefix("q/")).
 			Commit()
 		require.ErrorIs(t, err, coord.ErrReadTooLarge, "%s: in Else", name)
+		gets := []coord.Op{coord.OpPut(w, []byte("x"))}
+		for i := range 120 {
+			gets = append(gets, coord.OpGet(fmt.Sprintf("q/%05d", i)))
+		}
+		_, err = cell.Txn(ctx).Then(gets...).Commit()
+		require.ErrorIs(t, err, coord.ErrReadTooLarge, "%s: point gets", name)
 		_, err = cell.Get(ctx, w)
 		require.ErrorIs(t, err, coord.ErrNotFound, "%s: a refused transaction wrote", name)
 		_, err = cell.Get(ctx, "q/00000")
 		require.NoError(t, err, "%s: a refused transaction deleted", name)
+		settledIndexes(t, c)
 		for i := range c.Size() {
 			require.Equal(t, rev, c.Node(i).Status().Revision, "%s: member %d moved", name, i)
 		}
