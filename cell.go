@@ -2,10 +2,12 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/storage"
 )
 
 // Cell is what user code and the recipes need of a cell, whichever way
@@ -50,8 +52,8 @@ type backend interface {
 	propose(ctx context.Context, cmd *command.Command) (command.Result, error)
 	// get reads one key; ok is false when it does not exist.
 	get(ctx context.Context, key string, o readOptions) (kv KV, ok bool, err error)
-	// list reads the keys under prefix, in key order, and the revision
-	// read at.
+	// list reads the keys under prefix, in key order (the page o asks
+	// for, already validated), and the revision read at.
 	list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error)
 	// watch starts a watch of prefix with o, already validated; o.fromSet
 	// false means from the backend's current revision, o.maxLagSet false
@@ -116,11 +118,45 @@ func (l limits) checkPrefix(prefix string) error {
 	return nil
 }
 
-// checkTxn checks every key, prefix and value of t and its size: Put and
-// Delete are transactions too, so this is the one check of every write.
+// checkList checks a List of prefix with o: the prefix, and the page.
+func (l limits) checkList(prefix string, o readOptions) error {
+	if err := l.checkPrefix(prefix); err != nil {
+		return err
+	}
+	switch {
+	case o.limit < 0:
+		return fmt.Errorf("%w: Limit(%d): a page holds at least one key (0: no limit)", ErrInvalidArgument, o.limit)
+	case o.limit > maxListLimit:
+		return fmt.Errorf("%w: Limit(%d): at most %d", ErrInvalidArgument, o.limit, maxListLimit)
+	case len(o.after) > l.maxKey:
+		return fmt.Errorf("%w: After a key of %d bytes, limit %d", ErrKeyTooLarge, len(o.after), l.maxKey)
+	}
+	return nil
+}
+
+// maxListLimit bounds Limit, so it travels to a member in 32 bits; no page
+// that long would fit Config.MaxReadBytes anyway.
+const maxListLimit = 1<<31 - 1
+
+// checkTxn checks every key, prefix and value of t and its size, and
+// that no branch writes a key twice: Put and Delete are transactions
+// too, so this is the one check of every write.
 func (l limits) checkTxn(t *command.Txn) error {
 	if ops := len(t.If) + len(t.Then) + len(t.Else); ops > l.maxTxnOps {
 		return fmt.Errorf("%w: %d, limit %d", ErrTooManyOps, ops, l.maxTxnOps)
+	}
+	for _, ops := range [][]command.Op{t.Then, t.Else} {
+		for _, o := range ops {
+			if o.Type < command.OpGet || o.Type > command.OpDelete || o.Type == command.OpPut && o.Prefix {
+				return fmt.Errorf("%w: operation of type %d (prefix %v)", ErrInvalidArgument, o.Type, o.Prefix)
+			}
+		}
+		// As etcd refuses it ("duplicate key given in txn request"): the
+		// outcome would depend on the order of the operations.
+		if key, dup := command.DuplicateWrite(ops); dup {
+			return fmt.Errorf("%w: a branch of the transaction writes %q twice (a key may be put once, "+
+				"and not also deleted, in one branch)", ErrInvalidArgument, key)
+		}
 	}
 	for _, c := range t.If {
 		if err := l.checkKey(c.Key); err != nil {
@@ -167,6 +203,9 @@ func (n *Node) limits() limits {
 		maxSessionTTL: n.cfg.MaxSessionTTL}
 }
 
+// maxReadBytes is Config.MaxReadBytes, as the storage counts reads.
+func (n *Node) maxReadBytes() int64 { return int64(n.cfg.MaxReadBytes) }
+
 func (n *Node) keeper() keeper { return n.sessions }
 
 func (n *Node) queueProbes() *probeRegistry { return &n.probes }
@@ -187,16 +226,29 @@ func (n *Node) get(ctx context.Context, key string, o readOptions) (KV, bool, er
 }
 
 func (n *Node) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
-	if err := n.readBarrier(ctx, o); err != nil {
-		return nil, 0, err
-	}
-	kvs, rev, err := n.sm.List(prefix)
+	kvs, rev, err := n.listPage(ctx, prefix, o, n.maxReadBytes())
 	if err != nil {
-		return nil, 0, n.stateErr(err)
+		return nil, 0, err
 	}
 	out := make([]KV, len(kvs))
 	for i, kv := range kvs {
 		out[i] = fromCmdKV(kv)
 	}
 	return out, rev, nil
+}
+
+// listPage reads the page o asks for of prefix, at most maxBytes of it:
+// Node.List's and a client's List alike.
+func (n *Node) listPage(ctx context.Context, prefix string, o readOptions, maxBytes int64) ([]command.KV, int64, error) {
+	if err := n.readBarrier(ctx, o); err != nil {
+		return nil, 0, err
+	}
+	kvs, rev, err := n.sm.ListPage(prefix, storage.Page{After: o.after, Limit: o.limit, MaxBytes: maxBytes})
+	if errors.Is(err, ErrReadTooLarge) {
+		return nil, 0, fmt.Errorf("List(%q): %w; page it with Limit and After (or raise Config.MaxReadBytes)", prefix, err)
+	}
+	if err != nil {
+		return nil, 0, n.stateErr(err)
+	}
+	return kvs, rev, nil
 }

@@ -482,7 +482,10 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (KV, e
 
 // List is Node.List through the client's member; a Serializable() List
 // of a prefix under ClientConfig.Cache is answered from the cache, with
-// the revision the cache was current to.
+// the revision the cache was current to (and, costing the member
+// nothing, without its Config.MaxReadBytes). Limit and After need a
+// member of this version or later; an older one answers
+// ErrInvalidArgument.
 func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
 	return listPrefix(ctx, c, prefix, opts)
 }
@@ -569,6 +572,9 @@ func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Res
 	if err != nil {
 		return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
+	if cmd.Kind == command.KindTxn && cmd.Txn != nil && cmd.Txn.ReadOnly() {
+		return c.proposeRead(ctx, data)
+	}
 	var res *clientwire.ProposeResult
 	for {
 		conn, err := c.current(ctx)
@@ -624,71 +630,11 @@ func resultErr(res command.Result) error {
 		return ErrTooManySessions
 	case command.StatusForbidden:
 		return ErrForbidden
+	case command.StatusReadTooLarge:
+		return fmt.Errorf("%w: the transaction's gets would read more than the member's Config.MaxReadBytes; "+
+			"nothing changed: read less in one transaction", ErrReadTooLarge)
 	}
 	return fmt.Errorf("%w: the cell refused the command (status %d)", ErrInternal, res.Status)
-}
-
-// read sends r, retrying once on another member when the connection
-// ended under it (a read changes nothing, so it can be repeated).
-func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.ReadResult, error) {
-	for attempt := 0; ; attempt++ {
-		conn, err := c.current(ctx)
-		if err != nil {
-			return nil, err
-		}
-		res, err := conn.Read(ctx, r)
-		if err == nil {
-			return res, nil
-		}
-		var we *clientwire.Error
-		switch {
-		case errors.As(err, &we) && !memberClosing(err):
-			return nil, errFromCode(we.Code, we.Message)
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
-		case attempt > 0:
-			return nil, fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
-		}
-		// Ended or closing: the next current() waits for the next member.
-		if err := waitConnEnd(ctx, conn); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoQuorum, err)
-		}
-	}
-}
-
-func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, error) {
-	if o.serializable {
-		if kv, ok, hit := c.cache.get(ctx, key); hit {
-			return kv, ok, nil
-		}
-	}
-	res, err := c.read(ctx, &clientwire.Read{Key: key, Serializable: o.serializable})
-	if err != nil {
-		return KV{}, false, err
-	}
-	for _, kv := range res.KVs {
-		if kv.Key == key {
-			return fromCmdKV(kv), true, nil
-		}
-	}
-	return KV{}, false, nil
-}
-
-func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
-	if o.serializable {
-		if kvs, rev, hit := c.cache.list(ctx, prefix); hit {
-			return kvs, rev, nil
-		}
-	}
-	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable})
-	if err != nil {
-		return nil, 0, err
-	}
-	out := make([]KV, len(res.KVs))
-	for i, kv := range res.KVs {
-		out[i] = fromCmdKV(kv)
-	}
-	return out, res.Rev, nil
 }
 
 // settle makes the client's sessions current before a waiter decides

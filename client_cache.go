@@ -141,17 +141,22 @@ func (cc *clientCache) get(ctx context.Context, key string) (kv KV, ok, hit bool
 	return kv, ok, hit
 }
 
-// list answers a serializable List from the cache, with the revision the
-// cache is current to; hit is false when the member must answer.
-func (cc *clientCache) list(ctx context.Context, prefix string) (kvs []KV, rev int64, hit bool) {
+// list answers a serializable List (the page o asks for) from the cache,
+// with the revision the cache is current to; hit is false when the
+// member must answer.
+func (cc *clientCache) list(ctx context.Context, prefix string, o readOptions) (kvs []KV, rev int64, hit bool) {
 	p := cc.covering(prefix)
 	if p == nil {
 		return nil, 0, false
 	}
+	start := prefix
+	if o.after >= prefix {
+		start = o.after + "\x00" // the least key after o.after
+	}
 	hit = p.answer(ctx, func() {
-		i, _ := slices.BinarySearch(p.keys, prefix)
+		i, _ := slices.BinarySearch(p.keys, start)
 		kvs = []KV{}
-		for ; i < len(p.keys) && strings.HasPrefix(p.keys[i], prefix); i++ {
+		for ; i < len(p.keys) && strings.HasPrefix(p.keys[i], prefix) && (o.limit == 0 || len(kvs) < o.limit); i++ {
 			kvs = append(kvs, cloneKV(p.kvs[p.keys[i]]))
 		}
 		rev = p.rev

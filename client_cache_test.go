@@ -167,17 +167,16 @@ func writeRandom(ctx context.Context, t *testing.T, w coord.Cell, m *cacheModel,
 				delete(state, key)
 			}
 		case r < 9:
+			// Another key: a branch may not both put and delete one.
 			other := fmt.Sprintf("%s%d", prefix, rng.IntN(10))
+			if other == key {
+				other = prefix + "10"
+			}
 			res, err := w.Txn(ctx).Then(coord.OpPut(key, []byte(val)), coord.OpDelete(other)).Commit()
 			require.NoError(t, err)
-			if other == key {
-				m.record(res.Rev, nil, key) // the delete came after the put
-				delete(state, key)
-			} else {
-				m.record(res.Rev, map[string]string{key: val}, other)
-				state[key] = val
-				delete(state, other)
-			}
+			m.record(res.Rev, map[string]string{key: val}, other)
+			state[key] = val
+			delete(state, other)
 		default:
 			_, err := w.Put(ctx, "outside/"+val, []byte(val))
 			require.NoError(t, err)

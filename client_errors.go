@@ -47,6 +47,7 @@ var codeTable = [...]error{
 	ErrMarksInUse,      // 32
 	ErrMarkStore,       // 33
 	ErrInvalidArgument, // 34
+	ErrReadTooLarge,    // 35
 }
 
 // sentinelOfCode is the root sentinel a wire code stands for, or nil.

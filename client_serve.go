@@ -323,6 +323,9 @@ type clientHandler struct {
 	owner    string
 	grant    ClientGrant
 	admitted bool
+	// maxFrame is the longest frame the client reads (Hello.MaxFrame):
+	// a read's answer must fit in one.
+	maxFrame int
 }
 
 var _ clientwire.Handler = (*clientHandler)(nil)
@@ -370,6 +373,7 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 	cs.mu.Unlock()
 	h.admitted = true
 	h.identity, h.owner, h.grant = identity, clientOwnerPrefix+identity, grant
+	h.maxFrame = int(hello.MaxFrame)
 	return &clientwire.Welcome{
 		Member:          n.cfg.Name,
 		CellID:          n.raft.CellID(),
@@ -423,11 +427,34 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 	case len(gone) > 0:
 		return nil, fmt.Errorf("%w: session %d", ErrSessionExpired, gone[0])
 	}
-	res, err := n.propose(ctx, c)
+	res, err := n.proposeWithin(ctx, c, h.maxRead(c))
 	if err != nil {
 		return nil, err
 	}
 	return &res, nil
+}
+
+// Reply overheads: what a read's answer holds besides its keys (counted
+// with command.ReadCostOverhead each, which covers their encoding): the
+// frame header, counts and revision; for a transaction, each operation's
+// result header too.
+const (
+	readReplyOverhead = 64
+	opReplyOverhead   = 32
+)
+
+// maxRead bounds the reads of c for this client: Config.MaxReadBytes, or
+// less when the client's frames hold less, so what would not reach it is
+// refused (ErrReadTooLarge) before it is read, and a transaction that
+// writes is refused before it changes anything rather than applied with
+// an answer the client never gets.
+func (h *clientHandler) maxRead(c *command.Command) int64 {
+	ops := 0
+	if c.Txn != nil {
+		ops = max(len(c.Txn.Then), len(c.Txn.Else))
+	}
+	fit := int64(h.maxFrame) - readReplyOverhead - int64(ops)*opReplyOverhead
+	return max(min(h.n.maxReadBytes(), fit), 1)
 }
 
 // sortSessions sorts ids into the client's live sessions (with their
@@ -468,25 +495,26 @@ func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned ma
 	return owned, foreign, gone, err
 }
 
-// Read reads by read index, or from this member's state.
+// Read reads by read index, or from this member's state: a key, or a
+// page of a prefix bounded by maxRead.
 func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) (*clientwire.ReadResult, error) {
 	n := h.n
-	o := readOptions{serializable: r.Serializable}
+	o := readOptions{serializable: r.Serializable, limit: int(r.Limit), after: r.After}
 	if r.Prefix {
-		if err := n.limits().checkPrefix(r.Key); err != nil {
+		if err := n.limits().checkList(r.Key, o); err != nil {
 			return nil, err
 		}
-		if err := n.readBarrier(ctx, o); err != nil {
-			return nil, err
-		}
-		kvs, rev, err := n.sm.List(r.Key)
+		kvs, rev, err := n.listPage(ctx, r.Key, o, h.maxRead(&command.Command{}))
 		if err != nil {
-			return nil, n.stateErr(err)
+			return nil, err
 		}
 		return &clientwire.ReadResult{KVs: kvs, Rev: rev}, nil
 	}
 	if err := n.limits().checkKey(r.Key); err != nil {
 		return nil, err
+	}
+	if o.paged() {
+		return nil, fmt.Errorf("%w: Limit and After page a prefix read", ErrInvalidArgument)
 	}
 	if err := n.readBarrier(ctx, o); err != nil {
 		return nil, err

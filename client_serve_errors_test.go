@@ -31,6 +31,7 @@ func TestClientErrorCodesBothWays(t *testing.T) {
 		clientwire.CodeStaleToken: ErrStaleToken, clientwire.CodeInvalidToken: ErrInvalidToken,
 		clientwire.CodeMarksFormat: ErrMarksFormat, clientwire.CodeMarksInUse: ErrMarksInUse,
 		clientwire.CodeMarkStore: ErrMarkStore, clientwire.CodeInvalidArgument: ErrInvalidArgument,
+		clientwire.CodeReadTooLarge: ErrReadTooLarge,
 	}
 	if len(want) != len(codeTable) {
 		t.Fatalf("table has %d sentinels, clientwire numbers %d", len(codeTable), len(want))

@@ -88,6 +88,16 @@ type Config struct {
 	// on its memory: set it to what each member, and each process
 	// hosting several, can spare.
 	QuotaBytes int64
+	// MaxReadBytes bounds what one read may return, counted as its keys
+	// and values plus 64 bytes per key: a List (or one page of it), and
+	// the gets of one transaction. Past it the read fails with
+	// ErrReadTooLarge, having read no more than the bound, and a
+	// transaction changes nothing; page a List with Limit and After.
+	// Default DefaultMaxReadBytes. For a transaction that writes, the
+	// bound travels with it in the log, so every member applies it alike
+	// whatever its own setting; a client's reads are also bounded by what
+	// one frame to it holds.
+	MaxReadBytes int
 
 	// CompactEvery is how many applied entries trigger a Raft log
 	// compaction. Default 10,000.
@@ -284,6 +294,7 @@ func (c *Config) validate() error {
 	setDefault(&c.MaxTxnOps, 128)
 	setDefault(&c.MaxFrameSize, transport.DefaultMaxFrameSize)
 	setDefault(&c.QuotaBytes, 2<<30)
+	setDefault(&c.MaxReadBytes, DefaultMaxReadBytes)
 	setDefault(&c.CompactEvery, 10_000)
 	setDefault(&c.CatchUpEntries, 5_000)
 	setDefault(&c.HistoryRevisions, 100_000)
@@ -310,7 +321,7 @@ func (c *Config) validate() error {
 	case c.ElectionTicks <= c.HeartbeatTicks:
 		return bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	case c.MaxKeySize < 0 || c.MaxValueSize < 0 || c.MaxTxnOps < 0 || c.QuotaBytes < 0 || c.HistoryRevisions < 0 ||
-		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0 || c.ClientMaxSessions < 0,
+		c.MaxClients < 0 || c.ClientMaxInFlight < 0 || c.ClientMaxWatchers < 0 || c.ClientMaxSessions < 0 || c.MaxReadBytes < 0,
 		c.ClientHandshakeTimeout < 0 || c.ClientMaxPending < 0 || c.ClientMaxPerIdentity < 0 ||
 			c.ClientIdleTimeout < 0 || c.ClientIOTimeout < 0 || c.ClientQueueBytes < 0 || c.ClientQueueBytesTotal < 0:
 		return bad("limits must be positive")
@@ -328,6 +339,11 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// DefaultMaxReadBytes is Config.MaxReadBytes when it is zero: 4 MiB, what
+// one frame to a client holds by default, so a read that works on a
+// member works through a client too.
+const DefaultMaxReadBytes = 4 << 20
 
 // Sizes that tie the limits together.
 const (

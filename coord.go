@@ -344,8 +344,30 @@ func (n *Node) Status() Status {
 }
 
 // propose runs cmd through Raft and maps the state machine's status to
-// the package's errors.
+// the package's errors; a transaction that writes nothing is a read
+// instead (proposeWithin).
 func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
+	return n.proposeWithin(ctx, cmd, n.maxReadBytes())
+}
+
+// proposeWithin is propose with maxRead the bound of a transaction's
+// reads (Config.MaxReadBytes, or less for a client whose frames hold
+// less). A transaction without writes never enters the log: it is served
+// by read index from this member's state, as Get and List are. One that
+// writes and reads a prefix carries the bound in its command
+// (command.Txn.ReadLimit), so every member refuses it alike when it reads
+// more; it is refused before it is proposed when the applied state
+// already says so.
+func (n *Node) proposeWithin(ctx context.Context, cmd *command.Command, maxRead int64) (command.Result, error) {
+	if cmd.Kind == command.KindTxn && cmd.Txn != nil {
+		if cmd.Txn.ReadOnly() {
+			return n.readTxn(ctx, cmd.Txn, maxRead)
+		}
+		var err error
+		if cmd, err = n.boundReads(cmd, maxRead); err != nil {
+			return command.Result{}, err
+		}
+	}
 	if cmd.Kind == command.KindSessionCreate && cmd.Session != nil {
 		// Every session this build creates counts against the quota.
 		cmd.Session.Charged = true
@@ -373,9 +395,79 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 		return res, fmt.Errorf("%w: the identity holds %d sessions, the limit", ErrTooManySessions, cmd.Session.MaxSessions)
 	case command.StatusForbidden:
 		return res, fmt.Errorf("%w: the write would delete or overwrite another session's key, or write for one", ErrForbidden)
+	case command.StatusReadTooLarge:
+		return res, fmt.Errorf("%w: the transaction's gets would read more than %d bytes (keys and values, %d more per key); "+
+			"nothing changed: read less in one transaction", ErrReadTooLarge, cmd.Txn.ReadLimit, command.ReadCostOverhead)
 	default:
 		return res, fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
 	}
+}
+
+// readTxn serves a transaction without writes as a read: a read index
+// (it is linearizable, as it was through the log), then the compares and
+// gets against this member's applied state at one revision.
+func (n *Node) readTxn(ctx context.Context, t *command.Txn, maxRead int64) (command.Result, error) {
+	if err := n.readBarrier(ctx, readOptions{}); err != nil {
+		return command.Result{}, err
+	}
+	res, err := n.sm.ReadTxn(t, maxRead)
+	switch {
+	case errors.Is(err, ErrReadTooLarge):
+		return command.Result{}, fmt.Errorf("transaction: %w; read less in one transaction (page a List with Limit and After)", err)
+	case errors.Is(err, ErrInvalidArgument):
+		return command.Result{}, err
+	case err != nil:
+		return command.Result{}, n.stateErr(err)
+	}
+	return res, nil
+}
+
+// boundReads returns cmd, a transaction that writes, with its read limit
+// set: maxRead when its gets could read more, none otherwise (whatever a
+// client's command said), so a transaction of a few point gets stays in
+// the format members before read limits apply. One whose reads the
+// applied state already puts over the limit is refused here, never
+// proposed.
+func (n *Node) boundReads(cmd *command.Command, maxRead int64) (*command.Command, error) {
+	limit := int64(0)
+	if n.mayReadPast(cmd.Txn, maxRead) {
+		limit = maxRead
+	}
+	if cmd.Txn.ReadLimit == limit && limit == 0 {
+		return cmd, nil
+	}
+	t := *cmd.Txn
+	t.ReadLimit = limit
+	if err := n.sm.CheckTxnReads(&t); errors.Is(err, ErrReadTooLarge) {
+		return nil, fmt.Errorf("%w; nothing was proposed: read less in one transaction", err)
+	} else if err != nil {
+		return nil, n.stateErr(err)
+	}
+	c := *cmd
+	c.Txn = &t
+	return &c, nil
+}
+
+// mayReadPast reports whether the gets of a branch of t could read more
+// than maxRead: a prefix get could, point gets only if so many large
+// values could add up to it (each may find the key's value and the
+// branch's own put of it, as the state machine counts).
+func (n *Node) mayReadPast(t *command.Txn, maxRead int64) bool {
+	if t.PrefixReads() {
+		return true
+	}
+	for _, ops := range [][]command.Op{t.Then, t.Else} {
+		var worst int64
+		for _, op := range ops {
+			if op.Type == command.OpGet {
+				worst += 2*command.ReadCost(op.Key, nil) + 2*int64(n.cfg.MaxValueSize)
+			}
+		}
+		if worst > maxRead {
+			return true
+		}
+	}
+	return false
 }
 
 // readBarrier makes a read linearizable unless the caller opted out. A

@@ -37,6 +37,13 @@
 // A member that cannot reach a quorum refuses writes and linearizable
 // reads with ErrNoQuorum rather than answer from stale state.
 //
+// A transaction whose operations are all gets is a read too: a read index
+// and the member's state, never a log entry. One read returns at most
+// Config.MaxReadBytes (ErrReadTooLarge past it, with no more than that
+// read): List pages a large prefix with Limit and After, and the gets of
+// one transaction share the bound, which a transaction that writes
+// carries into the log so that every member applies it alike.
+//
 // Each member serves reads from its live keyspace in memory (Pebble on
 // disk is the durable copy, and memory is rebuilt from it at start), so
 // Config.QuotaBytes also bounds a member's memory.
@@ -52,9 +59,10 @@
 // closed) fails with an *AmbiguousError (errors.Is ErrAmbiguous), whose
 // ID Outcome settles: applied, with its result, or never to apply. Both
 // wrap the context's error when the context was the cause, so errors.Is
-// with context.DeadlineExceeded works too. Bad input (oversized keys or values,
-// too many operations, over quota) fails with its own sentinel and
-// changes nothing.
+// with context.DeadlineExceeded works too. Bad input (oversized keys or
+// values, too many operations, a transaction branch that writes a key
+// twice, over quota, a read over its bound) fails with its own sentinel
+// and changes nothing.
 //
 // # Revisions and watches
 //

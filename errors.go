@@ -135,6 +135,16 @@ var (
 	ErrInvalidArgument = errs.InvalidArgument
 )
 
+// The sentinel error of bounded reads.
+var (
+	// ErrReadTooLarge: a read would return more than Config.MaxReadBytes
+	// (keys and values, plus a small overhead per key): a List, or the
+	// gets of one transaction. Nothing was returned and, for a
+	// transaction, nothing changed. Page a List with Limit and After;
+	// read less in one transaction.
+	ErrReadTooLarge = errs.ReadTooLarge
+)
+
 // The sentinel errors of clients (Connect) and of the members serving
 // them (Node.ServeClients). On the wire they travel as clientwire's own
 // codes, not the numbered ones above.

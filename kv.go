@@ -33,13 +33,61 @@ type ReadOption func(*readOptions)
 
 type readOptions struct {
 	serializable bool
+	// limit and after page a List (Limit, After); 0 and "": the whole
+	// prefix.
+	limit int
+	after string
 }
+
+// paged reports whether o asks for a page of a prefix (Limit or After),
+// which only List takes.
+func (o readOptions) paged() bool { return o.limit != 0 || o.after != "" }
 
 // Serializable makes a read answer from this member's applied state
 // without confirming with the leader: faster, and available on a
 // minority side, but possibly stale.
 func Serializable() ReadOption {
 	return func(o *readOptions) { o.serializable = true }
+}
+
+// Limit makes List return at most n keys: the first n under its prefix
+// (after After's key, when given), in key order. n = 0 means no limit, as
+// without Limit; a negative n fails with ErrInvalidArgument. Get takes no
+// Limit (ErrInvalidArgument).
+//
+// Limit and After page through a prefix: ask for the next page with
+// After and the last key of the one before. A page of n keys may have
+// more after it; a shorter one is the last:
+//
+//	for after := ""; ; {
+//		kvs, _, err := c.List(ctx, "jobs/", coord.Limit(500), coord.After(after))
+//		if err != nil {
+//			return err
+//		}
+//		process(kvs)
+//		if len(kvs) < 500 {
+//			break // the last page
+//		}
+//		after = kvs[len(kvs)-1].Key
+//	}
+//
+// Each page is a read of its own, at the revision List returns with it:
+// a key written while the pages are read may be missed by the pages
+// already read or found by a later one, as with etcd's Range limit
+// without a revision. Every key that stays put throughout is returned
+// exactly once. To see a prefix at one revision, List it whole (within
+// Config.MaxReadBytes) or use ListWatch.
+func Limit(n int) ReadOption {
+	return func(o *readOptions) { o.limit = n }
+}
+
+// After makes List start strictly after key: it returns only the keys
+// under its prefix that sort after key, bytewise. key need not exist, nor
+// be under the prefix (a key before the prefix starts at its first key,
+// one after it leaves nothing). "" starts at the prefix, as without
+// After. See Limit for paging; Get takes no After (ErrInvalidArgument).
+func After(key string) ReadOption {
+	return func(o *readOptions) { o.after = key }
 }
 
 func readOpts(opts []ReadOption) readOptions {
@@ -104,6 +152,11 @@ func (n *Node) Get(ctx context.Context, key string, opts ...ReadOption) (KV, err
 // List returns every key under prefix, in key order, and the revision
 // of the state it read: Watch(ctx, prefix, FromRev(rev)) then continues
 // exactly after it. Reads are linearizable unless Serializable() is given.
+//
+// Limit and After return one page of the prefix instead (see Limit). A
+// List (or a page) that would return more than Config.MaxReadBytes fails
+// with ErrReadTooLarge, having read no more than that: page it, or raise
+// the bound.
 func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
 	return listPrefix(ctx, n, prefix, opts)
 }
@@ -136,7 +189,11 @@ func getKey(ctx context.Context, b backend, key string, opts []ReadOption) (KV, 
 	if err := b.limits().checkKey(key); err != nil {
 		return KV{}, err
 	}
-	kv, ok, err := b.get(ctx, key, readOpts(opts))
+	o := readOpts(opts)
+	if o.paged() {
+		return KV{}, fmt.Errorf("%w: Get(%q) with Limit or After: they page a List", ErrInvalidArgument, key)
+	}
+	kv, ok, err := b.get(ctx, key, o)
 	if err != nil {
 		return KV{}, err
 	}
@@ -147,10 +204,11 @@ func getKey(ctx context.Context, b backend, key string, opts []ReadOption) (KV, 
 }
 
 func listPrefix(ctx context.Context, b backend, prefix string, opts []ReadOption) ([]KV, int64, error) {
-	if err := b.limits().checkPrefix(prefix); err != nil {
+	o := readOpts(opts)
+	if err := b.limits().checkList(prefix, o); err != nil {
 		return nil, 0, err
 	}
-	return b.list(ctx, prefix, readOpts(opts))
+	return b.list(ctx, prefix, o)
 }
 
 // putKey and deleteKey are one-operation transactions, validated and

@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -133,11 +134,17 @@ func (ns *namespaceCell) Get(ctx context.Context, key string, opts ...ReadOption
 	return ns.strip(kv), err
 }
 
-// List is c.List of the prefix in the namespace, keys stripped.
+// List is c.List of the prefix in the namespace, keys stripped; After's
+// key is in the namespace too.
 func (ns *namespaceCell) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
 	if err := ns.check(); err != nil {
 		return nil, 0, err
 	}
+	opts = append(slices.Clip(opts), func(o *readOptions) {
+		if o.after != "" {
+			o.after = ns.prefix + o.after
+		}
+	})
 	kvs, rev, err := ns.c.List(ctx, ns.prefix+prefix, opts...)
 	if err != nil {
 		return nil, 0, err

@@ -13,6 +13,12 @@ import (
 // at one revision. Build it with If, Then and Else, run it with Commit. A
 // Txn is used by one goroutine and committed once.
 //
+// A transaction whose operations are all gets (OpGet, OpGetPrefix) is a
+// linearizable read, served from the member's state by read index, never
+// through the log. Its gets together return at most Config.MaxReadBytes
+// (ErrReadTooLarge past it), and so do those of a transaction that
+// writes, which then changes nothing.
+//
 //	res, err := n.Txn(ctx).
 //		If(coord.Version("config").Eq(3)).
 //		Then(coord.OpPut("config", next)).
@@ -105,7 +111,9 @@ func (t *Txn) note(err error) {
 
 // Commit validates and runs the transaction. Invalid input (too many
 // operations, oversized keys or values, an option an operation does not
-// take) fails before anything is sent.
+// take, a branch that writes one key twice: two puts, a put and a delete
+// of it, or a put under a prefix delete, as etcd refuses them) fails
+// before anything is sent.
 func (t *Txn) Commit() (TxnResult, error) {
 	if t.err != nil {
 		return TxnResult{}, t.err
@@ -135,7 +143,9 @@ type Op struct {
 // OpGet reads key.
 func OpGet(key string) Op { return Op{op: command.Op{Type: command.OpGet, Key: key}} }
 
-// OpGetPrefix reads every key under prefix.
+// OpGetPrefix reads every key under prefix. What it may return is
+// bounded, with the transaction's other gets, by Config.MaxReadBytes; to
+// read a large prefix, page it with List's Limit and After.
 func OpGetPrefix(prefix string) Op {
 	return Op{op: command.Op{Type: command.OpGet, Key: prefix, Prefix: true}}
 }

@@ -436,11 +436,12 @@ func (n *Node) ListWatch(ctx context.Context, prefix string, onList func(kvs []K
 
 // listAgain says whether ListWatch lists again after err: not once the
 // way into the cell is closed, nor when the cell refused the prefix
-// (a client learns the member's key limit from the refusal), which no
-// retry changes.
+// (a client learns the member's key limit from the refusal) or found it
+// larger than one read may be (Config.MaxReadBytes), which no retry
+// changes.
 func listAgain(err error) bool {
 	return notClosed(err) && !errors.Is(err, ErrKeyTooLarge) && !errors.Is(err, ErrInvalidKey) &&
-		!errors.Is(err, ErrInvalidArgument)
+		!errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrReadTooLarge)
 }
 
 // listWatch is ListWatch on any backend.

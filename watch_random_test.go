@@ -116,8 +116,13 @@ func TestWatchersSeeExactlyTheHistorySuffix(t *testing.T) {
 			do(func(n *coord.Node) error { _, err := n.Delete(ctx, key); return err })
 		case op < 7:
 			do(func(n *coord.Node) error {
+				// Another key: a branch may not write one twice.
+				second := fmt.Sprintf("r/%d", rng.IntN(8))
+				if second == key {
+					second = "r/8"
+				}
 				_, err := n.Txn(ctx).Then(coord.OpPut(key, []byte("t")), coord.OpPut("other", nil),
-					coord.OpPut(fmt.Sprintf("r/%d", rng.IntN(8)), []byte("u"))).Commit()
+					coord.OpPut(second, []byte("u"))).Commit()
 				return err
 			})
 		case op < 8:

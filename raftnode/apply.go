@@ -1,11 +1,13 @@
 package raftnode
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/storage"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -110,7 +112,7 @@ func (n *Node) applyLoop() {
 		if !n.gate.enter(n.stopc) {
 			return
 		}
-		ok := n.apply(job)
+		ok, _ := n.apply(job, 0)
 		// Only after the job's every effect: the raft loop reads zero as
 		// "the apply loop is idle, its state is mine to use".
 		n.applySide.queued.Add(-1)
@@ -123,8 +125,11 @@ func (n *Node) applyLoop() {
 // apply applies one job: it applies committed entries, feeds the watch
 // hub and wakes the callers whose commands applied. It runs on the apply
 // loop, or on the raft loop while the apply loop is idle; never on both.
-// It returns false when the node must stop.
-func (n *Node) apply(job applyJob) bool {
+// It returns false when the node must stop. With a read budget (the
+// raft loop's: inlineMaxReads), entries whose reads pass it are not
+// applied at all (storage.ApplyWithin) and spent is true: the job must
+// go to the apply loop.
+func (n *Node) apply(job applyJob, budget int64) (ok, spent bool) {
 	switch {
 	case job.barrier != nil:
 		close(job.barrier)
@@ -138,11 +143,23 @@ func (n *Node) apply(job applyJob) bool {
 		}
 	default:
 		start := time.Now()
-		out, err := n.sm.Apply(job.ents, job.cs)
+		var (
+			out storage.ApplyOutput
+			err error
+		)
+		if budget > 0 {
+			out, err = n.sm.ApplyWithin(job.ents, job.cs, budget)
+		} else {
+			out, err = n.sm.Apply(job.ents, job.cs)
+		}
 		n.counters.apply.observe(time.Since(start))
+		if errors.Is(err, storage.ErrApplyBudget) {
+			n.counters.inlineSpent.Add(1)
+			return true, true
+		}
 		if err != nil {
 			n.fail(err)
-			return false
+			return false, false
 		}
 		if out.MembersChanged {
 			n.reloadMembers()
@@ -157,12 +174,12 @@ func (n *Node) apply(job applyJob) bool {
 		if last-n.applySide.lastCompact >= n.cfg.CompactEvery {
 			if err := n.compact(last); err != nil {
 				n.fail(err)
-				return false
+				return false, false
 			}
 			n.applySide.lastCompact = last
 		}
 	}
-	return true
+	return true, false
 }
 
 // handOver queues job for the apply loop. It returns false when the node
@@ -180,9 +197,17 @@ func (n *Node) handOver(job applyJob) bool {
 // qualifies when it is small and every command's cost is bounded by its
 // size (command.Bounded: no prefix delete, no session end), so
 // heartbeats are never held up for long; conf changes go the usual way.
+// Transactions' reads are the exception Bounded lets through (a lock
+// reads its queue): what the state machine reads for them on the raft
+// goroutine is bounded by inlineMaxReads, past which it stops, having
+// applied nothing, and the batch goes to the apply loop.
 const (
 	inlineMaxEntries = 1024
 	inlineMaxBytes   = 1 << 20
+	// inlineMaxReads bounds the reads of one inline apply, in
+	// command.ReadCost units: about 6,000 keys of 100 bytes, tens of
+	// lock queues' reads, a millisecond or two of copying.
+	inlineMaxReads = 1 << 20
 	// inlineCooldown is how many batches go to the apply loop after an
 	// inline apply took longer than a tick, whatever made it slow.
 	inlineCooldown = 1000
@@ -200,8 +225,12 @@ func (n *Node) applyInline(ls *loopState, job applyJob) (handled, ok bool) {
 		return false, true
 	}
 	start := time.Now()
-	if !n.apply(job) {
+	ok, spent := n.apply(job, inlineMaxReads)
+	if !ok {
 		return true, false
+	}
+	if spent {
+		return false, true
 	}
 	if took := time.Since(start); took > n.cfg.TickInterval {
 		ls.inlineCooldown = inlineCooldown

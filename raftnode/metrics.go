@@ -44,6 +44,10 @@ type Metrics struct {
 	// batch of committed entries took to apply to the state machine.
 	LogSync Histogram
 	Apply   Histogram
+	// InlineOverBudget counts the batches the raft goroutine began to
+	// apply itself and handed to the apply loop instead, because their
+	// transactions read more than it may (inlineMaxReads).
+	InlineOverBudget uint64
 }
 
 // Histogram is a copy of a duration histogram: the bucket bounds are
@@ -125,6 +129,7 @@ type counters struct {
 	snapshotsInstalled  atomic.Uint64
 	logSync             histogram
 	apply               histogram
+	inlineSpent         atomic.Uint64
 }
 
 // countProposal counts the outcome of one Propose call.
@@ -153,5 +158,6 @@ func (n *Node) Metrics() Metrics {
 		SnapshotsInstalled:  c.snapshotsInstalled.Load(),
 		LogSync:             c.logSync.snapshot(),
 		Apply:               c.apply.snapshot(),
+		InlineOverBudget:    c.inlineSpent.Load(),
 	}
 }

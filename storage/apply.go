@@ -24,6 +24,26 @@ import (
 // it after an upgrade. Entries at or below the applied index are skipped,
 // so replaying is harmless.
 func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, error) {
+	return sm.apply(ents, cs, 0)
+}
+
+// ApplyWithin is Apply with a read budget, for a caller that must not be
+// held up long (the raft goroutine): once the entries' reads (the keys
+// transactions' gets walk, in command.ReadCost units) pass budget, it
+// stops and returns ErrApplyBudget, having applied nothing, and the
+// caller applies them with Apply where it may take its time. The budget
+// bounds what the call reads, whatever the entries ask, and the outcome
+// of each command is the one Apply gives: only where it is computed
+// changes.
+func (sm *StateMachine) ApplyWithin(ents []*pb.Entry, cs *pb.ConfState, budget int64) (ApplyOutput, error) {
+	if budget <= 0 {
+		return ApplyOutput{}, fmt.Errorf("storage: ApplyWithin a budget of %d", budget)
+	}
+	return sm.apply(ents, cs, budget)
+}
+
+// apply is Apply with a read budget (0: none).
+func (sm *StateMachine) apply(ents []*pb.Entry, cs *pb.ConfState, budget int64) (ApplyOutput, error) {
 	if err := sm.enter(); err != nil {
 		return ApplyOutput{}, err
 	}
@@ -43,6 +63,7 @@ func (sm *StateMachine) Apply(ents []*pb.Entry, cs *pb.ConfState) (ApplyOutput, 
 		}
 	}()
 	a.begin(sm, b, &out)
+	a.budget = budget
 	defer a.end()
 
 	for i, e := range ents {
@@ -137,6 +158,9 @@ type applier struct {
 	gone  []resultItem // forgetResults
 	// slabs serve this call's results and events (slab.go).
 	slabs slabs
+	// budget bounds the reads of this call (ApplyWithin; 0: none), spent
+	// counts them.
+	budget, spent int64
 }
 
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
@@ -149,6 +173,7 @@ func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 // not worth keeping around.
 func (a *applier) end() {
 	a.sm, a.b, a.mem, a.out = nil, nil, memState{}, nil
+	a.budget, a.spent = 0, 0
 	a.slabs = slabs{} // what they served has left with the results
 	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {

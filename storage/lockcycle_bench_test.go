@@ -16,8 +16,12 @@ import (
 // cycle must not grow with the cycles before it (each leaves a deleted
 // key behind in Pebble).
 func BenchmarkApplyLockCycle(b *testing.B) {
-	for _, prior := range []int{0, 10_000, 30_000} {
-		b.Run(fmt.Sprintf("prior=%d", prior), func(b *testing.B) {
+	for _, c := range []struct {
+		prior int
+		limit int64 // the acquisition's read limit: 0 as before format 6, 4 MiB as a member proposes it
+	}{{0, 0}, {0, 4 << 20}, {10_000, 0}, {10_000, 4 << 20}, {30_000, 0}, {30_000, 4 << 20}} {
+		prior := c.prior
+		b.Run(fmt.Sprintf("prior=%d/readlimit=%d", prior, c.limit), func(b *testing.B) {
 			ts := openTestSM(b, nil, Options{})
 			sid := ts.newSession()
 			// Another lock's holder, so the prefix read has company.
@@ -29,7 +33,7 @@ func BenchmarkApplyLockCycle(b *testing.B) {
 				key := fmt.Sprintf("%s%016x", prefix, n)
 				n++
 				for _, t := range []command.Txn{
-					{Then: []command.Op{ephemeralPut(key, "", sid), getPrefix(prefix)}},
+					{Then: []command.Op{ephemeralPut(key, "", sid), getPrefix(prefix)}, ReadLimit: c.limit},
 					{Then: []command.Op{delOp(key)}},
 				} {
 					data, err := command.Encode(txnCmd(t))

@@ -32,6 +32,9 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	if !a.actorMay(t, ops) {
 		return a.status(command.StatusForbidden), nil
 	}
+	if st, err := a.readLimit(t, ops); err != nil || st != command.StatusOK {
+		return a.status(st), err
+	}
 	if st, err := a.precheck(ops); err != nil || st != command.StatusOK {
 		return a.status(st), err
 	}
@@ -47,14 +50,10 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 		var err error
 		switch {
 		case op.Type == command.OpGet && op.Prefix:
-			var arena valueArena
-			err = a.scan(op.Key, func(kv *command.KV) error {
-				kv.Value = arena.copy(kv.Value)
-				r.KVs = append(r.KVs, *kv)
-				return nil
-			})
+			err = a.readPrefix(op.Key, r)
 		case op.Type == command.OpGet:
 			if kv, _, found := a.getKV(op.Key, true); found {
+				err = a.charge(command.ReadCost(kv.Key, kv.Value))
 				r.KVs = a.oneKV(kv)
 			}
 		case op.Type == command.OpPut:
@@ -81,7 +80,71 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	return res, nil
 }
 
+// readLimit decides, before anything is written, whether the gets of ops
+// (the branch of t that runs) fit in t's read limit (format 6), counted
+// by branchReadCost. The count is charged to the call's budget like any
+// read: an inline apply that would count past its budget stops before
+// it knows the answer (ErrApplyBudget), and the apply loop counts again.
+func (a *applier) readLimit(t *command.Txn, ops []command.Op) (command.Status, error) {
+	if t.ReadLimit <= 0 {
+		return command.StatusOK, nil
+	}
+	stop := t.ReadLimit
+	if a.budget > 0 {
+		stop = min(stop, max(a.budget-a.spent, 0))
+	}
+	cost := branchReadCost(a.mem, ops, stop)
+	if cost > t.ReadLimit {
+		return command.StatusReadTooLarge, a.charge(cost)
+	}
+	return command.StatusOK, a.charge(cost)
+}
+
+// readPrefix reads every key under prefix into r, as of the entries
+// applied so far, charging each to the call's budget. The values are
+// copied: they leave the state machine in the result.
+func (a *applier) readPrefix(prefix string, r *command.OpResult) error {
+	var arena valueArena
+	var err error
+	a.mem.ascendPrefix(prefix, func(it kvItem) bool {
+		if err = a.charge(command.ReadCost(it.key, it.kv.Value)); err != nil {
+			return false
+		}
+		kv := *it.kv
+		kv.Value = arena.copy(kv.Value)
+		r.KVs = append(r.KVs, kv)
+		return true
+	})
+	return err
+}
+
+// charge counts cost against the call's read budget (ApplyWithin); past
+// it, the call must stop: ErrApplyBudget.
+func (a *applier) charge(cost int64) error {
+	if a.budget <= 0 {
+		return nil
+	}
+	a.spent += cost
+	if a.spent > a.budget {
+		return ErrApplyBudget
+	}
+	return nil
+}
+
+// validTxn checks what the proposer checked: known compares and ops and,
+// in a transaction with a read limit (format 6, whose meaning includes the
+// rule), no branch writing a key twice. Older formats keep their meaning
+// (the last write of a key wins), so logs and members before the rule
+// apply alike.
 func validTxn(t *command.Txn) bool {
+	if t.ReadLimit > 0 {
+		if _, dup := command.DuplicateWrite(t.Then); dup {
+			return false
+		}
+		if _, dup := command.DuplicateWrite(t.Else); dup {
+			return false
+		}
+	}
 	for _, c := range t.If {
 		if c.Target < command.TargetVersion || c.Target > command.TargetSession ||
 			c.Op < command.Equal || c.Op > command.Greater {

@@ -278,8 +278,13 @@ func (c *ClientConn) Ping(ctx context.Context) error {
 	return err
 }
 
-// Read sends r and returns its result.
+// Read sends r and returns its result. A paged read (After or Limit)
+// fails with ErrVersion, sending nothing, when the member speaks a
+// version without them.
 func (c *ClientConn) Read(ctx context.Context, r *Read) (*ReadResult, error) {
+	if err := c.checkPaged(r); err != nil {
+		return nil, err
+	}
 	m, err := c.Call(ctx, r)
 	if err != nil {
 		return nil, err

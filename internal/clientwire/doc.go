@@ -40,6 +40,7 @@
 //	Ping → Pong
 //	Propose{Command: internal/command encoding} → ProposeResult{command.Result}
 //	Read{Key, Prefix, Serializable} → ReadResult{KVs, Rev}
+//	Read{Key (a prefix), Serializable, After, Limit} (version 4: KindReadPage) → ReadResult
 //	WatchStart{WatchID, Prefix, FromRev, ...} → OK, then the watch's stream
 //	any of them → ErrorMsg{Code, Message} (a call returns *Error)
 //

@@ -88,6 +88,7 @@ const (
 	CodeMarksInUse      Code = 32
 	CodeMarkStore       Code = 33
 	CodeInvalidArgument Code = 34
+	CodeReadTooLarge    Code = 35
 
 	CodeProtocol        Code = 64 // maps to ErrProtocol
 	CodeFrameTooLarge   Code = 65 // maps to ErrFrameTooLarge

@@ -12,9 +12,10 @@ import (
 // Protocol versions this build speaks.
 const (
 	MinVersion uint8 = 1
-	// MaxVersion 2 adds TimeToLive and 3 adds Members; their frames are
-	// the only differences, so an older peer is served exactly as before.
-	MaxVersion uint8 = 3
+	// MaxVersion 2 adds TimeToLive, 3 adds Members and 4 paged reads
+	// (KindReadPage); their frames are the only differences, so an older
+	// peer is served exactly as before.
+	MaxVersion uint8 = 4
 )
 
 // handshakeVersion is the version byte of Hello, Welcome and Refuse
@@ -154,7 +155,8 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 // present exactly where the kind needs one.
 func checkFrame(f Frame, version uint8) error {
 	if f.Kind == 0 || f.Kind > maxKind || (version < 2 && f.Kind > maxKindV1) ||
-		(version < MembersVersion && f.Kind > KindTimeToLiveResult) {
+		(version < MembersVersion && f.Kind > KindTimeToLiveResult) ||
+		(version < PageVersion && f.Kind > KindMembersResult) {
 		return fmt.Errorf("%w: unknown kind %d in version %d", ErrProtocol, f.Kind, version)
 	}
 	want := version
@@ -175,7 +177,7 @@ func hasID(k Kind) bool {
 	switch k {
 	case KindPing, KindPong, KindPropose, KindProposeResult, KindRead, KindReadResult,
 		KindWatchStart, KindOK, KindError, KindCancel, KindTimeToLive, KindTimeToLiveResult,
-		KindMembers, KindMembersResult:
+		KindMembers, KindMembersResult, KindReadPage:
 		return true
 	}
 	return false

@@ -72,8 +72,8 @@ func (f *membersFake) Members(ctx context.Context, identity string) (*MembersRes
 func TestMembersServed(t *testing.T) {
 	h := &membersFake{fakeHandler: newFake(), addrs: []string{"10.0.0.1:7001", "10.0.0.2:7001"}}
 	c, _ := dial(t, h, "alice", Limits{}, ClientOptions{})
-	if v := c.Welcome().Version; v != MembersVersion {
-		t.Fatalf("agreed version %d, want %d", v, MembersVersion)
+	if v := c.Welcome().Version; v != MaxVersion || v < MembersVersion {
+		t.Fatalf("agreed version %d, want %d", v, MaxVersion)
 	}
 	addrs, err := c.Members(context.Background())
 	if err != nil || strings.Join(addrs, ",") != "10.0.0.1:7001,10.0.0.2:7001" {
@@ -113,7 +113,7 @@ func TestMembersWithVersion2Member(t *testing.T) {
 			done <- err
 			return
 		}
-		if h := m.(*Hello); h.MaxVersion != MembersVersion {
+		if h := m.(*Hello); h.MaxVersion < MembersVersion {
 			done <- errors.New("hello does not offer version 3")
 			return
 		}

@@ -39,7 +39,7 @@ const (
 	KindTimeToLiveResult Kind = 21 // response
 
 	maxKindV1 = KindCancel
-	maxKind   = KindMembersResult
+	maxKind   = KindReadPage
 )
 
 // Message is one of the message structs of this file.
@@ -110,6 +110,15 @@ type Read struct {
 	Key          string
 	Prefix       bool
 	Serializable bool
+	// After and Limit page a prefix read (version 4, readpage.go): only
+	// the keys after After, at most Limit of them (0: no limit). A Read
+	// with either travels as KindReadPage.
+	After string
+	Limit uint32
+	// page tells decode that the payload is a KindReadPage one; decode
+	// clears it, so a page of everything (no After, no Limit) is the
+	// plain prefix read it means.
+	page bool
 }
 
 // ReadResult holds the keys found and the revision read at.
@@ -260,8 +269,13 @@ func (*Propose) Kind() Kind { return KindPropose }
 // Kind returns KindProposeResult.
 func (*ProposeResult) Kind() Kind { return KindProposeResult }
 
-// Kind returns KindRead.
-func (*Read) Kind() Kind { return KindRead }
+// Kind returns KindRead, or KindReadPage for a paged read.
+func (m *Read) Kind() Kind {
+	if m.paged() {
+		return KindReadPage
+	}
+	return KindRead
+}
 
 // Kind returns KindReadResult.
 func (*ReadResult) Kind() Kind { return KindReadResult }
@@ -348,6 +362,8 @@ func newMessage(k Kind) Message {
 		return new(Members)
 	case KindMembersResult:
 		return new(MembersResult)
+	case KindReadPage:
+		return &Read{page: true}
 	}
 	return nil
 }
@@ -495,11 +511,18 @@ func (m *ProposeResult) decode(d *dec) {
 }
 
 func (m *Read) appendTo(b []byte) []byte {
+	if m.paged() {
+		return m.appendPage(b)
+	}
 	b = appendString(b, m.Key)
 	return appendBool(appendBool(b, m.Prefix), m.Serializable)
 }
 
 func (m *Read) decode(d *dec) {
+	if m.page {
+		m.decodePage(d)
+		return
+	}
 	m.Key = d.Str()
 	m.Prefix, m.Serializable = d.Bool(), d.Bool()
 }

@@ -30,6 +30,8 @@ func sampleMessages() []Message {
 			Ops: []command.OpResult{{KVs: []command.KV{kv, del}}, {Deleted: 3}}}},
 		&ProposeResult{},
 		&Read{Key: "config/", Prefix: true, Serializable: true},
+		&Read{Key: "jobs/", Prefix: true, Serializable: true, After: "jobs/0042", Limit: 500},
+		&Read{Key: "", Prefix: true, After: "a"},
 		&ReadResult{KVs: []command.KV{kv}, Rev: 99},
 		&ReadResult{},
 		&WatchStart{WatchID: 9, Prefix: "p/", FromRev: 5, PrevKV: true, PutsOnly: true,

@@ -3,6 +3,7 @@ package command
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/coordcell/coord/internal/wirebytes"
 )
@@ -13,11 +14,11 @@ import (
 //	         [Txn if bodyTxn] [Session if bodySession] [Proposer if bodyProposer]
 //	Txn      list If | list Then | list Else (the three counts first), then
 //	         the If compares, the Then ops, the Else ops
-//	         | [format 6: str Actor | Admin: 1 byte (0 or 1)]
+//	         | [format 6: str Actor | Admin: 1 byte (0 or 1) | uvarint ReadLimit]
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
-//	         1 | 2 for LockDelay, which is set)
+//	         1 | 2 for LockDelay, which is set; format 6: either)
 //	         | [format 3: uvarint Term] | [formats 4 to 6: uvarint Term | str Owner]
 //	         | [format 6: Charged: 1 byte (0 or 1) | varint MaxSessions | varint Clock]
 //	         | list IDs | list Credits
@@ -42,13 +43,13 @@ import (
 // written exactly when LockDelay is set, and a format 5 command without it
 // is refused. Format 6 is format 5 (its session, if any, carries the
 // flags byte, the term and the owner) with, in a session, Charged,
-// MaxSessions and Clock, in a transaction its Actor and Admin, and a
-// Proposer body; it is the only format of KindSessionSilent and
+// MaxSessions and Clock, in a transaction its Actor, Admin and ReadLimit,
+// and a Proposer body; it is the only format of KindSessionSilent and
 // KindResolve. It is written exactly when the command has a proposer, the
 // kind is KindSessionSilent, one of the three session fields is set
-// (LockDelay may then be either) or the transaction has an Actor or
-// Admin, and a format 6 command with none of that is refused. So the
-// one-encoding rule holds across all five.
+// (LockDelay may then be either), or the transaction has an Actor, Admin
+// or a positive ReadLimit, and a format 6 command with none of that is
+// refused. So the one-encoding rule holds across all five.
 
 const (
 	bodyTxn      = 1 << 0
@@ -88,10 +89,13 @@ func bounded(c *Command) bool {
 // actored reports whether c needs format 6.
 func actored(c *Command) bool { return c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin) }
 
+// readLimited reports whether c needs format 6.
+func readLimited(c *Command) bool { return c.Txn != nil && c.Txn.ReadLimit > 0 }
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case c.Proposer != nil, bounded(c), actored(c):
+	case c.Proposer != nil, bounded(c), actored(c), readLimited(c):
 		return Version
 	case lockDelayed(c):
 		return versionLockDelay
@@ -115,7 +119,7 @@ func encodedLen(c *Command) int {
 		}
 		n += opsLen(t.Then) + opsLen(t.Else)
 		if format(c) == Version {
-			n += wirebytes.StringLen(t.Actor) + 1
+			n += wirebytes.StringLen(t.Actor) + 1 + wirebytes.UvarintLen(uint64(t.ReadLimit))
 		}
 	}
 	if p := c.Proposer; p != nil {
@@ -190,6 +194,7 @@ func encodeBinary(c *Command) []byte {
 				admin = 1
 			}
 			b = append(b, admin)
+			b = binary.AppendUvarint(b, uint64(t.ReadLimit))
 		}
 	}
 	if s := c.Session; s != nil {
@@ -264,9 +269,9 @@ type decoder struct {
 	// compare, put and get), and those can share one string.
 	keys  [4]string
 	nkeys int
-	// termed is set for formats 3 and 4: sessions carry a term.
+	// termed is set for formats 3 to 6: sessions carry a term.
 	termed bool
-	// owned is set for formats 4 and 5: sessions carry an owner.
+	// owned is set for formats 4 to 6: sessions carry an owner.
 	owned bool
 	// flags is set for formats 5 and 6: the expired byte carries
 	// LockDelay too.
@@ -457,6 +462,7 @@ func (d *decoder) txn(t *Txn) {
 	if d.actor {
 		t.Actor = d.str()
 		t.Admin = d.Bool()
+		t.ReadLimit = int64(d.UvarintMax(math.MaxInt64, "read limit"))
 	}
 }
 

@@ -55,6 +55,9 @@ func normalizeV1(c *Command) *Command {
 			}
 		}
 	}
+	if t := c.Txn; t != nil {
+		t.ReadLimit = 0 // format 1 predates read limits
+	}
 	if s := c.Session; s != nil {
 		s.Owner = "" // format 1 predates owners and never carries one
 		s.LockDelay = false
@@ -89,7 +92,7 @@ func clone(c *Command) *Command {
 		return out
 	}
 	if t := c.Txn; t != nil {
-		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else), Actor: t.Actor, Admin: t.Admin}
+		nt := Txn{Then: cloneOps(t.Then), Else: cloneOps(t.Else), Actor: t.Actor, Admin: t.Admin, ReadLimit: t.ReadLimit}
 		if t.If != nil {
 			nt.If = append([]Compare{}, t.If...)
 			for i := range nt.If {
@@ -197,19 +200,33 @@ func binaryCases() map[string]*Command {
 		"admin's txn": {Kind: KindTxn, Txn: &Txn{Else: []Op{{Type: OpDelete, Key: "locks/", Prefix: true}},
 			Actor: "client:ops", Admin: true}},
 		"actor and session": {Kind: KindTxn, Txn: &Txn{Actor: "client:ü"}, Session: &Session{ID: 1, Term: 2, Owner: "o"}},
+		// Format 6: a transaction's reads bounded.
+		"read-limited lock": func() *Command {
+			c := lockCommand()
+			c.Txn.ReadLimit = 4 << 20
+			return c
+		}(),
+		"read limit 1":       {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a", Prefix: true}}, ReadLimit: 1}},
+		"max read limit":     {Kind: KindTxn, Txn: &Txn{ReadLimit: math.MaxInt64}},
+		"read limit, no ops": {Kind: KindTxn, Txn: &Txn{If: []Compare{}, ReadLimit: 300}},
+		"read limit, session": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpGet, Key: "a"}}, ReadLimit: 128},
+			Session: &Session{ID: 1, Term: 2, Owner: "client:x"}},
+		"read limit, lock-delay session": {Kind: KindTxn, Txn: &Txn{ReadLimit: 9},
+			Session: &Session{ID: 1, Expired: true, LockDelay: true}},
 	}
 }
 
 // wantVersion is the format Encode must write for c: 6 only when a
 // proposer, a silence mark, a charge, an owner's bound, a clock or a
-// transaction's actor needs it, 5 only when a lock-delay flag does, 4
-// only when a session owner does, 3 only when a session term does, so
+// transaction's actor or read limit needs it, 5 only when a lock-delay
+// flag does, 4 only when a session owner does, 3 only when a session term
+// does, so
 // everything else stays format 2 byte for byte.
 func wantVersion(c *Command) byte {
 	s := c.Session
 	switch {
 	case c.Proposer != nil, c.Kind == KindSessionSilent || s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0),
-		c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin):
+		c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin || c.Txn.ReadLimit > 0):
 		return 6
 	case c.Session != nil && c.Session.LockDelay:
 		return 5
@@ -357,6 +374,9 @@ func randomCommand(r *rand.Rand) *Command {
 			c.Txn.Actor = string(data(length()))
 		}
 		c.Txn.Admin = r.IntN(4) == 0
+	}
+	if c.Txn != nil && r.IntN(3) == 0 {
+		c.Txn.ReadLimit = 1 + int64(r.Uint64()>>(1+r.IntN(63)))
 	}
 	if r.IntN(2) == 0 {
 		c.Session = &Session{ID: varint(), TTL: varint(), Expired: r.IntN(2) == 0}
@@ -631,7 +651,8 @@ func TestDecodeMalformed(t *testing.T) {
 		"v6 admin missing":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c'}),
 		"v6 admin 2":        cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 2}),
 		"v6 actor too long": cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 9, 'c', 0}),
-		"v6 trailing byte":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 0, 0}),
+		"v6 trailing byte":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 0, 0, 0}),
+		"v6 read limit cut": cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 1, 'c', 0}),
 		// Format 4 is only for a session with an owner.
 		"v4 empty owner":    cat(header4(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 0, 0}),
 		"v4 no session":     header4(KindNoop, 0),
@@ -644,6 +665,15 @@ func TestDecodeMalformed(t *testing.T) {
 		"v5 no session":       header5(KindNoop, 0),
 		"v5 with bounds":      cat(header5(KindSessionCreate, bodySession), []byte{0, 2, 0, 0, 0, 1, 0, 0, 0, 0}),
 		"v4 with the flag":    cat(header4(KindSessionEnd, bodySession), []byte{0x54, 0, 3, 0, 2, 'c', 0, 0}),
+		// Format 6 is only for a transaction with a read limit, which no
+		// other format carries.
+		"v6 read limit 0":       cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0, 0, 0}),
+		"v6 read limit missing": cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0, 0}),
+		"v6 flagged, no txn":    cat(header6(KindSessionEnd, bodySession), []byte{0x54, 0, 3, 0, 0, 0, 0}),
+		"v6 noop":               header6(KindNoop, 0),
+		"v6 non-minimal limit":  cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0, 0, 0x81, 0}),
+		"v6 limit overflow":     cat(header6(KindTxn, bodyTxn), []byte{0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),
+		"v5 with a read limit":  cat(header5(KindTxn, bodyTxn|bodySession), []byte{0, 0, 0, 5, 0x54, 0, 3, 0, 0, 0, 0}),
 		// Format 3 is only for a session with a term: term 0, no session
 		// at all, or a missing term would be a second encoding.
 		"v3 term 0":           cat(header3(KindSessionEnd, bodySession), []byte{0x54, 0, 1, 0, 0, 0}),

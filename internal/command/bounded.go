@@ -5,16 +5,19 @@ import "github.com/coordcell/coord/internal/wirebytes"
 // Bounded reports whether applying the encoded command costs at most in
 // proportion to its own size, so the Raft goroutine may apply it itself
 // without starving its heartbeats: it deletes no prefix and ends no
-// session (either may delete any number of keys). Prefix reads inside a
-// transaction count as bounded: they are the lock queues' reads of their
-// own few keys. Bounded reads the encoding without allocating; what it
-// cannot read (format 1, malformed bytes) counts as unbounded. A session
-// term (format 3), owner (format 4), lock-delay flag (format 5) or
-// format 6's bounds and clock sit in the session body, which Bounded does
-// not read. A leader's silence marks cost in proportion to their count;
-// a transaction's actor (format 6) follows its ops, and costs one session
-// lookup per op (a prefix delete, unbounded anyway, scans its range once
-// more).
+// session (either may delete any number of keys). Reads inside a
+// transaction count as bounded, although a prefix read may find any
+// number of keys: the lock queues read their own few keys this way, and
+// what the raft node reads on its own goroutine is bounded where it is
+// measured, by the state machine (storage's ApplyWithin), which hands a
+// batch that reads too much to the apply loop. Bounded reads the
+// encoding without allocating; what it cannot read (format 1, malformed
+// bytes) counts as unbounded. A session term (format 3), owner (format
+// 4), lock-delay flag (format 5) or format 6's bounds and clock sit in
+// the session body, which Bounded does not read. A leader's silence marks
+// cost in proportion to their count; a transaction's actor and read limit
+// (format 6) follow its ops, and the actor costs one session lookup per
+// op (a prefix delete, unbounded anyway, scans its range once more).
 func Bounded(data []byte) bool {
 	if len(data) < 11 || data[0] < versionBinary2 || data[0] > Version {
 		return false

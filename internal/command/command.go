@@ -31,10 +31,11 @@ import (
 // command that names its proposer for exactly-once application, a
 // session creation that counts against the quota or its owner's bound, a
 // leader's silence marks, a client's writing transaction carrying its
-// actor); every other command is written in format 2, byte for byte as
-// before. So a member not yet upgraded halts (and replays after its
-// upgrade) only on the commands whose meaning it would get wrong, and
-// keeps applying all the others.
+// actor, a transaction whose reads are bounded by Txn.ReadLimit); every
+// other command is written in format 2, byte for byte as before. So a
+// member not yet upgraded halts (and replays after its upgrade) only on
+// the commands whose meaning it would get wrong, and keeps applying all
+// the others.
 const Version byte = 6
 
 // versionLockDelay is the binary format with the session term, owner and
@@ -188,6 +189,32 @@ type Txn struct {
 	// Admin, with Actor, lifts the rule on other owners' keys (the
 	// client's grant says admin); its ephemeral puts are still its own.
 	Admin bool `msgpack:"-"`
+	// ReadLimit, when positive, bounds what the gets of the branch that
+	// runs may read, in ReadCost units: each get counts the keys it
+	// would find in the state before the transaction, and those the
+	// branch puts before it, as if the branch's deletes had not happened
+	// (an upper bound known before anything is written). Past the limit
+	// the transaction fails with StatusReadTooLarge and changes nothing. A transaction with a read
+	// limit is also held to the rule its proposer checks: no branch
+	// writes one key twice (two puts, a put and a delete of the key, a
+	// put under a prefix delete), else StatusInvalid. Zero, as every
+	// command before format 6, means neither rule applies, so a log
+	// written by older members replays as they applied it. Written in
+	// format 6 only.
+	ReadLimit int64 `msgpack:"-"`
+}
+
+// ReadCostOverhead is what ReadCost adds to each key read for its
+// bookkeeping: a bound on its encoding besides the key and value bytes
+// (in results and on the client protocol), and about what a KV costs in
+// memory. It is part of format 6's meaning: never change it.
+const ReadCostOverhead = 64
+
+// ReadCost is what reading one key costs against a read limit
+// (Txn.ReadLimit, and the members' bound on every read): its key and
+// value bytes and ReadCostOverhead.
+func ReadCost(key string, value []byte) int64 {
+	return int64(len(key)) + int64(len(value)) + ReadCostOverhead
 }
 
 // Session carries the arguments of session commands.
@@ -338,6 +365,9 @@ const (
 	// reached the log in another term than the one it was decided in: the
 	// leader that decided it no longer led, so nothing changed.
 	StatusStaleTerm
+	// StatusReadTooLarge means a transaction's gets would have read more
+	// than its Txn.ReadLimit; nothing changed.
+	StatusReadTooLarge
 	// StatusTooManySessions means a session creation was refused because
 	// its owner already holds Session.MaxSessions sessions in the cell;
 	// nothing changed.

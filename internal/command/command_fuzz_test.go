@@ -34,6 +34,10 @@ func fuzzSeedCommands() []*Command {
 		{ID: 3, Kind: KindSessionEnd, Session: &Session{ID: 42, Expired: true, Term: 9}},
 		{ID: 4, Kind: KindSessionCreate, Session: &Session{TTL: 10e9, Owner: "client:a", Charged: true, MaxSessions: 4096}},
 		{ID: 5, Kind: KindSessionSilent, Session: &Session{Term: 9, Clock: 3e9, Credits: []Credit{{ID: 42, Nanos: 1e9}}}},
+		{ID: 6, Kind: KindTxn, Txn: &Txn{
+			Then:      []Op{{Type: OpPut, Key: "locks/a/2", Session: 9}, {Type: OpGet, Key: "locks/a/", Prefix: true}},
+			ReadLimit: 4 << 20,
+		}},
 	}
 }
 
@@ -89,7 +93,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		enc, err := Encode(c)
 		require.NoError(t, err)
-		// Formats 2 to 4 have one encoding per command, so what decoded
+		// Formats 2 to 6 have one encoding per command, so what decoded
 		// is written back byte for byte.
 		if data[0] >= versionBinary2 && data[0] <= Version {
 			require.True(t, bytes.Equal(data, enc), "encoding not canonical:\n%x\n%x", data, enc)

@@ -55,3 +55,8 @@ var (
 var (
 	Retired = errors.New("coord: outcome no longer known; the write's record was retired")
 )
+
+// Reads (List, transactions' gets) bounded in bytes.
+var (
+	ReadTooLarge = errors.New("coord: read too large")
+)

@@ -1,0 +1,112 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/command"
+)
+
+// A client's reads: a key, a page of a prefix, a transaction without
+// writes. Each changes nothing, so each is sent again through the next
+// member when its connection ends under it.
+
+// proposeRead sends a transaction without writes, which the member
+// serves as a read, never through the log: like a read it is sent again
+// through the next member when its connection ends under it, and its
+// outcome is never ambiguous, since it changes nothing.
+func (c *Client) proposeRead(ctx context.Context, data []byte) (command.Result, error) {
+	var res *clientwire.ProposeResult
+	err := c.retryRead(ctx, func(conn *clientwire.ClientConn) (err error) {
+		res, err = conn.Propose(ctx, data)
+		return err
+	})
+	if err != nil {
+		return command.Result{}, err
+	}
+	if err := resultErr(res.Result); err != nil {
+		return res.Result, err
+	}
+	return res.Result, nil
+}
+
+// read sends r, retrying once on another member when the connection
+// ended under it (a read changes nothing, so it can be repeated).
+func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.ReadResult, error) {
+	var res *clientwire.ReadResult
+	err := c.retryRead(ctx, func(conn *clientwire.ClientConn) (err error) {
+		res, err = conn.Read(ctx, r)
+		return err
+	})
+	return res, err
+}
+
+// retryRead runs send, a request that changes nothing, on the current
+// connection, and once more on the next member's when the connection
+// ended under it.
+func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn) error) error {
+	for attempt := 0; ; attempt++ {
+		conn, err := c.current(ctx)
+		if err != nil {
+			return err
+		}
+		err = send(conn)
+		if err == nil {
+			return nil
+		}
+		var we *clientwire.Error
+		switch {
+		case errors.As(err, &we) && !memberClosing(err):
+			return errFromCode(we.Code, we.Message)
+		case errors.Is(err, clientwire.ErrVersion):
+			// Asked nothing of the member, which cannot serve it.
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
+		case attempt > 0:
+			return fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
+		}
+		// Ended or closing: the next current() waits for the next member.
+		if err := waitConnEnd(ctx, conn); err != nil {
+			return fmt.Errorf("%w: %w", ErrNoQuorum, err)
+		}
+	}
+}
+
+func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, error) {
+	if o.serializable {
+		if kv, ok, hit := c.cache.get(ctx, key); hit {
+			return kv, ok, nil
+		}
+	}
+	res, err := c.read(ctx, &clientwire.Read{Key: key, Serializable: o.serializable})
+	if err != nil {
+		return KV{}, false, err
+	}
+	for _, kv := range res.KVs {
+		if kv.Key == key {
+			return fromCmdKV(kv), true, nil
+		}
+	}
+	return KV{}, false, nil
+}
+
+func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
+	if o.serializable {
+		if kvs, rev, hit := c.cache.list(ctx, prefix, o); hit {
+			return kvs, rev, nil
+		}
+	}
+	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable,
+		After: o.after, Limit: uint32(o.limit)})
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]KV, len(res.KVs))
+	for i, kv := range res.KVs {
+		out[i] = fromCmdKV(kv)
+	}
+	return out, res.Rev, nil
+}
