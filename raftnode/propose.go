@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/proposer"
 	"github.com/coordcell/coord/storage"
 )
 
@@ -49,7 +50,7 @@ type waiters struct {
 	// proposer is this boot's proposer ID: random, so a restarted member
 	// never meets the records of its earlier boots.
 	proposer uint64
-	seqs     seqWindow // guarded by mu
+	seqs     *proposer.Window // guarded by mu
 }
 
 func (w *waiters) init() {
@@ -57,10 +58,8 @@ func (w *waiters) init() {
 	// A random start keeps IDs from one incarnation (or one member)
 	// from matching another's waiters when old log entries replay.
 	w.next.Store(rand.Uint64())
-	for w.proposer == 0 {
-		w.proposer = rand.Uint64()
-	}
-	w.seqs.init()
+	w.proposer = proposer.NewID()
+	w.seqs = proposer.NewWindow()
 }
 
 func (w *waiters) newID() uint64 {
@@ -80,7 +79,7 @@ func (w *waiters) stamp(cmd *command.Command, born uint64) *proposal {
 	cmd.ID = w.newID()
 	p := &proposal{id: cmd.ID, resc: make(chan proposalResult, 1)}
 	if cmd.Proposer == nil {
-		seq, floor := w.seqs.take()
+		seq, floor := w.seqs.Take()
 		p.prop = command.Proposer{ID: w.proposer, Seq: seq, Floor: floor, Born: born}
 		p.own = true
 		cmd.Proposer = &p.prop // one allocation with the proposal
@@ -104,9 +103,9 @@ func (w *waiters) removeLocked(p *proposal, pin bool) {
 		return
 	}
 	if pin {
-		w.seqs.pin(p.prop.Seq)
+		w.seqs.Pin(p.prop.Seq)
 	} else {
-		w.seqs.done(p.prop.Seq)
+		w.seqs.Done(p.prop.Seq)
 	}
 }
 
@@ -276,7 +275,7 @@ func (w *waiters) release(p *proposal) {
 	if _, ok := w.m[p.id]; ok || p.own {
 		delete(w.m, p.id)
 		if p.own {
-			w.seqs.done(p.prop.Seq)
+			w.seqs.Done(p.prop.Seq)
 		}
 	}
 }
