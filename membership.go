@@ -18,7 +18,11 @@ import (
 type Member struct {
 	Name string
 	Addr string
-	ID   uint64 // its Raft ID: from Name, and with gossip from Name and its data directory's incarnation
+	// ClientAddr is the address the member serves clients on, as it
+	// announced it to the cell (replicated in the address book); empty
+	// while it serves none or has not announced one yet.
+	ClientAddr string
+	ID         uint64 // its Raft ID: from Name, and with gossip from Name and its data directory's incarnation
 	// Learner members replicate the log and serve reads and watches but
 	// do not vote or count for commits.
 	Learner bool

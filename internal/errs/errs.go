@@ -50,3 +50,8 @@ var (
 var (
 	InvalidArgument = errors.New("coord: invalid argument")
 )
+
+// Membership (membership.go in the root package, raftnode's conf changes).
+var (
+	Removed = errors.New("coord: member removed from the cell")
+)
