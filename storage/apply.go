@@ -131,6 +131,9 @@ type applier struct {
 	items []kvItem // scan's
 	// slabs serve this call's results and events (slab.go).
 	slabs slabs
+	// members are the address book records this call wrote (members.go),
+	// which its later conf changes must see; nil until one is.
+	members map[uint64]MemberInfo
 }
 
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
@@ -143,6 +146,7 @@ func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 // not worth keeping around.
 func (a *applier) end() {
 	a.sm, a.b, a.mem, a.out = nil, nil, memState{}, nil
+	a.members = nil
 	a.slabs = slabs{} // what they served has left with the results
 	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {
