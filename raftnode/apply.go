@@ -136,6 +136,9 @@ func (n *Node) apply(job applyJob) bool {
 		if n.cfg.OnSnapshot != nil {
 			n.cfg.OnSnapshot()
 		}
+		if n.removedHere() {
+			return false
+		}
 	default:
 		start := time.Now()
 		out, err := n.sm.Apply(job.ents, job.cs)
@@ -160,6 +163,11 @@ func (n *Node) apply(job applyJob) bool {
 				return false
 			}
 			n.applySide.lastCompact = last
+		}
+		// After every caller of the batch was answered (RemoveMember of
+		// this very member included): its own removal stops it.
+		if out.MembersChanged && n.removedHere() {
+			return false
 		}
 	}
 	return true
