@@ -51,22 +51,6 @@ func TestClientLearnedAddrs(t *testing.T) {
 	}
 }
 
-// TestClientLearnsOnlyItsMemberWithoutGossip: a member without gossip
-// knows no other member's client address, so it answers only its own,
-// which the client was configured with: nothing is learned, and the
-// client works as before.
-func TestClientLearnsOnlyItsMemberWithoutGossip(t *testing.T) {
-	c := clientCell(t, 3)
-	c.Leader()
-	cl := connect(t, c)
-	if got := cl.Learned(); len(got) != 0 {
-		t.Fatalf("learned %q from members without gossip", got)
-	}
-	if cl.Member() == "" {
-		t.Fatal("not connected")
-	}
-}
-
 // TestClientFailoverToLearnedMember: a client configured with one member
 // learns the others' client addresses from it (gossiped among the
 // members), and moves to one of them when its only configured member

@@ -66,15 +66,22 @@ type clientServer struct {
 	wg     sync.WaitGroup
 	warn   sync.Once // the one plaintext warning
 
+	// bgOnce starts the guard and the announcer (client_serve_guard.go)
+	// with the first listener; announceNow pokes the announcer.
+	bgOnce      sync.Once
+	announceNow chan struct{}
+
 	mu       sync.Mutex
 	closed   bool
 	lns      map[net.Listener]struct{}
 	conns    int // connections being served (handshaking or admitted)
 	admitted int // connections welcomed
+	live     map[*servedConn]struct{}
 }
 
 func newClientServer(n *Node) *clientServer {
-	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{})}
+	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{}), live: make(map[*servedConn]struct{}),
+		announceNow: make(chan struct{}, 1)}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	return cs
 }
@@ -101,6 +108,7 @@ func (n *Node) ServeClients(l net.Listener) error {
 		return ErrClosed
 	}
 	cs.lns[l] = struct{}{}
+	cs.startBackground()
 	cs.mu.Unlock()
 	n.advertiseClientAddr()
 	defer func() {
@@ -275,7 +283,20 @@ func (cs *clientServer) serve(conn net.Conn) {
 			n.cfg.Logger.Warn("serving clients in plaintext: a client's identity is the name it gives, unauthenticated")
 		})
 	}
-	err := clientwire.Serve(cs.ctx, conn, h.identity, h, clientwire.Limits{
+	// Its own context, so that the guard can end it while the member
+	// cannot serve.
+	ctx, cancel := context.WithCancel(cs.ctx)
+	defer cancel()
+	sc := &servedConn{cancel: cancel}
+	cs.mu.Lock()
+	cs.live[sc] = struct{}{}
+	cs.mu.Unlock()
+	defer func() {
+		cs.mu.Lock()
+		delete(cs.live, sc)
+		cs.mu.Unlock()
+	}()
+	err := clientwire.Serve(ctx, conn, h.identity, h, clientwire.Limits{
 		MaxFrame:    n.cfg.MaxFrameSize,
 		MaxInFlight: n.cfg.ClientMaxInFlight,
 		MaxWatchers: n.cfg.ClientMaxWatchers,
@@ -335,6 +356,9 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 			Message: fmt.Sprintf("client identity of %d bytes: at most %d of UTF-8", len(identity), maxClientIdentity)}
 	case n.closing.Err() != nil:
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseShutdown, Message: "the member is closing"}
+	}
+	if ok, why := n.servable(); !ok {
+		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseNotReady, Message: why}
 	}
 	grant := ClientGrant{WritePrefixes: []string{""}}
 	if p := n.cfg.ClientPolicy; p != nil {
@@ -510,24 +534,32 @@ func (h *clientHandler) KeepAlive(ctx context.Context, _ string, ka *clientwire.
 
 var _ clientwire.MembersHandler = (*clientHandler)(nil)
 
-// Members answers a client's question for the cell's client addresses
-// with the ones this member knows for certain: those it serves clients
-// on itself (Config.ClientAddr and every ServeClients listener), less
-// wildcard binds no client elsewhere could dial. Another member's
-// address is its own word, so it can come only from that member: its
-// gossip metadata once gossip carries it (a member of the current Raft
-// configuration, heard over the cell's gossip keys), a hint the client
-// only adds to its configured members and that earns no trust past the
-// TLS handshake.
+// Members answers a client's question for the cell's client addresses:
+// those this member serves clients on itself (Config.ClientAddr and
+// every ServeClients listener, less wildcard binds no client elsewhere
+// could dial), then the one every member of the Raft configuration
+// announced (the address book, as this member applied it), then those
+// live members gossip. Another member's address is its own word, so it
+// comes only from that member: its announcement through Raft, or its
+// gossip metadata (heard over the cell's gossip keys). Either is a hint
+// the client only adds to its configured members, earning no trust past
+// the TLS handshake.
 func (h *clientHandler) Members(context.Context, string) (*clientwire.MembersResult, error) {
 	addrs := h.cs.ownAddrs()
-	for _, a := range h.n.gossipClientAddrs() {
-		if len(addrs) >= clientwire.MaxMemberAddrs {
-			break
-		}
-		if !slices.Contains(addrs, a) {
+	add := func(a string) {
+		if len(addrs) < clientwire.MaxMemberAddrs && clientwire.CheckMemberAddr(a) == nil && !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
+	}
+	if ms, err := h.n.members(); err == nil {
+		for _, m := range ms {
+			if m.ClientAddr != "" {
+				add(m.ClientAddr)
+			}
+		}
+	}
+	for _, a := range h.n.gossipClientAddrs() {
+		add(a)
 	}
 	return &clientwire.MembersResult{Addrs: addrs}, nil
 }

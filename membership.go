@@ -58,7 +58,7 @@ func (n *Node) members() ([]Member, error) {
 	}
 	byID := map[uint64]Member{}
 	for _, m := range book {
-		byID[m.ID] = Member{Name: m.Name, Addr: m.Addr, ID: m.ID}
+		byID[m.ID] = Member{Name: m.Name, Addr: m.Addr, ClientAddr: m.ClientAddr, ID: m.ID}
 	}
 	cs := n.sm.ConfState()
 	var out []Member
