@@ -94,6 +94,7 @@ type Client struct {
 	cleared chan struct{}
 	next    int      // index in order of the member to try next
 	order   []string // cfg.Members, shuffled
+	addr    string   // the address of conn's member (the last connected)
 	learned []string // addresses its members gave (client_members.go)
 	closed  bool
 
@@ -139,7 +140,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c.order = append([]string(nil), cfg.Members...)
 	rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
-	conn, err := c.dialRound(ctx)
+	conn, err := c.dialRound(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -185,15 +186,18 @@ func memberVerifying(cfg *tls.Config) *tls.Config {
 	return c
 }
 
-// dialRound tries each member once, the configured ones from c.next
-// then the learned ones, and returns the first connection made. It fails
-// with ErrNoQuorum (no member reachable) wrapping what each said, or
-// with a refusal's own sentinel when every member refused the same way.
-func (c *Client) dialRound(ctx context.Context) (*clientwire.ClientConn, error) {
+// dialRound tries each member once (candidates: the configured ones
+// from the one after the last connected, then the learned ones, avoid
+// last) and returns the first connection made. It fails with ErrNoQuorum
+// (no member reachable, or every one refused as unable to serve)
+// wrapping what each said, or with a refusal's own sentinel when every
+// member refused the same way.
+func (c *Client) dialRound(ctx context.Context, avoid string) (*clientwire.ClientConn, error) {
 	var errs []error
-	for _, addr := range c.candidates() {
+	for _, addr := range c.candidates(avoid) {
 		conn, err := c.dial(ctx, addr)
 		if err == nil {
+			c.connectedTo(addr)
 			return conn, nil
 		}
 		if ctx.Err() != nil {
@@ -284,11 +288,12 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 		c.conn = nil
 		c.ready = make(chan struct{})
 		close(c.cleared)
+		left := c.addr
 		c.mu.Unlock()
 		c.log.Info("lost its member; connecting to another", "member", conn.Welcome().Member, "err", conn.Err())
 		for {
 			var err error
-			conn, err = c.dialRound(c.life)
+			conn, err = c.dialRound(c.life, left)
 			if err == nil {
 				break
 			}
@@ -296,8 +301,11 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 				return
 			}
 			c.log.Warn("no member reachable; retrying", "err", err)
+			// A quarter election timeout: members that cannot serve (no
+			// leader yet) refuse until one is elected, and the sessions'
+			// keep-alives wait for this.
 			select {
-			case <-time.After(c.electionTimeout() / 2):
+			case <-time.After(c.electionTimeout() / 4):
 			case <-c.life.Done():
 				return
 			}
@@ -308,13 +316,16 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 	}
 }
 
-// monitor pings conn every election timeout until it ends; it ends it
-// when a ping goes unanswered for two election timeouts, when the
-// keep-alives stall (see clientKeeper.stalled), or at Close.
+// monitor pings conn every half election timeout until it ends; it ends
+// it when a ping goes unanswered for two election timeouts, when the
+// keep-alives stall (see clientKeeper.stalled), when a session would
+// expire unless the client moves now (clientKeeper.endangered), or at
+// Close. It looks every quarter election timeout.
 func (c *Client) monitor(conn *clientwire.ClientConn) {
 	et := c.electionTimeout()
-	t := time.NewTicker(et / 2)
+	t := time.NewTicker(et / 4)
 	defer t.Stop()
+	var pinged chan error
 	for ticks := 1; ; ticks++ {
 		select {
 		case <-conn.Done():
@@ -329,15 +340,37 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 			_ = conn.Close()
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.life, 2*et)
-		err := conn.Ping(ctx)
-		cancel()
-		if err != nil && c.life.Err() == nil && conn.Err() == nil {
-			c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
+		if c.ka.endangered(time.Now()) {
+			c.log.Info("sessions near expiry and the member does not answer their keep-alives; moving on",
+				"member", conn.Welcome().Member)
 			_ = conn.Close()
 			return
 		}
-		if ticks%clientLearnEvery == 0 {
+		if ticks%2 == 1 {
+			continue // pings every other tick, the checks above at each
+		}
+		if pinged == nil {
+			// A ping runs beside the checks, so that a member slow to
+			// answer does not keep them from running.
+			done := make(chan error, 1)
+			pinged = done
+			c.wg.Go(func() {
+				ctx, cancel := context.WithTimeout(c.life, 2*et)
+				defer cancel()
+				done <- conn.Ping(ctx)
+			})
+		}
+		select {
+		case err := <-pinged:
+			pinged = nil
+			if err != nil && c.life.Err() == nil && conn.Err() == nil {
+				c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
+				_ = conn.Close()
+				return
+			}
+		default:
+		}
+		if ticks%(2*clientLearnEvery) == 0 {
 			c.learnMembers(c.life, conn)
 		}
 	}
