@@ -51,9 +51,9 @@ func requireRemoved(t *testing.T, c *coordtest.Cluster, n *coord.Node, logs *loc
 	code, _ = get(t, h, "/healthz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	name := n.Status().Name
-	require.Eventually(t, func() bool { return len(infoLines(logs, name, "removed from the cell")) > 0 },
+	require.Eventually(t, func() bool { return len(infoLines(logs, name, `msg="removed from the cell; stopping"`)) > 0 },
 		10*time.Second, 10*time.Millisecond, "the INFO line")
-	require.Len(t, infoLines(logs, name, "removed from the cell"), 1, "one INFO line")
+	require.Len(t, infoLines(logs, name, `msg="removed from the cell; stopping"`), 1, "one INFO line")
 }
 
 // TestRemovedMemberStops: a follower removed while connected learns it
