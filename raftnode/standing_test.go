@@ -95,3 +95,28 @@ func TestMemberRemovedWhileCutOffIsTold(t *testing.T) {
 		}
 	}
 }
+
+// A member connected when its removal commits applies it (its own
+// tombstone in the address book) and stops; its data directory is then
+// refused by Start, with errs.Removed, whatever its configuration says.
+func TestRemovedMemberStopsAndStaysRemoved(t *testing.T) {
+	c := newTestCell(t, 3, nil)
+	lead := c.leader()
+	c.put(lead, "k", "v")
+	f := (lead + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, c.nodes[lead].ChangeMembership(ctx, pb.ConfChangeRemoveNode, c.nodes[f].ID(), command.Member{Name: c.names[f]}))
+	select {
+	case <-c.nodes[f].Done():
+	case <-ctx.Done():
+		t.Fatal("the removed member kept running")
+	}
+	require.ErrorIs(t, c.nodes[f].Err(), errs.Removed)
+	c.nodes[f].Stop(false)
+	cfg := c.nodes[f].cfg
+	cfg.Transport = c.net.Join(c.names[f] + "-again")
+	_, err := Start(cfg)
+	require.ErrorIs(t, err, errs.Removed)
+	cfg.Transport.Close()
+}
