@@ -291,16 +291,24 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 		left := c.addr
 		c.mu.Unlock()
 		c.log.Info("lost its member; connecting to another", "member", conn.Welcome().Member, "err", conn.Err())
-		for {
+		for failed := 0; ; failed++ {
 			var err error
 			conn, err = c.dialRound(c.life, left)
 			if err == nil {
+				if failed > 0 {
+					c.log.Info("a member accepted again", "member", conn.Welcome().Member, "rounds_failed", failed)
+				}
 				break
 			}
 			if c.life.Err() != nil {
 				return
 			}
-			c.log.Warn("no member reachable; retrying", "err", err)
+			// Once per outage: rounds go every quarter election timeout.
+			if failed == 0 {
+				c.log.Warn("no member reachable or able to serve; retrying", "err", err)
+			} else {
+				c.log.Debug("no member reachable or able to serve; retrying", "err", err)
+			}
 			// A quarter election timeout: members that cannot serve (no
 			// leader yet) refuse until one is elected, and the sessions'
 			// keep-alives wait for this.

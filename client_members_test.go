@@ -139,3 +139,27 @@ func TestClientServeAddrs(t *testing.T) {
 		<-served
 	}
 }
+
+// TestClientRoundsRotate: each dial round starts after the member the
+// client last connected to, learned addresses after the configured ones,
+// and the member just left last; so a client that loses a member that
+// still accepts connections (cut off from the cell) goes to another one.
+func TestClientRoundsRotate(t *testing.T) {
+	got := coord.ClientRounds([]string{"a", "b", "c"}, []string{"x"}, 4)
+	want := [][]string{
+		{"a", "b", "c", "x"},
+		{"b", "c", "x", "a"},
+		{"c", "a", "x", "b"},
+		{"a", "b", "x", "c"},
+	}
+	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Fatalf("rounds %q, want %q", got, want)
+	}
+	// Connected to a learned address, the next round leaves it last and
+	// starts where the configured order stood.
+	got = coord.ClientRounds([]string{"x"}, []string{"y", "z"}, 3)
+	want = [][]string{{"x", "y", "z"}, {"y", "z", "x"}, {"x", "z", "y"}}
+	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Fatalf("rounds %q, want %q", got, want)
+	}
+}
