@@ -357,6 +357,16 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 		if ticks%2 == 1 {
 			continue // pings every other tick, the checks above at each
 		}
+		select {
+		case err := <-pinged: // nil: no ping out, never ready
+			pinged = nil
+			if err != nil && c.life.Err() == nil && conn.Err() == nil {
+				c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
+				_ = conn.Close()
+				return
+			}
+		default:
+		}
 		if pinged == nil {
 			// A ping runs beside the checks, so that a member slow to
 			// answer does not keep them from running.
@@ -367,16 +377,6 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 				defer cancel()
 				done <- conn.Ping(ctx)
 			})
-		}
-		select {
-		case err := <-pinged:
-			pinged = nil
-			if err != nil && c.life.Err() == nil && conn.Err() == nil {
-				c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
-				_ = conn.Close()
-				return
-			}
-		default:
 		}
 		if ticks%(2*clientLearnEvery) == 0 {
 			c.learnMembers(c.life, conn)
