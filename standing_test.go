@@ -1,15 +1,19 @@
 package coord_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/coordtest"
+	"github.com/coordcell/coord/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -266,4 +270,113 @@ func slicesHaveSame(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// cuttable is a TCP transport that can be cut off from everyone, in both
+// directions, without closing a connection: a partition as TCP sees one.
+type cuttable struct {
+	*transport.TCP
+	cut  atomic.Bool
+	out  chan transport.Envelope
+	done chan struct{}
+}
+
+func newCuttable(t *testing.T, cfg transport.TCPConfig) *cuttable {
+	tcp, err := transport.ListenTCP(cfg)
+	require.NoError(t, err)
+	c := &cuttable{TCP: tcp, out: make(chan transport.Envelope, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(c.out)
+		for env := range tcp.Receive() {
+			if c.cut.Load() {
+				continue
+			}
+			select {
+			case c.out <- env:
+			case <-c.done:
+				return
+			}
+		}
+	}()
+	return c
+}
+
+func (c *cuttable) Send(envs []transport.Envelope) error {
+	if c.cut.Load() {
+		return nil
+	}
+	return c.TCP.Send(envs)
+}
+
+func (c *cuttable) Receive() <-chan transport.Envelope { return c.out }
+
+func (c *cuttable) Close() error {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	return c.TCP.Close()
+}
+
+// TestMemberRemovedWhileCutOffOverTCP: over TCP, whose transport refuses
+// a peer it was told to remove, a member removed while cut off is still
+// told once it reaches the others, and stops with ErrRemoved.
+func TestMemberRemovedWhileCutOffOverTCP(t *testing.T) {
+	var peers []coord.Peer
+	addrs := map[string]string{}
+	for i := range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: l.Addr().String()})
+		addrs[peers[i].Name] = peers[i].Addr
+		l.Close()
+	}
+	nodes := make([]*coord.Node, 3)
+	trs := make([]*cuttable, 3)
+	for i, p := range peers {
+		trs[i] = newCuttable(t, transport.TCPConfig{Name: p.Name, Addr: p.Addr, Peers: addrs})
+		n, err := coord.Open(context.Background(), coord.Config{
+			Name: p.Name, Addr: p.Addr, Peers: peers, Transport: trs[i],
+			TickInterval: 10 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
+		})
+		require.NoError(t, err)
+		nodes[i] = n
+	}
+	t.Cleanup(func() {
+		for i, n := range nodes {
+			n.Close()
+			trs[i].Close()
+		}
+	})
+	ctx := ctxT(t, 60*time.Second)
+	_, err := nodes[0].Put(ctx, "warmup", []byte("x"))
+	require.NoError(t, err)
+	leaderOf := func() int {
+		for {
+			for i, n := range nodes {
+				if n.Status().Role == coord.RoleLeader {
+					return i
+				}
+			}
+			time.Sleep(10 * time.Millisecond) // polling Status: no event to wait on
+		}
+	}
+	victim := (leaderOf() + 1) % 3
+	require.NoError(t, nodes[victim].Ready(ctx))
+	trs[victim].cut.Store(true)
+	var li int
+	for li = leaderOf(); li == victim; li = leaderOf() {
+		time.Sleep(10 * time.Millisecond) // the cut-off leader steps down; no event to wait on
+	}
+	require.NoError(t, nodes[li].RemoveMember(ctx, peers[victim].Name))
+	trs[victim].cut.Store(false)
+	select {
+	case <-nodes[victim].Done():
+	case <-ctx.Done():
+		t.Fatal("the removed member kept running")
+	}
+	require.ErrorIs(t, nodes[victim].Err(), coord.ErrRemoved)
+	_, err = nodes[li].Put(ctx, "after", []byte("y"))
+	require.NoError(t, err)
 }
