@@ -20,9 +20,16 @@ import (
 const contactGrace = 2
 
 // outOfContact returns how long the member has been out of contact with
-// the leader, past contactGrace election timeouts; 0 while it is not.
+// the leader, past contactGrace election timeouts; 0 while it is not,
+// and before its first contact since Open: a cell electing its first
+// leader is not cut off, however long that takes on a busy host, and a
+// member that never reached a leader knows none (Ready says so).
 func (n *Node) outOfContact() time.Duration {
-	gap := time.Since(n.raft.LastContact())
+	last := n.raft.LastContact()
+	if last.IsZero() {
+		return 0
+	}
+	gap := time.Since(last)
 	if gap <= contactGrace*n.electionTimeout() {
 		return 0
 	}

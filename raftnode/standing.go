@@ -65,7 +65,7 @@ var errDropNotice = errors.New("raftnode: removal notice for another member")
 
 type standing struct {
 	base time.Time    // LastContact is base plus at
-	at   atomic.Int64 // nanoseconds after base of the last contact
+	at   atomic.Int64 // nanoseconds after base of the last contact; 0: none yet
 
 	// Raft loop only.
 	heard       map[uint64]uint64 // member ID -> loop tick last heard
@@ -96,9 +96,14 @@ func (n *Node) initStanding() {
 
 // LastContact returns the last instant this member was in contact with
 // the cell: it heard its leader or, leading, a quorum of voters. It is
-// the start for a member that has not been in contact yet.
+// the zero time until the first contact since Start (a cell electing its
+// first leader, a member that has not been added yet).
 func (n *Node) LastContact() time.Time {
-	return n.stand.base.Add(time.Duration(n.stand.at.Load()))
+	at := n.stand.at.Load()
+	if at == 0 {
+		return time.Time{}
+	}
+	return n.stand.base.Add(time.Duration(at))
 }
 
 // contactWindow is how recently a member must have heard its leader (or
@@ -127,7 +132,7 @@ func (n *Node) noteContact(ls *loopState) {
 	}
 	if in {
 		s.contactTick = ls.tick
-		s.at.Store(int64(time.Since(s.base)))
+		s.at.Store(max(int64(time.Since(s.base)), 1))
 		return
 	}
 	et := uint64(n.cfg.ElectionTicks)
