@@ -112,6 +112,7 @@ type Client struct {
 	cleared chan struct{}
 	next    int      // index in order of the member to try next
 	order   []string // cfg.Members, shuffled
+	addr    string   // the address of conn's member (the last connected)
 	learned []string // addresses its members gave (client_members.go)
 	closed  bool
 
@@ -180,7 +181,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c.order = append([]string(nil), cfg.Members...)
 	rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
-	conn, err := c.dialRound(ctx)
+	conn, err := c.dialRound(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -240,15 +241,18 @@ func unauthenticatedOnFailure(cfg *tls.Config) *tls.Config {
 	return c
 }
 
-// dialRound tries each member once, the configured ones from c.next
-// then the learned ones, and returns the first connection made. It fails
-// with ErrNoQuorum (no member reachable) wrapping what each said, or
-// with a refusal's own sentinel when every member refused the same way.
-func (c *Client) dialRound(ctx context.Context) (*clientwire.ClientConn, error) {
+// dialRound tries each member once (candidates: the configured ones
+// from the one after the last connected, then the learned ones, avoid
+// last) and returns the first connection made. It fails with ErrNoQuorum
+// (no member reachable, or every one refused as unable to serve)
+// wrapping what each said, or with a refusal's own sentinel when every
+// member refused the same way.
+func (c *Client) dialRound(ctx context.Context, avoid string) (*clientwire.ClientConn, error) {
 	var errs []error
-	for _, addr := range c.candidates() {
+	for _, addr := range c.candidates(avoid) {
 		conn, err := c.dial(ctx, addr)
 		if err == nil {
+			c.connectedTo(addr)
 			return conn, nil
 		}
 		if ctx.Err() != nil {
@@ -324,78 +328,6 @@ func (c *Client) setConn(conn *clientwire.ClientConn) {
 	close(c.ready)
 	c.mu.Unlock()
 	c.log.Debug("connected", "member", c.welcome.Member)
-}
-
-// supervise keeps the client connected: it pings the member, and when
-// the connection ends (or the member stops answering pings or
-// keep-alives) it connects to the next member, until Close.
-func (c *Client) supervise(conn *clientwire.ClientConn) {
-	for {
-		c.monitor(conn)
-		if c.life.Err() != nil {
-			return
-		}
-		c.mu.Lock()
-		c.conn = nil
-		c.ready = make(chan struct{})
-		close(c.cleared)
-		c.mu.Unlock()
-		c.log.Info("lost its member; connecting to another", "member", conn.Welcome().Member, "err", conn.Err())
-		for {
-			var err error
-			conn, err = c.dialRound(c.life)
-			if err == nil {
-				break
-			}
-			if c.life.Err() != nil {
-				return
-			}
-			c.log.Warn("no member reachable; retrying", "err", err)
-			select {
-			case <-time.After(c.electionTimeout() / 2):
-			case <-c.life.Done():
-				return
-			}
-		}
-		c.setConn(conn)
-		c.ka.reconnected()
-		c.learnMembers(c.life, conn)
-	}
-}
-
-// monitor pings conn every election timeout until it ends; it ends it
-// when a ping goes unanswered for two election timeouts, when the
-// keep-alives stall (see clientKeeper.stalled), or at Close.
-func (c *Client) monitor(conn *clientwire.ClientConn) {
-	et := c.electionTimeout()
-	t := time.NewTicker(et / 2)
-	defer t.Stop()
-	for ticks := 1; ; ticks++ {
-		select {
-		case <-conn.Done():
-			return
-		case <-c.life.Done():
-			_ = conn.Close()
-			return
-		case <-t.C:
-		}
-		if c.ka.stalled(time.Now()) {
-			c.log.Info("keep-alives unanswered by the member; moving on", "member", conn.Welcome().Member)
-			_ = conn.Close()
-			return
-		}
-		ctx, cancel := context.WithTimeout(c.life, 2*et)
-		err := conn.Ping(ctx)
-		cancel()
-		if err != nil && c.life.Err() == nil && conn.Err() == nil {
-			c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
-			_ = conn.Close()
-			return
-		}
-		if ticks%clientLearnEvery == 0 {
-			c.learnMembers(c.life, conn)
-		}
-	}
 }
 
 // current waits for a connection, for ctx, or for Close.

@@ -125,6 +125,45 @@ func (k *clientKeeper) stalled(now time.Time) bool {
 	return !k.oldest.IsZero() && now.Sub(k.oldest) > k.foldWait(k.interval)+2*k.c.electionTimeout()
 }
 
+// moveLead is how long before a session's Until the client leaves a
+// member that does not answer its keep-alives: time to connect to the
+// next member and have a keep-alive confirmed there (its first batch
+// goes at once; the leader answers one heartbeat round later), with room
+// for a busy machine.
+func moveLead(et time.Duration) time.Duration { return et * 5 / 4 }
+
+// endangered reports whether a session would expire unless the client
+// moves to another member now: a keep-alive has gone unanswered on this
+// connection for half an election timeout, and a session kept alive
+// here (not a lease, renewed on demand) has less than moveLead left of
+// its Until. A member that cannot reach the leader
+// (cut off, paused) is thus left in time for sessions of the minimum
+// TTL, whose Until can be as little as 2.7 election timeouts after the
+// member stops answering; stalled, tuned for longer TTLs and leader
+// changes, comes later. During a change of leader this may move a
+// client whose sessions are that close to expiry: the next member
+// serves them as soon as the new leader is known.
+func (k *clientKeeper) endangered(now time.Time) bool {
+	et := k.c.electionTimeout()
+	k.mu.Lock()
+	if k.oldest.IsZero() || now.Sub(k.oldest) < et/2 {
+		k.mu.Unlock()
+		return false
+	}
+	local := slices.Collect(mapValues(k.local))
+	k.mu.Unlock()
+	lead := moveLead(et)
+	for _, s := range local {
+		if s.manual || s.Err() != nil {
+			continue
+		}
+		if s.Until().Sub(now) < lead {
+			return true
+		}
+	}
+	return false
+}
+
 func (k *clientKeeper) run() {
 	et := k.c.electionTimeout()
 	tick := time.NewTicker(max(et/4, time.Millisecond))

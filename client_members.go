@@ -86,16 +86,32 @@ func checkLearnedAddr(a string, tcp bool) error {
 }
 
 // candidates lists the addresses of one dial round: every configured
-// member, from the next in the shuffled order, then the learned ones.
-func (c *Client) candidates() []string {
+// member, from the one after the member last connected to in the
+// shuffled order, then the learned ones; avoid (the member just left)
+// goes last, tried only if no other accepts.
+func (c *Client) candidates(avoid string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]string, 0, len(c.order)+len(c.learned))
-	for range c.order {
-		out = append(out, c.order[c.next%len(c.order)])
-		c.next++
+	for i := range c.order {
+		out = append(out, c.order[(c.next+i)%len(c.order)])
 	}
-	return append(out, c.learned...)
+	out = append(out, c.learned...)
+	if i := slices.Index(out, avoid); avoid != "" && i >= 0 {
+		out = append(slices.Delete(out, i, i+1), avoid)
+	}
+	return out
+}
+
+// connectedTo records that the client connected to addr: the next round
+// starts after it in the configured order.
+func (c *Client) connectedTo(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.addr = addr
+	if i := slices.Index(c.order, addr); i >= 0 {
+		c.next = i + 1
+	}
 }
 
 // Learned returns the client addresses the client learned from its
@@ -107,22 +123,33 @@ func (c *Client) Learned() []string {
 }
 
 // advertiseClientAddr gossips the address this member serves clients
-// on (Config.ClientAddr's listener first, else the first of
-// ServeClients'), so the cell's other members can tell their clients
-// (Members); "" once it serves none. A wildcard bind is not dialable
-// and is not gossiped.
+// on (clientAdvertAddr), and has it announced to the address book, so
+// the cell's other members can tell their clients (Members); "" once it
+// serves none. A wildcard bind is not dialable and is not told.
 func (n *Node) advertiseClientAddr() {
-	if n.gossip == nil || n.clients.ctx.Err() != nil {
+	if n.clients.ctx.Err() != nil {
 		return
 	}
-	addrs := n.clients.ownAddrs()
-	a := ""
-	if own := n.ClientAddr(); slices.Contains(addrs, own) {
-		a = own
-	} else if len(addrs) > 0 {
-		a = addrs[0]
+	n.clients.pokeAnnounce() // into the address book too (client_serve_guard.go)
+	if n.gossip == nil {
+		return
 	}
+	a := n.clientAdvertAddr()
 	n.gossip.setMeta(func(m *gossip.Meta) { m.ClientAddr = a })
+}
+
+// clientAdvertAddr is the address this member tells the cell it serves
+// clients on: Config.ClientAddr's listener, else the first of
+// ServeClients'; "" while it serves none.
+func (n *Node) clientAdvertAddr() string {
+	addrs := n.clients.ownAddrs()
+	if own := n.ClientAddr(); slices.Contains(addrs, own) {
+		return own
+	}
+	if len(addrs) > 0 {
+		return addrs[0]
+	}
+	return ""
 }
 
 // gossipClientAddrs lists the client addresses that live gossip members

@@ -51,22 +51,6 @@ func TestClientLearnedAddrs(t *testing.T) {
 	}
 }
 
-// TestClientLearnsOnlyItsMemberWithoutGossip: a member without gossip
-// knows no other member's client address, so it answers only its own,
-// which the client was configured with: nothing is learned, and the
-// client works as before.
-func TestClientLearnsOnlyItsMemberWithoutGossip(t *testing.T) {
-	c := clientCell(t, 3)
-	c.Leader()
-	cl := connect(t, c)
-	if got := cl.Learned(); len(got) != 0 {
-		t.Fatalf("learned %q from members without gossip", got)
-	}
-	if cl.Member() == "" {
-		t.Fatal("not connected")
-	}
-}
-
 // TestClientFailoverToLearnedMember: a client configured with one member
 // learns the others' client addresses from it (gossiped among the
 // members), and moves to one of them when its only configured member
@@ -153,5 +137,29 @@ func TestClientServeAddrs(t *testing.T) {
 		}
 		_ = l.Close()
 		<-served
+	}
+}
+
+// TestClientRoundsRotate: each dial round starts after the member the
+// client last connected to, learned addresses after the configured ones,
+// and the member just left last; so a client that loses a member that
+// still accepts connections (cut off from the cell) goes to another one.
+func TestClientRoundsRotate(t *testing.T) {
+	got := coord.ClientRounds([]string{"a", "b", "c"}, []string{"x"}, 4)
+	want := [][]string{
+		{"a", "b", "c", "x"},
+		{"b", "c", "x", "a"},
+		{"c", "a", "x", "b"},
+		{"a", "b", "x", "c"},
+	}
+	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Fatalf("rounds %q, want %q", got, want)
+	}
+	// Connected to a learned address, the next round leaves it last and
+	// starts where the configured order stood.
+	got = coord.ClientRounds([]string{"x"}, []string{"y", "z"}, 3)
+	want = [][]string{{"x", "y", "z"}, {"y", "z", "x"}, {"x", "z", "y"}}
+	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Fatalf("rounds %q, want %q", got, want)
 	}
 }

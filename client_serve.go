@@ -82,6 +82,10 @@ type clientServer struct {
 	// budget bounds the bytes queued for all clients together.
 	budget *clientwire.Budget
 	counts doorCounters
+	// bgOnce starts the guard and the announcer (client_serve_guard.go)
+	// with the first listener; announceNow pokes the announcer.
+	bgOnce      sync.Once
+	announceNow chan struct{}
 
 	mu          sync.Mutex
 	closed      bool
@@ -89,12 +93,15 @@ type clientServer struct {
 	pending     pendingTable   // connections in their handshake
 	admitted    int            // connections welcomed
 	perIdentity map[string]int // connections welcomed, by identity
+	live        map[*servedConn]struct{}
 }
 
 func newClientServer(n *Node) *clientServer {
 	cs := &clientServer{n: n, lns: make(map[net.Listener]struct{}), perIdentity: make(map[string]int),
-		auth:   newClientAuth(&n.cfg, n.cfg.Logger),
-		budget: clientwire.NewBudget(max(n.cfg.ClientQueueBytesTotal, 2*int64(n.cfg.MaxFrameSize)))}
+		live:        make(map[*servedConn]struct{}),
+		announceNow: make(chan struct{}, 1),
+		auth:        newClientAuth(&n.cfg, n.cfg.Logger),
+		budget:      clientwire.NewBudget(max(n.cfg.ClientQueueBytesTotal, 2*int64(n.cfg.MaxFrameSize)))}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	return cs
 }
@@ -125,6 +132,7 @@ func (n *Node) ServeClients(l net.Listener) error {
 		return ErrClosed
 	}
 	cs.lns[l] = struct{}{}
+	cs.startBackground()
 	cs.mu.Unlock()
 	n.advertiseClientAddr()
 	defer func() {
@@ -258,7 +266,20 @@ func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 		defer cs.auth.leave(h)
 	}
 	if err == nil {
-		err = clientwire.Serve(cs.ctx, conn, h.identity, h, clientwire.Limits{
+		// Its own context, so that the guard can end it while the member
+		// cannot serve (client_serve_guard.go).
+		ctx, cancel := context.WithCancel(cs.ctx)
+		defer cancel()
+		sc := &servedConn{cancel: cancel}
+		cs.mu.Lock()
+		cs.live[sc] = struct{}{}
+		cs.mu.Unlock()
+		defer func() {
+			cs.mu.Lock()
+			delete(cs.live, sc)
+			cs.mu.Unlock()
+		}()
+		err = clientwire.Serve(ctx, conn, h.identity, h, clientwire.Limits{
 			MaxFrame:         n.cfg.MaxFrameSize,
 			MaxInFlight:      n.cfg.ClientMaxInFlight,
 			MaxWatchers:      n.cfg.ClientMaxWatchers,
@@ -344,6 +365,9 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 			Message: fmt.Sprintf("client identity of %d bytes: at most %d of UTF-8", len(identity), maxClientIdentity)}
 	case n.closing.Err() != nil:
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseShutdown, Message: "the member is closing"}
+	}
+	if ok, why := n.servable(); !ok {
+		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseNotReady, Message: why}
 	}
 	grant := ClientGrant{WritePrefixes: []string{""}}
 	if p := n.cfg.ClientPolicy; p != nil {
@@ -563,24 +587,32 @@ func (h *clientHandler) KeepAlive(ctx context.Context, _ string, ka *clientwire.
 
 var _ clientwire.MembersHandler = (*clientHandler)(nil)
 
-// Members answers a client's question for the cell's client addresses
-// with the ones this member knows for certain: those it serves clients
-// on itself (Config.ClientAddr and every ServeClients listener), less
-// wildcard binds no client elsewhere could dial. Another member's
-// address is its own word, so it can come only from that member: its
-// gossip metadata once gossip carries it (a member of the current Raft
-// configuration, heard over the cell's gossip keys), a hint the client
-// only adds to its configured members and that earns no trust past the
-// TLS handshake.
+// Members answers a client's question for the cell's client addresses:
+// those this member serves clients on itself (Config.ClientAddr and
+// every ServeClients listener, less wildcard binds no client elsewhere
+// could dial), then the one every member of the Raft configuration
+// announced (the address book, as this member applied it), then those
+// live members gossip. Another member's address is its own word, so it
+// comes only from that member: its announcement through Raft, or its
+// gossip metadata (heard over the cell's gossip keys). Either is a hint
+// the client only adds to its configured members, earning no trust past
+// the TLS handshake.
 func (h *clientHandler) Members(context.Context, string) (*clientwire.MembersResult, error) {
 	addrs := h.cs.ownAddrs()
-	for _, a := range h.n.gossipClientAddrs() {
-		if len(addrs) >= clientwire.MaxMemberAddrs {
-			break
-		}
-		if !slices.Contains(addrs, a) {
+	add := func(a string) {
+		if len(addrs) < clientwire.MaxMemberAddrs && clientwire.CheckMemberAddr(a) == nil && !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
+	}
+	if ms, err := h.n.members(); err == nil {
+		for _, m := range ms {
+			if m.ClientAddr != "" {
+				add(m.ClientAddr)
+			}
+		}
+	}
+	for _, a := range h.n.gossipClientAddrs() {
+		add(a)
 	}
 	return &clientwire.MembersResult{Addrs: addrs}, nil
 }

@@ -41,6 +41,11 @@ type Node struct {
 	// clientLn is Config.ClientAddr's listener, nil without one.
 	clients  *clientServer
 	clientLn net.Listener
+	// caughtUp is set once the member has applied the leader's commit
+	// index as of a read index asked after Open (standing.go); bg holds
+	// the goroutine that asks.
+	caughtUp atomic.Bool
+	bg       sync.WaitGroup
 	// metricsOn is set once Config.Metrics holds this member's metrics
 	// (before Open returns, so Close reads it without a lock).
 	metricsOn bool
@@ -174,11 +179,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	go func() {
-		// A member that fails (storage error, internal panic) ends its
-		// watches just as Close does.
+		// A member that fails (storage error, internal panic) or is
+		// removed ends its watches just as Close does.
 		<-n.raft.Done()
 		n.cancelClose()
 	}()
+	n.bg.Go(n.catchUp)
 	return n, nil
 }
 
@@ -237,6 +243,7 @@ func (n *Node) shutdown() {
 	n.sessions.close()
 	n.admin.close()
 	n.stopRaft()
+	n.bg.Wait()
 	n.gossip.close()
 	n.closeTransport()
 	n.closeErr = n.store.Close()
@@ -269,11 +276,14 @@ func (n *Node) closeTransport() {
 	}
 }
 
-// Err returns the error that stopped this member (a storage or internal
-// failure), or nil while it runs or after a clean Close.
+// Err returns the error that stopped this member, or nil while it runs
+// or after a clean Close: a storage or internal failure (ErrInternal),
+// a lost data directory (ErrStateLost), or its removal from the cell
+// (ErrRemoved).
 func (n *Node) Err() error { return n.raft.Err() }
 
-// Done is closed when the member has stopped, by Close or by failure.
+// Done is closed when the member has stopped: by Close, by a failure, or
+// because the cell removed it (see Err).
 func (n *Node) Done() <-chan struct{} { return n.raft.Done() }
 
 // Role is a member's role in the Raft group. It is raftnode's type, so

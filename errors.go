@@ -188,3 +188,15 @@ var (
 	// does not read.
 	ErrBackupVersion = errors.New("coord: unknown backup format")
 )
+
+// ErrRemoved: this member was removed from the cell (RemoveMember, or the
+// autopilot replacing it). It learns so from the log when its own removal
+// applies here, or, if it was cut off when the removal committed, from a
+// member of its configuration that applied it. It then stops: Node.Err
+// returns ErrRemoved, Node.Done closes, Ready and /readyz fail, and one
+// INFO line says so. Open of its data directory fails with it once its
+// removal applied there (a member told by the others opens, and is told
+// again). Its name cannot be used again: add the process back under a new
+// name with an empty data directory. Clients of a removed member see
+// ErrClosed and move on.
+var ErrRemoved = errs.Removed

@@ -43,8 +43,9 @@ func WithAdmin(token string) HandlerOption {
 // mount where it likes (it serves no port of its own):
 //
 //	/healthz   200 while the member runs, 503 once it has stopped
-//	/readyz    200 when the member knows a leader and has applied up to
-//	           its commit index, else 503 with the reason (see Ready)
+//	/readyz    200 when the member knows a leader, has caught up and
+//	           applied up to its commit index, and is in contact with the
+//	           leader, else 503 with the reason (see Ready)
 //	/status    the member and cell status as JSON (StatusReport)
 //	/metrics   Prometheus metrics, with WithMetricsGatherer
 //	/          a read-only HTML page: members, locks, elections, sessions
@@ -99,6 +100,9 @@ func (n *Node) serveReady(w http.ResponseWriter, _ *http.Request) {
 func (n *Node) notReady() string {
 	select {
 	case <-n.Done():
+		if err := n.Err(); err != nil {
+			return "member stopped: " + err.Error()
+		}
 		return "member stopped"
 	default:
 	}
@@ -106,8 +110,13 @@ func (n *Node) notReady() string {
 	switch {
 	case st.Leader == "":
 		return fmt.Sprintf("no leader known (term %d)", st.Term)
+	case !n.caughtUp.Load():
+		return fmt.Sprintf("catching up: applied index %d, not yet the leader's commit index since it started", st.Applied)
 	case st.Applied < st.Commit:
 		return fmt.Sprintf("applied index %d behind commit index %d", st.Applied, st.Commit)
+	}
+	if gap := n.outOfContact(); gap > 0 {
+		return fmt.Sprintf("no contact with the leader for %v", gap.Round(time.Millisecond))
 	}
 	return ""
 }
@@ -117,10 +126,15 @@ func (n *Node) notReady() string {
 const readyPoll = 10 * time.Millisecond
 
 // Ready waits until the member is ready to serve, the condition /readyz
-// reports: it knows a leader and has applied every entry it knows
-// committed. A member that stopped is never ready: Ready then returns
-// ErrClosed (or the error that stopped it). When ctx ends first it
-// returns ErrNotReady wrapping ctx's error, with the unmet condition.
+// reports: it knows a leader, has caught up (applied the commit index
+// the leader had when this member first asked it, by a read index, after
+// Open: so a member that joined, or restarted behind, is not ready while
+// it replays the log or installs a snapshot), has applied every entry it
+// knows committed, and is in contact with the leader (heard it within
+// two election timeouts). A member that stopped is never ready: Ready
+// then returns ErrClosed, or the error that stopped it (ErrRemoved for a
+// removed member). When ctx ends first it returns ErrNotReady wrapping
+// ctx's error, with the unmet condition.
 func (n *Node) Ready(ctx context.Context) error {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()

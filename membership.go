@@ -18,7 +18,11 @@ import (
 type Member struct {
 	Name string
 	Addr string
-	ID   uint64 // its Raft ID: from Name, and with gossip from Name and its data directory's incarnation
+	// ClientAddr is the address the member serves clients on, as it
+	// announced it to the cell (replicated in the address book); empty
+	// while it serves none or has not announced one yet.
+	ClientAddr string
+	ID         uint64 // its Raft ID: from Name, and with gossip from Name and its data directory's incarnation
 	// Learner members replicate the log and serve reads and watches but
 	// do not vote or count for commits.
 	Learner bool
@@ -54,7 +58,7 @@ func (n *Node) members() ([]Member, error) {
 	}
 	byID := map[uint64]Member{}
 	for _, m := range book {
-		byID[m.ID] = Member{Name: m.Name, Addr: m.Addr, ID: m.ID}
+		byID[m.ID] = Member{Name: m.Name, Addr: m.Addr, ClientAddr: m.ClientAddr, ID: m.ID}
 	}
 	cs := n.sm.ConfState()
 	var out []Member

@@ -346,8 +346,8 @@ func (c *Cluster) addMember(cfg coord.Config) int {
 
 // Join starts a new member named name that joins the running cell (with
 // Config.Join): it starts empty and catches up once a member adds it, e.g.
-// c.Leader().AddLearner(ctx, name, name). It returns the new member's
-// index.
+// c.Leader().AddLearner(ctx, name, name); its Ready returns once it has
+// caught up. It returns the new member's index.
 func (c *Cluster) Join(name string) int {
 	c.t.Helper()
 	c.mu.Lock()
@@ -455,7 +455,8 @@ func (c *Cluster) Partition(groups ...[]int) {
 	c.gnet.Partition(named...)
 }
 
-// Isolate cuts member i off from every other member.
+// Isolate cuts member i off from every other member (not from its
+// clients, which notice that it cannot serve and move on).
 func (c *Cluster) Isolate(i int) {
 	c.net.Isolate(c.Name(i))
 	var rest []string
@@ -522,8 +523,10 @@ func (c *Cluster) Restart(i int) {
 // sends, applies and keeps alive nothing, its timers stand still, and
 // what the others send it queues (then drops, once its buffers are
 // full), while time goes on for everyone else. Requests made on it wait.
-// Resume lets it carry on with what it had queued: a leader that was
-// replaced meanwhile steps down, its sessions may have expired.
+// Its clients see a member that cannot serve: it ends their connections
+// after two election timeouts, and they move on. Resume lets it carry on
+// with what it had queued: a leader that was replaced meanwhile steps
+// down, its sessions may have expired.
 func (c *Cluster) Pause(i int) { c.net.Pause(c.Name(i)) }
 
 // Resume ends Pause(i).

@@ -141,6 +141,9 @@ func (n *Node) apply(job applyJob, budget int64) (ok, spent bool) {
 		if n.cfg.OnSnapshot != nil {
 			n.cfg.OnSnapshot()
 		}
+		if n.removedHere() {
+			return false, false
+		}
 	default:
 		start := time.Now()
 		var (
@@ -177,6 +180,11 @@ func (n *Node) apply(job applyJob, budget int64) (ok, spent bool) {
 				return false, false
 			}
 			n.applySide.lastCompact = last
+		}
+		// After every caller of the batch was answered (RemoveMember of
+		// this very member included): its own removal stops it.
+		if out.MembersChanged && n.removedHere() {
+			return false, false
 		}
 	}
 	return true, false

@@ -94,6 +94,11 @@ func (n *Node) ChangeMembership(ctx context.Context, typ pb.ConfChangeType, id u
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", errs.Ambiguous, ctx.Err())
 		case <-n.stopc:
+			select {
+			case <-done:
+				return nil // it applied, and stopped the member: its own removal
+			default:
+			}
 			return n.errStopped()
 		case <-retry.C:
 			// Dropped, or still on its way: propose again. A duplicate

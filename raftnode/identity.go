@@ -71,6 +71,7 @@ func (n *Node) CellID() uint64 { return n.ident.cell.Load() }
 func (n *Node) admit(from string, d decoded) bool {
 	id, ok := n.senderID(from)
 	if !ok {
+		n.strangerSpoke(from, d)
 		n.dropped(from, "envelope", errDropSender)
 		return false
 	}
@@ -81,7 +82,17 @@ func (n *Node) admit(from string, d decoded) bool {
 		n.rejected(from, id)
 		return false
 	}
-	return n.admitIncarnation(from, id, d.incarnation)
+	if !n.admitIncarnation(from, id, d.incarnation) {
+		return false
+	}
+	switch d.kind {
+	case kindRemoved:
+		n.toldRemoved(from, id, d.removed)
+		return false
+	case kindRaft:
+		n.heardFrom(id)
+	}
+	return true
 }
 
 func (n *Node) admitCell(from string, cell uint64) bool {

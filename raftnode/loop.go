@@ -189,6 +189,7 @@ func (n *Node) flushProposals(ls *loopState) {
 func (n *Node) onTick(ls *loopState) {
 	et := uint64(n.cfg.ElectionTicks)
 	n.checkLeaderLoss(ls)
+	n.noteContact(ls)
 	if ls.lead == 0 && ls.tick-ls.leaderlessSince > 3*et {
 		// No leader for several election timeouts: we are on a minority
 		// side (or the cell has lost quorum). Say so instead of hanging.

@@ -179,6 +179,7 @@ type Node struct {
 	electTTL time.Duration // one election timeout, wall time
 	gate     pauseGate
 	ident    identity
+	stand    standing // removal and contact (standing.go)
 }
 
 // Start opens the member on cfg.Store (which must be bootstrapped or hold
@@ -208,6 +209,14 @@ func Start(cfg Config) (*Node, error) {
 	if err := n.initIdentity(); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
+	if removed, err := n.sm.WasRemoved(n.id); err != nil || removed {
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: %w", err)
+		}
+		return nil, fmt.Errorf("%w: member %q was removed; its name cannot be used again: "+
+			"add the process back under a new name with an empty data directory", errs.Removed, cfg.Name)
+	}
+	n.initStanding()
 	n.waiters.init()
 	n.confs.init()
 	n.members = make(map[uint64]storage.MemberInfo)
@@ -297,8 +306,10 @@ func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
 
 // reloadMembers refreshes the address book from the replicated state,
 // after a membership change or a snapshot. A member the book no longer
-// has was removed: it is forgotten, and the transport refuses it from now
-// on, so nothing it says reaches Raft or the application.
+// has was removed: it is forgotten, so nothing it says reaches Raft or
+// the application. The transport keeps its peer a while (the newest
+// removedKept), so that it can be told it was removed (standing.go);
+// past that the transport refuses it.
 func (n *Node) reloadMembers() {
 	ms, err := n.sm.Members()
 	if err != nil {
@@ -312,7 +323,7 @@ func (n *Node) reloadMembers() {
 	for _, m := range ms {
 		keep[m.ID] = true
 	}
-	var gone []string
+	var gone []removedPeer
 	n.memMu.Lock()
 	for id, m := range n.members {
 		if !keep[id] && m.Name != n.cfg.Name {
@@ -320,16 +331,22 @@ func (n *Node) reloadMembers() {
 			if n.byName[m.Name] == id {
 				delete(n.byName, m.Name)
 			}
-			gone = append(gone, m.Name)
+			gone = append(gone, removedPeer{name: m.Name, id: id})
 		}
 	}
 	n.memMu.Unlock()
+	n.setMembers(slices.Values(ms))
+	drop := n.rememberRemoved(gone, func(name string) bool {
+		_, ok := n.MemberID(name)
+		return ok
+	})
 	if remover, ok := n.tr.(transport.PeerRemover); ok {
-		for _, name := range gone {
-			remover.RemovePeer(name)
+		for _, name := range drop {
+			if _, back := n.MemberID(name); !back {
+				remover.RemovePeer(name)
+			}
 		}
 	}
-	n.setMembers(slices.Values(ms))
 }
 
 // SendApp sends an application message to member to, delivered to its

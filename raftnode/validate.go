@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -270,17 +271,19 @@ func (n *Node) checkProposal(from uint64, ents []*pb.Entry) error {
 	return nil
 }
 
-// checkConfChange accepts a membership change only from a voter, and
-// only the single-step changes this package makes, which Raft can apply
-// to the current configuration without panicking.
+// checkConfChange accepts a membership change only from a voter (or a
+// learner's update of its own record: its client address), and only the
+// single-step changes this package makes, which Raft can apply to the
+// current configuration without panicking.
 func (n *Node) checkConfChange(from uint64, e *pb.Entry) error {
 	cs := n.sm.ConfState()
-	if !isVoter(cs, from) {
-		return errDropConfChange
-	}
 	ch, err := decodeConfChange(e)
 	if err != nil {
 		return err
+	}
+	own := ch.GetType() == pb.ConfChangeUpdateNode && ch.GetNodeId() == from && slices.Contains(cs.GetLearners(), from)
+	if !isVoter(cs, from) && !own {
+		return errDropConfChange
 	}
 	id := ch.GetNodeId()
 	removes := ch.GetType() == pb.ConfChangeRemoveNode || ch.GetType() == pb.ConfChangeAddLearnerNode

@@ -42,6 +42,7 @@ const (
 	kindApp      wireKind = 4 // an application message (session keep-alives)
 	kindReject   wireKind = 5 // "I know you by another incarnation": you lost your state
 	kindProbe    wireKind = 6 // "check my incarnation": nothing else (see rejected)
+	kindRemoved  wireKind = 7 // "the cell removed you": target ID and incarnation (standing.go)
 )
 
 var errWire = errors.New("raftnode: malformed envelope")
@@ -110,15 +111,30 @@ func (h header) encodeProbe() []byte {
 	return h.put(make([]byte, 0, headerLen), kindProbe)
 }
 
+// removedNotice tells a member that the cell removed it: Target is the
+// Raft ID removed, Incarnation its data directory's as the sender knew
+// it (0 if it never heard from it).
+type removedNotice struct {
+	Target      uint64
+	Incarnation uint64
+}
+
+func (h header) encodeRemoved(r removedNotice) []byte {
+	buf := h.put(make([]byte, 0, headerLen+2*binary.MaxVarintLen64), kindRemoved)
+	buf = binary.AppendUvarint(buf, r.Target)
+	return binary.AppendUvarint(buf, r.Incarnation)
+}
+
 // decoded is one received envelope: its header, and exactly one of the
-// message fields set (none for a reject).
+// message fields set (none for a reject or a probe).
 type decoded struct {
 	header
-	kind  wireKind
-	raft  *pb.Message
-	chunk *chunk
-	ack   *chunkAck
-	app   []byte
+	kind    wireKind
+	raft    *pb.Message
+	chunk   *chunk
+	ack     *chunkAck
+	app     []byte
+	removed *removedNotice
 }
 
 func decodeEnvelope(data []byte) (decoded, error) {
@@ -160,6 +176,16 @@ func decodeBody(kind wireKind, body []byte) (decoded, error) {
 		return decoded{ack: &chunkAck{From: v[0], Index: v[1], Term: v[2], Seq: v[3], OK: v[4] == 1}}, nil
 	case kindApp:
 		return decoded{app: body}, nil
+	case kindRemoved:
+		var v [2]uint64
+		rest, err := readUvarints(body, v[:])
+		if err != nil {
+			return decoded{}, err
+		}
+		if len(rest) != 0 || v[0] == 0 {
+			return decoded{}, fmt.Errorf("%w: malformed removal notice", errWire)
+		}
+		return decoded{removed: &removedNotice{Target: v[0], Incarnation: v[1]}}, nil
 	case kindReject, kindProbe:
 		if len(body) != 0 {
 			return decoded{}, fmt.Errorf("%w: %d bytes after a bodiless kind %d", errWire, len(body), kind)

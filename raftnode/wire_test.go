@@ -42,6 +42,12 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, kindProbe, d.kind)
 	require.Equal(t, testHeader, d.header)
+
+	r := removedNotice{Target: 9, Incarnation: 1 << 60}
+	d, err = decodeEnvelope(testHeader.encodeRemoved(r))
+	require.NoError(t, err)
+	require.Equal(t, kindRemoved, d.kind)
+	require.Equal(t, &r, d.removed)
 }
 
 func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
@@ -50,7 +56,8 @@ func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
 	}
 	for _, b := range [][]byte{nil, {wireVersion}, {wireVersion + 1, byte(kindRaft)}, {1, byte(kindRaft), 0, 0},
 		full(99), full(byte(kindChunk), 0xff), full(byte(kindRaft))[:headerLen-1],
-		full(byte(kindReject), 0), full(byte(kindProbe), 1, 2)} {
+		full(byte(kindReject), 0), full(byte(kindProbe), 1, 2),
+		full(byte(kindRemoved)), full(byte(kindRemoved), 9), full(byte(kindRemoved), 0, 1), full(byte(kindRemoved), 9, 1, 0)} {
 		_, err := decodeEnvelope(b)
 		require.ErrorIs(t, err, errWire, "%x", b)
 	}
@@ -65,13 +72,14 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add(testHeader.encodeAck(&chunkAck{From: 1, Index: 2, Term: 3, Seq: 4}))
 	f.Add(testHeader.encodeApp(nil))
 	f.Add(testHeader.encodeProbe())
+	f.Add(testHeader.encodeRemoved(removedNotice{Target: 1, Incarnation: 2}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := decodeEnvelope(data)
 		if err != nil {
 			return
 		}
 		n := 0
-		for _, set := range []bool{d.raft != nil, d.chunk != nil, d.ack != nil, d.app != nil} {
+		for _, set := range []bool{d.raft != nil, d.chunk != nil, d.ack != nil, d.app != nil, d.removed != nil} {
 			if set {
 				n++
 			}

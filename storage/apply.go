@@ -161,6 +161,9 @@ type applier struct {
 	// budget bounds the reads of this call (ApplyWithin; 0: none), spent
 	// counts them.
 	budget, spent int64
+	// members are the address book records this call wrote (members.go),
+	// which its later conf changes must see; nil until one is.
+	members map[uint64]MemberInfo
 }
 
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
@@ -174,6 +177,7 @@ func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 func (a *applier) end() {
 	a.sm, a.b, a.mem, a.out = nil, nil, memState{}, nil
 	a.budget, a.spent = 0, 0
+	a.members = nil
 	a.slabs = slabs{} // what they served has left with the results
 	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {

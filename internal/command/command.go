@@ -432,10 +432,17 @@ type Result struct {
 // Context of a Raft ConfChangeV2, so every member learns the new member's
 // name and address from the log, and Req lets the proposer recognise the
 // change when it applies (a change Raft dropped never does).
+//
+// ClientAddr is where the member serves clients: a ConfChangeUpdateNode
+// the member proposes for itself carries it into the address book. It
+// is omitted when empty, so every other change encodes as before, and a
+// member that does not know the field ignores it (msgpack skips unknown
+// fields), as Raft ignores the UpdateNode.
 type Member struct {
-	Req  uint64 `msgpack:"r"`
-	Name string `msgpack:"n"`
-	Addr string `msgpack:"a"`
+	Req        uint64 `msgpack:"r"`
+	Name       string `msgpack:"n"`
+	Addr       string `msgpack:"a"`
+	ClientAddr string `msgpack:"c,omitempty"`
 }
 
 // EncodeMember returns the versioned encoding of m.

@@ -60,3 +60,8 @@ var (
 var (
 	ReadTooLarge = errors.New("coord: read too large")
 )
+
+// Membership (membership.go in the root package, raftnode's conf changes).
+var (
+	Removed = errors.New("coord: member removed from the cell")
+)

@@ -1,0 +1,122 @@
+package coord
+
+import (
+	"context"
+	"time"
+
+	"github.com/coordcell/coord/internal/clientwire"
+)
+
+// Failover: a client keeps one connection to one member, watches it, and
+// moves to another member when that one fails, cannot serve (it ends the
+// connection or refuses it, client_serve_guard.go), stops answering, or
+// leaves keep-alives unanswered past what its sessions can afford.
+
+// supervise keeps the client connected: it pings the member, and when
+// the connection ends (or the member stops answering pings or
+// keep-alives) it connects to the next member, until Close.
+func (c *Client) supervise(conn *clientwire.ClientConn) {
+	for {
+		c.monitor(conn)
+		if c.life.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		c.conn = nil
+		c.ready = make(chan struct{})
+		close(c.cleared)
+		left := c.addr
+		c.mu.Unlock()
+		c.log.Info("lost its member; connecting to another", "member", conn.Welcome().Member, "err", conn.Err())
+		for failed := 0; ; failed++ {
+			var err error
+			conn, err = c.dialRound(c.life, left)
+			if err == nil {
+				if failed > 0 {
+					c.log.Info("a member accepted again", "member", conn.Welcome().Member, "rounds_failed", failed)
+				}
+				break
+			}
+			if c.life.Err() != nil {
+				return
+			}
+			// Once per outage: rounds go every quarter election timeout.
+			if failed == 0 {
+				c.log.Warn("no member reachable or able to serve; retrying", "err", err)
+			} else {
+				c.log.Debug("no member reachable or able to serve; retrying", "err", err)
+			}
+			// A quarter election timeout: members that cannot serve (no
+			// leader yet) refuse until one is elected, and the sessions'
+			// keep-alives wait for this.
+			select {
+			case <-time.After(c.electionTimeout() / 4):
+			case <-c.life.Done():
+				return
+			}
+		}
+		c.setConn(conn)
+		c.ka.reconnected()
+		c.learnMembers(c.life, conn)
+	}
+}
+
+// monitor pings conn every half election timeout until it ends; it ends
+// it when a ping goes unanswered for two election timeouts, when the
+// keep-alives stall (see clientKeeper.stalled), when a session would
+// expire unless the client moves now (clientKeeper.endangered), or at
+// Close. It looks every quarter election timeout.
+func (c *Client) monitor(conn *clientwire.ClientConn) {
+	et := c.electionTimeout()
+	t := time.NewTicker(et / 4)
+	defer t.Stop()
+	var pinged chan error
+	for ticks := 1; ; ticks++ {
+		select {
+		case <-conn.Done():
+			return
+		case <-c.life.Done():
+			_ = conn.Close()
+			return
+		case <-t.C:
+		}
+		if c.ka.stalled(time.Now()) {
+			c.log.Info("keep-alives unanswered by the member; moving on", "member", conn.Welcome().Member)
+			_ = conn.Close()
+			return
+		}
+		if c.ka.endangered(time.Now()) {
+			c.log.Info("sessions near expiry and the member does not answer their keep-alives; moving on",
+				"member", conn.Welcome().Member)
+			_ = conn.Close()
+			return
+		}
+		if ticks%2 == 1 {
+			continue // pings every other tick, the checks above at each
+		}
+		select {
+		case err := <-pinged: // nil: no ping out, never ready
+			pinged = nil
+			if err != nil && c.life.Err() == nil && conn.Err() == nil {
+				c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
+				_ = conn.Close()
+				return
+			}
+		default:
+		}
+		if pinged == nil {
+			// A ping runs beside the checks, so that a member slow to
+			// answer does not keep them from running.
+			done := make(chan error, 1)
+			pinged = done
+			c.wg.Go(func() {
+				ctx, cancel := context.WithTimeout(c.life, 2*et)
+				defer cancel()
+				done <- conn.Ping(ctx)
+			})
+		}
+		if ticks%(2*clientLearnEvery) == 0 {
+			c.learnMembers(c.life, conn)
+		}
+	}
+}
