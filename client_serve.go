@@ -344,7 +344,7 @@ type clientHandler struct {
 	owner    string
 	// bornAt is the member's applied index when the client was
 	// welcomed: the birth of its writes through this connection.
-	bornAt uint64
+	bornAt   uint64
 	grant    ClientGrant
 	admitted bool
 	// maxFrame is the longest frame the client reads (Hello.MaxFrame):
