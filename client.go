@@ -117,6 +117,7 @@ type Client struct {
 	closed  bool
 
 	ka      *clientKeeper
+	once    clientProposer
 	watches *watchMerger
 	cache   *clientCache // nil: no ClientConfig.Cache
 	probes  probeRegistry
@@ -156,7 +157,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger.With("client", cfg.Name), ready: make(chan struct{}),
-		done: make(chan struct{})}
+		done: make(chan struct{}), once: newClientProposer()}
 	switch {
 	case cfg.Credential != "":
 		t, err := cred.TLS()
@@ -500,53 +501,97 @@ func (c *Client) limits() limits {
 }
 
 func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
-	data, err := command.Encode(cmd)
-	if err != nil {
-		return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
 	if cmd.Kind == command.KindTxn && cmd.Txn != nil && cmd.Txn.ReadOnly() {
+		data, err := command.Encode(cmd)
+		if err != nil {
+			return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
 		return c.proposeRead(ctx, data)
 	}
-	var res *clientwire.ProposeResult
+	seq := c.once.stamp(cmd)
+	data, err := command.Encode(cmd)
+	if err != nil {
+		c.once.done(seq)
+		return command.Result{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	res, err := c.proposeOnce(ctx, cmd, data)
+	var amb *AmbiguousError
+	if errors.As(err, &amb) {
+		c.once.pin(seq)
+	} else {
+		c.once.done(seq)
+	}
+	if err != nil {
+		return command.Result{}, err
+	}
+	if err := resultErr(res); err != nil {
+		return res, err
+	}
+	c.cache.wrote(cmd, res)
+	return res, nil
+}
+
+// proposeOnce sends the encoded cmd until a member answers it: the
+// command names its proposer (this client, or the caller's idempotency
+// key), so the cell applies it once however many members it went
+// through, and a connection that ended, or a member that could not
+// finish it, only means it is sent again through the next one. It ends
+// with an *AmbiguousError only when ctx ends after the command may have
+// reached the cell.
+func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []byte) (command.Result, error) {
+	sent := false
+	gaveUp := func(cause error) error {
+		if !sent {
+			return fmt.Errorf("%w: %w", ErrNoQuorum, cause)
+		}
+		p := *cmd.Proposer
+		p.Floor = 0
+		return &AmbiguousError{ID: WriteID{p: p}, Err: cause}
+	}
 	for {
 		conn, err := c.current(ctx)
 		if err != nil {
-			return command.Result{}, err // never sent
+			if errors.Is(err, ErrClosed) {
+				if sent {
+					return command.Result{}, gaveUp(err)
+				}
+				return command.Result{}, err
+			}
+			return command.Result{}, gaveUp(ctx.Err())
 		}
-		res, err = conn.Propose(ctx, data)
+		res, err := conn.Propose(ctx, data)
 		if err == nil {
-			break
+			return res.Result, nil
 		}
-		if !memberClosing(err) {
-			return command.Result{}, proposeErr(conn, err)
+		var we *clientwire.Error
+		coded := errors.As(err, &we)
+		if coded && we.Code != clientwire.CodeAmbiguous && we.Code != clientwire.CodeClosed {
+			// A member's certain answer (the command was refused, or
+			// failed as it would on a member).
+			return command.Result{}, errFromCode(we.Code, we.Message)
 		}
-		// The member is closing and did not hand the command to the
-		// cell (it would have answered ErrAmbiguous): it certainly did
-		// not happen, so the next member may take it.
+		// The member took it into the cell (unless it answered that it
+		// is closing, before handing it on), then could not see it to
+		// the end, or the connection ended under it.
+		sent = sent || !memberClosing(err)
+		if ctx.Err() != nil {
+			return command.Result{}, gaveUp(ctx.Err())
+		}
+		if coded && we.Code == clientwire.CodeAmbiguous {
+			// The member is alive but could not finish (it is leaving):
+			// a moment, then again, through it or the next one.
+			select {
+			case <-conn.Done():
+			case <-time.After(c.electionTimeout() / 10):
+			case <-ctx.Done():
+				return command.Result{}, gaveUp(ctx.Err())
+			}
+			continue
+		}
 		if err := waitConnEnd(ctx, conn); err != nil {
-			return command.Result{}, fmt.Errorf("%w: member %s is closing: %w", ErrNoQuorum, conn.Welcome().Member, err)
+			return command.Result{}, gaveUp(err)
 		}
 	}
-	if err := resultErr(res.Result); err != nil {
-		return res.Result, err
-	}
-	c.cache.wrote(cmd, res.Result)
-	return res.Result, nil
-}
-
-// proposeErr maps a failed Propose. A member's answer is certain (its
-// code says what happened). A connection that ended, or a context that
-// ended, may have left the command in flight: ErrAmbiguous, as on a
-// member whose leader changed.
-func proposeErr(conn *clientwire.ClientConn, err error) error {
-	var we *clientwire.Error
-	if errors.As(err, &we) {
-		return errFromCode(we.Code, we.Message)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %w", ErrAmbiguous, err)
-	}
-	return fmt.Errorf("%w: connection to %s ended: %w", ErrAmbiguous, conn.Welcome().Member, err)
 }
 
 // resultErr maps the state machine's status, as Node.propose does.

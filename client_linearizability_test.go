@@ -92,6 +92,14 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 				call := time.Now()
 				out, keep, err := runCellOp(opCtx, cell, in)
 				ret := time.Now()
+				if out.ambiguous && opCtx.Err() == nil {
+					// Writes are exactly-once and resent, through the next
+					// member for a client: only a call that ended (its
+					// context, its member) may not know.
+					if n, ok := cell.(*coord.Node); !ok || n.Err() == nil {
+						t.Errorf("seed %d: %v(%s) ended ambiguous with its context and member alive: %v", seed, in.kind, in.key, err)
+					}
+				}
 				opCancel()
 				if keep {
 					record(w, in, out, call, ret)

@@ -342,6 +342,9 @@ type clientHandler struct {
 	// Set by Welcome, before Serve calls any other method.
 	identity string
 	owner    string
+	// bornAt is the member's applied index when the client was
+	// welcomed: the birth of its writes through this connection.
+	bornAt   uint64
 	grant    ClientGrant
 	admitted bool
 	// maxFrame is the longest frame the client reads (Hello.MaxFrame):
@@ -397,6 +400,7 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 	cs.mu.Unlock()
 	h.admitted = true
 	h.identity, h.owner, h.grant = identity, clientOwnerPrefix+identity, grant
+	h.bornAt = n.raft.AppliedIndex()
 	h.maxFrame = int(hello.MaxFrame)
 	return &clientwire.Welcome{
 		Member:          n.cfg.Name,
@@ -438,6 +442,20 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 			return nil, err
 		}
 		h.markActor(c.Txn)
+	}
+	if p := c.Proposer; p != nil {
+		// The client's own name for its write (outcome.go): its owner is
+		// the client's identity, whatever it said, so it can neither pass
+		// for another's proposer nor suppress another's writes.
+		if len(p.Key) > maxIdempotencyKey {
+			return nil, fmt.Errorf("%w: idempotency key of %d bytes (at most %d)", ErrInvalidArgument, len(p.Key), maxIdempotencyKey)
+		}
+		p.Owner = h.owner
+		if p.Born == 0 {
+			// A client knows no log index: the applied index when its
+			// connection was admitted is one every call on it began after.
+			p.Born = h.bornAt
+		}
 	}
 	_, foreign, gone, err := h.sortSessions(ctx, clientwire.SessionsNamed(c))
 	switch {

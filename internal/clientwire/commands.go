@@ -7,7 +7,9 @@ import (
 )
 
 // CheckCommand reports whether a client may propose c: a transaction, the
-// creation of a session, or the end of one by its holder. Everything else
+// creation of a session, the end of one by its holder, or the resolve of
+// one of its own writes' outcome (the member names the proposer's owner,
+// so a client resolves only its own). Everything else
 // (no-ops, a leader's session bookkeeping, an expiry, anything carrying a
 // leader's term) is reserved to members, and gives ErrForbidden. It does
 // not check ownership: the Handler knows which sessions are the client's.
@@ -28,6 +30,11 @@ func CheckCommand(c *command.Command) error {
 		}
 		if c.Kind == command.KindSessionEnd && s.ID == 0 {
 			return fmt.Errorf("%w: session end without a session", ErrForbidden)
+		}
+		return nil
+	case command.KindResolve:
+		if c.Proposer == nil || c.Txn != nil || c.Session != nil {
+			return fmt.Errorf("%w: malformed resolve", ErrForbidden)
 		}
 		return nil
 	}
