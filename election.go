@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-)
 
-// electionPrefix is the queue of group: elections/{group}/.
-func electionPrefix(group string) string { return "elections/" + group + "/" }
+	"github.com/coordcell/coord/internal/lockq"
+)
 
 // Election is a session's candidacy in a leader election. The leader is
 // the candidate that has waited longest (the lowest create revision among
@@ -47,7 +46,7 @@ type Leader struct {
 // campaigning. The group's candidates are the keys under
 // elections/{group}/; an empty group is refused by Campaign.
 func NewElection(s *Session, group string) *Election {
-	q := newQueue(s, electionPrefix(group), false)
+	q := newQueue(s, lockq.ElectionPrefix(group), false)
 	q.err = checkGroup(group)
 	return &Election{q: q, group: group}
 }
@@ -58,7 +57,7 @@ func NewElection(s *Session, group string) *Election {
 // candidate whose session ends returns at once, and one whose ctx ends
 // withdraws.
 func (e *Election) Campaign(ctx context.Context, value string) (Token, error) {
-	return e.q.acquire(ctx, kindLeader, []byte(value), false)
+	return e.q.acquire(ctx, lockq.KindLeader, []byte(value), false)
 }
 
 // TryCampaign leads with value if the group has no other candidate, and
@@ -66,7 +65,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (Token, error) {
 // with a nil error. It also returns false while this Election already
 // campaigns or leads. This is elect(group) -> {isLeader, token}.
 func (e *Election) TryCampaign(ctx context.Context, value string) (bool, Token, error) {
-	t, err := e.q.acquire(ctx, kindLeader, []byte(value), true)
+	t, err := e.q.acquire(ctx, lockq.KindLeader, []byte(value), true)
 	if errors.Is(err, ErrLocked) {
 		return false, 0, nil
 	}
@@ -83,7 +82,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (bool, Token, 
 // goes on in the background. It returns an error wrapping ErrNotLeader if
 // this Election did not lead, or had already lost the leadership.
 func (e *Election) Resign(ctx context.Context) error {
-	return e.q.release(ctx, kindLeader, ErrNotLeader)
+	return e.q.release(ctx, lockq.KindLeader, ErrNotLeader)
 }
 
 // Proclaim changes the leader's value without giving up the leadership.
@@ -151,7 +150,7 @@ func groupLeader(ctx context.Context, b backend, group string) (Leader, error) {
 	if err := checkGroup(group); err != nil {
 		return Leader{}, err
 	}
-	prefix := electionPrefix(group)
+	prefix := lockq.ElectionPrefix(group)
 	kvs, _, err := listPrefix(ctx, b, prefix, nil)
 	if err != nil {
 		return Leader{}, err
@@ -170,11 +169,11 @@ func checkGroup(group string) error {
 	return nil
 }
 
-func leaderOf(q []entry) Leader {
+func leaderOf(q []lockq.Waiter[KV]) Leader {
 	if len(q) == 0 {
 		return Leader{Vacant: true}
 	}
-	kv := q[0].kv
+	kv := q[0].Item
 	return Leader{Value: string(kv.Value), Token: Token(kv.CreateRev), Session: kv.Session, Key: kv.Key}
 }
 
@@ -221,7 +220,7 @@ func observe(ctx context.Context, b backend, group string, ch chan<- Leader) {
 	if checkGroup(group) != nil {
 		return
 	}
-	prefix := electionPrefix(group)
+	prefix := lockq.ElectionPrefix(group)
 	var (
 		last  Leader
 		sent  bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/coordcell/coord/internal/lockq"
 	"github.com/coordcell/coord/raftnode"
 )
 
@@ -24,11 +25,13 @@ type QueueProbe struct {
 }
 
 // ProbeLock starts counting for lock name on nodes; Close stops.
-func ProbeLock(name string, nodes ...*Node) *QueueProbe { return newProbe(lockPrefix(name), nodes) }
+func ProbeLock(name string, nodes ...*Node) *QueueProbe {
+	return newProbe(lockq.LockPrefix(name), nodes)
+}
 
 // ProbeElection starts counting for election group on nodes; Close stops.
 func ProbeElection(group string, nodes ...*Node) *QueueProbe {
-	return newProbe(electionPrefix(group), nodes)
+	return newProbe(lockq.ElectionPrefix(group), nodes)
 }
 
 func newProbe(prefix string, nodes []*Node) *QueueProbe {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // Lease is a lease-style lock from Acquire: a hold on a lock with a
@@ -152,20 +154,20 @@ func checkToken(ctx context.Context, b backend, name string, t Token) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
 	}
-	prefix := lockPrefix(name)
+	prefix := lockq.LockPrefix(name)
 	kvs, rev, err := listPrefix(ctx, b, prefix, nil)
 	if err != nil {
 		return err
 	}
-	hs := holders(parseQueue(prefix, true, kvs))
+	hs := lockq.Holders(parseQueue(prefix, true, kvs))
 	for _, h := range hs {
-		if Token(h.kv.CreateRev) == t {
+		if Token(h.Rev) == t {
 			return nil
 		}
 	}
 	var cur []string
 	for _, h := range hs {
-		cur = append(cur, Token(h.kv.CreateRev).String())
+		cur = append(cur, Token(h.Rev).String())
 	}
 	holder := "none"
 	if len(cur) > 0 {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // Namespace returns a Cell whose key space is the keys of c under
@@ -60,8 +62,8 @@ func checkNamespace(prefix string) error {
 // which no namespace may reach.
 func recipeKeySpaces() []string {
 	return []string{
-		strings.TrimSuffix(lockPrefix(""), "/"),
-		strings.TrimSuffix(electionPrefix(""), "/"),
+		strings.TrimSuffix(lockq.LockSpace, "/"),
+		strings.TrimSuffix(lockq.ElectionSpace, "/"),
 	}
 }
 

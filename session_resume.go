@@ -6,7 +6,6 @@ package coord
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -164,33 +163,4 @@ func (e *sessionEngine) adopt(s *Session) bool {
 	// for the cell, and the map keeps one of them.
 	e.add(s)
 	return true
-}
-
-// resumedKey returns, for an acquisition of kind on a resumed session,
-// a key of this session's already in the queue that no other acquisition
-// has taken over; "" when there is none (then a new key is made).
-func (q *queue) resumedKey(ctx context.Context, kind byte) (string, error) {
-	s := q.s
-	if !s.resumed {
-		return "", nil
-	}
-	var kvs []KV
-	err := retry(ctx, s.b, s, retryable, func() (err error) {
-		kvs, _, err = listPrefix(ctx, s.b, q.prefix, nil)
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	entries := parseQueue(q.prefix, q.kinded, kvs)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i := slices.IndexFunc(entries, func(e entry) bool {
-		return e.kv.Session == s.id && (!q.kinded || e.kind == kind) && !s.adopted[e.kv.Key]
-	})
-	if i < 0 {
-		return "", nil
-	}
-	s.adopted[entries[i].kv.Key] = true
-	return entries[i].kv.Key, nil
 }
