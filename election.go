@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // Election is a session's candidacy in a leader election. The leader is
@@ -143,10 +144,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // the group has no leader it returns a Leader with Vacant set and an
 // error wrapping ErrNoLeader; an empty group gives ErrInvalidKey.
 func ElectionLeader(ctx context.Context, c Cell, group string) (Leader, error) {
-	return groupLeader(ctx, c.cellBackend(), group)
+	return groupLeader(ctx, c.cell(), group)
 }
 
-func groupLeader(ctx context.Context, b backend, group string) (Leader, error) {
+func groupLeader(ctx context.Context, b *cellOps, group string) (Leader, error) {
 	if err := checkGroup(group); err != nil {
 		return Leader{}, err
 	}
@@ -204,10 +205,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 // entry, so a process that only follows the leader needs no Session. An
 // empty group gives a channel closed at once.
 func ObserveElection(ctx context.Context, c Cell, group string) <-chan Leader {
-	return observeGroup(ctx, c.cellBackend(), group)
+	return observeGroup(ctx, c.cell(), group)
 }
 
-func observeGroup(ctx context.Context, b backend, group string) <-chan Leader {
+func observeGroup(ctx context.Context, b *cellOps, group string) <-chan Leader {
 	ch := make(chan Leader)
 	go observe(ctx, b, group, ch)
 	return ch
@@ -215,7 +216,7 @@ func observeGroup(ctx context.Context, b backend, group string) <-chan Leader {
 
 // observe is ListWatch of the group, with the state at the end of each
 // revision sent on ch.
-func observe(ctx context.Context, b backend, group string, ch chan<- Leader) {
+func observe(ctx context.Context, b *cellOps, group string, ch chan<- Leader) {
 	defer close(ch)
 	if checkGroup(group) != nil {
 		return
@@ -244,7 +245,7 @@ func observe(ctx context.Context, b backend, group string, ch chan<- Leader) {
 		if lists++; lists > 1 {
 			// The watch could not go on (it fell behind the retained
 			// history, or the receiver fell too far behind).
-			b.queueProbes().note(prefix, probeRelist)
+			b.queueProbes().Note(prefix, spi.ProbeRelist)
 		}
 		clear(state)
 		for _, kv := range kvs {

@@ -247,41 +247,6 @@ func (q *queue) drop(h *hold) {
 	<-q.slot
 }
 
-// probeRegistry counts, per queue prefix, how often waiters start waiting
-// and wake up. Each Node has one; only the package's tests register
-// probes in it (export_test.go), to show that a release wakes one waiter,
-// not the herd. With none registered, noting costs one map lookup.
-type probeRegistry struct {
-	m sync.Map // prefix -> *queueProbe
-}
-
-type queueProbe struct {
-	mu      sync.Mutex
-	counts  [3]int // by probeEvent
-	changed chan struct{}
-}
-
-type probeEvent int
-
-const (
-	probeWait   probeEvent = iota // a waiter found itself blocked and began watching
-	probeWake                     // a watched blocker went, and the waiter re-read the queue
-	probeRelist                   // Observe's watch ended and it read the group again
-)
-
-func (r *probeRegistry) note(prefix string, ev probeEvent) {
-	v, ok := r.m.Load(prefix)
-	if !ok {
-		return
-	}
-	p := v.(*queueProbe)
-	p.mu.Lock()
-	p.counts[ev]++
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
-}
-
 // parseQueue returns the well-formed entries of the queue under prefix
 // among kvs, oldest first (the grammar and the grant rules are
 // internal/lockq's).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // waiter is one acquisition on its way to holding: of session s, in the
@@ -21,7 +22,7 @@ import (
 // never through the queue that started it.
 type waiter struct {
 	s      *Session
-	b      backend
+	b      *cellOps
 	prefix string
 	kinded bool
 	rm     remover
@@ -67,11 +68,11 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 			w.abandon()
 			return nil, fmt.Errorf("%w: %s", ErrLocked, strings.TrimSuffix(w.prefix, "/"))
 		}
-		w.b.queueProbes().note(w.prefix, probeWait)
+		w.b.queueProbes().Note(w.prefix, spi.ProbeWait)
 		if err := w.await(ctx, wait, rev); err != nil {
 			return nil, err
 		}
-		w.b.queueProbes().note(w.prefix, probeWake)
+		w.b.queueProbes().Note(w.prefix, spi.ProbeWake)
 		if list, rev, err = w.reread(ctx); err != nil {
 			return nil, err
 		}
