@@ -29,7 +29,7 @@ func MergeLearned(configured, answer, before []string, tcp bool) []string {
 }
 
 // ClientServeAddrs is what n answers a client's Members with.
-func ClientServeAddrs(n *Node) []string { return n.clients.ownAddrs() }
+func ClientServeAddrs(n *Node) []string { return n.m.ClientServeAddrs() }
 
 // ClientRounds returns the dial rounds a client configured with order
 // (already shuffled) tries: the first, then one after each connection,

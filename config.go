@@ -2,17 +2,17 @@ package coord
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/hook"
+	"github.com/coordcell/coord/internal/member"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
 )
@@ -253,6 +253,110 @@ type Config struct {
 	Gossip *GossipConfig
 }
 
+// GossipConfig lets the cell find its members by gossip
+// (hashicorp/memberlist) and shape itself: with it, a member needs no
+// static Peers, only the address of any other member to gossip with.
+type GossipConfig struct {
+	// BindAddr is the UDP and TCP address to gossip on, e.g.
+	// "0.0.0.0:7946". Required.
+	BindAddr string
+	// AdvertiseAddr is the gossip address the others reach this member
+	// at, when it differs from BindAddr (NAT, 0.0.0.0).
+	AdvertiseAddr string
+	// Seeds are gossip addresses of (some) other members, tried with
+	// backoff until one answers. A member with none waits to be found.
+	Seeds []string
+	// Keys encrypt gossip (16, 24 or 32 bytes each, AES-GCM); the first
+	// encrypts, all decrypt, so keys rotate without a restart (see
+	// Admin.GossipKeyring). None = plaintext gossip: set keys unless the
+	// gossip port is reachable by members only.
+	Keys [][]byte
+	// Zone is this member's failure domain (rack, availability zone).
+	// Autopilot spreads voters so that, with 3 zones or more, no zone
+	// holds a majority of them.
+	Zone string
+	// NoVote keeps this member a learner (standby) for good.
+	NoVote bool
+	// BootstrapExpect, on a member with no state, founds a new cell
+	// once this many members that may vote, with the same
+	// BootstrapExpect, see each other in gossip and none sees an existing
+	// cell; exactly that many found it, the rest join it. 0 = never
+	// found a cell, only join one found in gossip (or use Peers).
+	BootstrapExpect int
+	// ProbeInterval is how often a member probes another (default 1s);
+	// ProbeTimeout how long it waits for the answer (default 500ms);
+	// GossipInterval how often it gossips (default 200ms).
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	GossipInterval time.Duration
+	// Autopilot reshapes the cell from the leader.
+	Autopilot AutopilotConfig
+
+	// transport carries gossip instead of UDP and TCP: coordtest's
+	// in-memory network, set through internal/hook.
+	transport memberlist.Transport
+}
+
+// AutopilotConfig tunes the autopilot, which runs on the leader and
+// makes one membership change at a time. The defaults are Consul's.
+type AutopilotConfig struct {
+	// Disabled turns it off: membership stays manual (AddLearner,
+	// Promote, RemoveMember).
+	Disabled bool
+	// Voters is the target voter count: 0 = 3, or 5 once at least 5
+	// members may vote.
+	Voters int
+	// Stabilization is how long a learner stays healthy (alive, heard
+	// from, caught up) before it is promoted. Default 10s.
+	Stabilization time.Duration
+	// DeadThreshold is how long a voter must be failed in gossip and
+	// unheard by Raft before it is replaced and removed. Default 10s.
+	DeadThreshold time.Duration
+	// Interval is how often the leader reconsiders. Default 1s.
+	Interval time.Duration
+}
+
+// ClientGrant is what a member lets one client do (Config.ClientPolicy).
+type ClientGrant struct {
+	// WritePrefixes are the key prefixes the client may write under: a
+	// put, a delete or a prefix delete of a key (or prefix) that starts
+	// with one of them. The recipes write under their own prefixes (a
+	// Mutex "locks/x" writes under "locks/x", an Election under its
+	// name), which the grant covers like any other key. "" grants every
+	// key; nil or empty grants none (the client may still read, watch and
+	// keep sessions). Reads are not restricted.
+	WritePrefixes []string
+	// Admin lets the client delete or overwrite, under WritePrefixes,
+	// keys of sessions that are not its own (another client's lock,
+	// election or ephemeral key), as a member can: for an operator's
+	// tool that breaks a stuck lock. Without it a client may write such
+	// keys only of its own sessions (ErrForbidden otherwise), so a grant
+	// on locks/ lets it queue for a lock, never take one from its
+	// holder.
+	Admin bool
+}
+
+// Defaults of the client limits (Config.MaxClients, ClientMaxInFlight,
+// ClientMaxWatchers, ClientMaxSessions). A client's sessions cost the
+// cell about 1 KiB each on every member, so the default bound of one
+// identity is 4 MiB: four times what bench/'s clients-sessions holds per
+// client (1,000).
+const (
+	DefaultMaxClients        = 1024
+	DefaultClientMaxInFlight = 64
+	DefaultClientMaxWatchers = 256
+	DefaultClientMaxSessions = 4096
+)
+
+// Defaults of the client door's bounds (Config.ClientMaxPending,
+// ClientMaxPerIdentity, ClientQueueBytes, ClientQueueBytesTotal).
+const (
+	DefaultClientMaxPending      = 256
+	DefaultClientMaxPerIdentity  = 256
+	DefaultClientQueueBytes      = 16 << 20
+	DefaultClientQueueBytesTotal = 128 << 20
+)
+
 func (c *Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", errs.InvalidConfig, fmt.Sprintf(format, args...))
@@ -282,7 +386,7 @@ func (c *Config) validate() error {
 		return bad("ClientSecret has %d bytes; it needs at least %d (draw them at random)", len(c.ClientSecret), transport.MinSecretLen)
 	}
 	if c.ClientAddr != "" {
-		if err := checkAddr(c.ClientAddr); err != nil {
+		if err := member.CheckAddr(c.ClientAddr); err != nil {
 			return bad("ClientAddr: %v", err)
 		}
 	}
@@ -332,7 +436,7 @@ func (c *Config) validate() error {
 		return bad("CatchUpEntries (%d) must be less than CompactEvery (%d)", c.CatchUpEntries, c.CompactEvery)
 	case c.MaxFrameSize < minFrameSize:
 		return bad("MaxFrameSize %d is below the floor of %d", c.MaxFrameSize, minFrameSize)
-	case int64(c.MaxTxnOps)*int64(c.MaxKeySize+c.MaxValueSize+opOverhead)+maxSizePerMsg+frameOverhead > int64(c.MaxFrameSize):
+	case int64(c.MaxTxnOps)*int64(c.MaxKeySize+c.MaxValueSize+opOverhead)+member.MaxSizePerMsg+member.FrameOverhead > int64(c.MaxFrameSize):
 		return bad("MaxTxnOps × (MaxKeySize + MaxValueSize) = %d × (%d + %d) does not fit in MaxFrameSize %d "+
 			"with 1 MiB of Raft batching: lower a limit or raise MaxFrameSize",
 			c.MaxTxnOps, c.MaxKeySize, c.MaxValueSize, c.MaxFrameSize)
@@ -345,17 +449,12 @@ func (c *Config) validate() error {
 // member works through a client too.
 const DefaultMaxReadBytes = 4 << 20
 
-// Sizes that tie the limits together.
+// Sizes that tie the limits together (with member.MaxSizePerMsg and
+// member.FrameOverhead, which the runtime uses too).
 const (
-	// maxSizePerMsg is how many bytes of entries Raft batches into one
-	// append; one entry larger than that still goes alone.
-	maxSizePerMsg = 1 << 20
 	// opOverhead bounds an operation's encoding besides its key and value.
-	opOverhead = 64
-	// frameOverhead bounds a frame's envelope, Raft message and entry
-	// headers besides the commands.
-	frameOverhead = 64 << 10
-	minFrameSize  = 2 << 20
+	opOverhead   = 64
+	minFrameSize = 2 << 20
 	// minTickInterval keeps a mistyped tick (nanoseconds for
 	// milliseconds) from spinning the Raft loop.
 	minTickInterval = time.Millisecond
@@ -382,7 +481,7 @@ func (c *Config) validatePeers() error {
 		return bad("TLS must be mutual: set ClientAuth to tls.RequireAndVerifyClientCert (and ClientCAs)")
 	}
 	for _, p := range c.Peers {
-		if err := checkAddr(p.Addr); err != nil {
+		if err := member.CheckAddr(p.Addr); err != nil {
 			return bad("peer %q: %v", p.Name, err)
 		}
 		if p.Name == c.Name {
@@ -396,24 +495,8 @@ func (c *Config) validatePeers() error {
 	if c.Addr == "" {
 		return bad("Addr is required with the TCP transport")
 	}
-	if err := checkAddr(c.Addr); err != nil {
+	if err := member.CheckAddr(c.Addr); err != nil {
 		return bad("Addr: %v", err)
-	}
-	return nil
-}
-
-// checkAddr accepts host:port with a numeric port (the host may be empty
-// to listen on every interface).
-func checkAddr(addr string) error {
-	if addr == "" {
-		return errors.New("no address")
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("address %q: port %q is not a number from 0 to 65535", addr, port)
 	}
 	return nil
 }
@@ -423,4 +506,50 @@ func setDefault[T comparable](v *T, def T) {
 	if *v == zero {
 		*v = def
 	}
+}
+
+// memberConfig is cfg, validated, as the member runtime takes it.
+func memberConfig(cfg Config) member.Config {
+	m := member.Config{
+		Name: cfg.Name, DataDir: cfg.DataDir, Addr: cfg.Addr, Transport: cfg.Transport, Join: cfg.Join,
+		CellName: cfg.CellName, TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks,
+		HeartbeatTicks: cfg.HeartbeatTicks, MaxKeySize: cfg.MaxKeySize, MaxValueSize: cfg.MaxValueSize,
+		MaxTxnOps: cfg.MaxTxnOps, MaxFrameSize: cfg.MaxFrameSize, QuotaBytes: cfg.QuotaBytes,
+		MaxReadBytes: cfg.MaxReadBytes, CompactEvery: cfg.CompactEvery, CatchUpEntries: cfg.CatchUpEntries,
+		HistoryRevisions: cfg.HistoryRevisions, TLS: cfg.TLS, Secret: cfg.Secret, Metrics: cfg.Metrics,
+		Logger: cfg.Logger, Disk: cfg.Disk, ClientAddr: cfg.ClientAddr, ClientSecret: cfg.ClientSecret,
+		ClientRevoked: cfg.ClientRevoked, MaxClients: cfg.MaxClients, ClientMaxInFlight: cfg.ClientMaxInFlight,
+		ClientMaxWatchers: cfg.ClientMaxWatchers, ClientMaxSessions: cfg.ClientMaxSessions,
+		MaxSessionTTL: cfg.MaxSessionTTL, ClientHandshakeTimeout: cfg.ClientHandshakeTimeout,
+		ClientMaxPending: cfg.ClientMaxPending, ClientMaxPerIdentity: cfg.ClientMaxPerIdentity,
+		ClientIdleTimeout: cfg.ClientIdleTimeout, ClientIOTimeout: cfg.ClientIOTimeout,
+		ClientQueueBytes: cfg.ClientQueueBytes, ClientQueueBytesTotal: cfg.ClientQueueBytesTotal,
+		Peers: memberPeers(cfg.Peers),
+	}
+	if p := cfg.ClientPolicy; p != nil {
+		m.ClientPolicy = func(identity string) (member.Grant, error) {
+			g, err := p(identity)
+			return member.Grant(g), err
+		}
+	}
+	if g := cfg.Gossip; g != nil {
+		m.Gossip = &member.GossipConfig{BindAddr: g.BindAddr, AdvertiseAddr: g.AdvertiseAddr, Seeds: g.Seeds,
+			Keys: g.Keys, Zone: g.Zone, NoVote: g.NoVote, BootstrapExpect: g.BootstrapExpect, Transport: g.transport,
+			ProbeInterval: g.ProbeInterval, ProbeTimeout: g.ProbeTimeout, GossipInterval: g.GossipInterval,
+			Autopilot: member.AutopilotConfig(g.Autopilot)}
+	}
+	return m
+}
+
+func memberPeers(ps []Peer) []member.Peer {
+	out := make([]member.Peer, len(ps))
+	for i, p := range ps {
+		out[i] = member.Peer(p)
+	}
+	return out
+}
+
+func init() {
+	hook.SetGossipTransport = func(cfg any, t memberlist.Transport) { cfg.(*GossipConfig).transport = t }
+	hook.GossipTransport = func(cfg any) memberlist.Transport { return cfg.(*GossipConfig).transport }
 }

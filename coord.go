@@ -2,69 +2,21 @@ package coord
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"slices"
-	"sync"
-	"sync/atomic"
+	"net/http"
 
-	"github.com/coordcell/coord/internal/command"
-	"github.com/coordcell/coord/internal/errs"
-	"github.com/coordcell/coord/internal/spi"
-	"github.com/coordcell/coord/internal/watch"
-	"github.com/coordcell/coord/raftnode"
-	"github.com/coordcell/coord/storage"
-	"github.com/coordcell/coord/transport"
+	"github.com/coordcell/coord/internal/member"
 )
 
-// Node is one member of a cell, running inside this process. All its
-// methods are safe for concurrent use by multiple goroutines.
+// Node is one member of a cell, running inside this process: the Cell
+// methods, its lifecycle (Close, Shutdown, Done, Err, Ready, Status) and
+// what DESIGN.md gives it (Handler, Backup). Operations (membership, the
+// autopilot, the client door, metrics, the gossip keyring) are on its
+// Admin handle. All its methods are safe for concurrent use by multiple
+// goroutines.
 type Node struct {
 	// cellOps is the Cell API, over this member as its backend.
 	*cellOps
-	cfg   Config
-	store *storage.Store
-	sm    *storage.StateMachine
-	raft  *raftnode.Node
-	hub   *watch.Hub
-	// sessions keeps this member's sessions alive and, while it leads,
-	// every session's deadline.
-	sessions *sessionEngine
-	// admin carries membership requests to the leader.
-	admin *adminRPC
-	tr    transport.Transport
-	ownTr bool // we opened the transport, so we close it
-	// gossip finds members and runs the autopilot; nil without
-	// Config.Gossip.
-	gossip *gossiper
-	// probes counts queue waits; only the package's tests register in it.
-	probes spi.Probes
-	// clients serves processes that are not members (ServeClients);
-	// clientLn is Config.ClientAddr's listener, nil without one.
-	clients  *clientServer
-	clientLn net.Listener
-	// caughtUp is set once the member has applied the leader's commit
-	// index as of a read index asked after Open (standing.go); bg holds
-	// the goroutine that asks.
-	caughtUp atomic.Bool
-	bg       sync.WaitGroup
-	// metricsOn is set once Config.Metrics holds this member's metrics
-	// (before Open returns, so Close reads it without a lock).
-	metricsOn bool
-	// sessionStats counts this member's sessions' events for metrics.
-	sessionStats spi.SessionStats
-
-	// closing is cancelled when the node closes, ending its watches.
-	closing     context.Context
-	cancelClose context.CancelFunc
-
-	closeOnce sync.Once
-	closeErr  error
-	// hurry is cancelled when a Shutdown's context ends: the close under
-	// way stops waiting for the graceful steps and closes at once.
-	hurry    context.Context
-	hurryNow context.CancelFunc
+	m *member.Node
 }
 
 // Open starts this process's member of the cell described by cfg and
@@ -77,118 +29,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	log := cfg.Logger.With("member", cfg.Name)
-	// A storage fault (corruption, a full disk) may be reported from
-	// Pebble's own goroutines: it stops this member, never the process.
-	var running atomic.Pointer[raftnode.Node]
-	store, err := storage.Open(storage.Options{
-		Dir:              cfg.DataDir,
-		Disk:             cfg.Disk,
-		Logger:           log,
-		HistoryRevisions: cfg.HistoryRevisions,
-		QuotaBytes:       cfg.QuotaBytes,
-		OnFault: func(err error) {
-			if r := running.Load(); r != nil {
-				r.Fail(fmt.Errorf("%w: %w", ErrInternal, err))
-			}
-		},
-	})
-	if errors.Is(err, ErrStateLost) { // storage's lost state is the root's sentinel
-		return nil, err
-	}
+	m, err := member.Open(ctx, memberConfig(cfg))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
-	}
-	ident, members, selfID, gs, err := prepareMember(ctx, store, &cfg)
-	if err != nil {
-		store.Close()
 		return nil, err
 	}
-	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport, gossip: gs}
-	n.cellOps = &cellOps{b: memberBackend{n}, self: n, node: n}
-	n.closing, n.cancelClose = context.WithCancel(context.Background())
-	n.hurry, n.hurryNow = context.WithCancel(context.Background())
-	if n.tr == nil {
-		addrs := map[string]string{}
-		for _, m := range members {
-			if m.Name != cfg.Name && m.Addr != "" {
-				addrs[m.Name] = m.Addr
-			}
-		}
-		tcp, err := transport.ListenTCP(transport.TCPConfig{
-			Name: cfg.Name, Addr: cfg.Addr, Peers: addrs, TLS: cfg.TLS, Secret: cfg.Secret, Logger: log,
-			MaxFrameSize: cfg.MaxFrameSize,
-		})
-		if err != nil {
-			gs.close()
-			store.Close()
-			return nil, fmt.Errorf("%w: %w", ErrListen, err)
-		}
-		n.tr, n.ownTr = tcp, true
-	}
-	n.hub = watch.NewHub(n.sm, 4096)
-	n.sessions = newSessionEngine(n)
-	n.clients = newClientServer(n)
-	n.admin = newAdminRPC(n)
-	n.raft, err = raftnode.Start(raftnode.Config{
-		Name:           cfg.Name,
-		ID:             selfID,
-		Identity:       ident,
-		Members:        members,
-		Store:          store,
-		Transport:      n.tr,
-		Logger:         log,
-		TickInterval:   cfg.TickInterval,
-		ElectionTicks:  cfg.ElectionTicks,
-		HeartbeatTicks: cfg.HeartbeatTicks,
-		CompactEvery:   cfg.CompactEvery,
-		CatchUpEntries: cfg.CatchUpEntries,
-		MaxSizePerMsg:  maxSizePerMsg,
-		// A follower forwards one proposal per frame at most.
-		MaxProposalBytes: cfg.MaxFrameSize - frameOverhead,
-		OnApply: func(out storage.ApplyOutput) {
-			// Sessions first: a watcher that sees a session's keys go
-			// must find the session ended too.
-			n.sessions.onApply(out)
-			n.hub.Publish(out.Changes)
-		},
-		OnSnapshot: func() { n.hub.Reset(n.sm.Revision()) },
-		OnLeader:   n.sessions.onLeader,
-		OnMessage:  n.onAppMessage,
-	})
-	if err != nil {
-		gs.close()
-		n.closeTransport()
-		store.Close()
-		return nil, err
-	}
-	running.Store(n.raft)
-	if err := store.Fault(); err != nil {
-		n.raft.Fail(fmt.Errorf("%w: %w", ErrInternal, err)) // reported before the node could hear it
-	}
-	n.sessions.start()
-	n.startAutopilot()
-	if err := n.openMetrics(); err != nil {
-		n.Close()
-		return nil, err
-	}
-	n.metricsOn = true
-	if cfg.ClientAddr != "" {
-		if err := n.listenClients(); err != nil {
-			n.Close()
-			return nil, err
-		}
-	}
-	go func() {
-		// A member that fails (storage error, internal panic) or is
-		// removed ends its watches just as Close does.
-		<-n.raft.Done()
-		n.cancelClose()
-	}()
-	n.bg.Go(n.catchUp)
+	n := &Node{m: m}
+	n.cellOps = &cellOps{b: m.Backend(), self: n, node: n}
 	return n, nil
 }
 
@@ -200,9 +46,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 // election timeouts and a gossip leave by about a second, so Close always
 // returns. A Config.Transport the caller supplied stays open: its owner
 // closes it after Close (a transport Open made for Addr is closed here).
-func (n *Node) Close() error {
-	return n.Shutdown(context.Background())
-}
+func (n *Node) Close() error { return n.m.Close() }
 
 // Shutdown is Close bounded by ctx, as http.Server.Shutdown is: it leaves
 // the cell gracefully (gossip leave, clients and sessions ended,
@@ -213,93 +57,39 @@ func (n *Node) Close() error {
 // and Close may be called concurrently and repeatedly: every call returns
 // once the member is closed, and a call whose ctx ends meanwhile hurries
 // the close under way.
-func (n *Node) Shutdown(ctx context.Context) error {
-	if ctx.Err() != nil {
-		n.hurryNow() // before the close starts, so nothing graceful is tried
-	}
-	stop := context.AfterFunc(ctx, n.hurryNow)
-	n.closeOnce.Do(n.shutdown)
-	if !stop() {
-		// ctx ended before the close finished: it may have cut it short.
-		return errors.Join(fmt.Errorf("coord: shutdown of %q not graceful: %w", n.cfg.Name, context.Cause(ctx)), n.closeErr)
-	}
-	return n.closeErr
-}
-
-// shutdown closes the member once; every wait in it ends when n.hurry
-// does.
-func (n *Node) shutdown() {
-	n.cancelClose()
-	if n.metricsOn {
-		// Unregistered so that a member reopened in this process can
-		// register again; only if registered, since a registry knows
-		// collectors by their descriptors, and a failed registration
-		// means another member's are there.
-		n.closeMetrics()
-	}
-	if n.hurry.Err() == nil {
-		// The leader's autopilot removes this member at once. It cannot
-		// be cut short once begun (gossip bounds it at about a second).
-		n.gossip.leave()
-	}
-	// Clients first: their requests use the sessions and Raft.
-	n.clients.close()
-	n.sessions.close()
-	n.admin.close()
-	n.stopRaft()
-	n.bg.Wait()
-	n.gossip.close()
-	n.closeTransport()
-	n.closeErr = n.store.Close()
-	n.hurryNow() // releases the context
-}
-
-// stopRaft stops Raft, handing leadership over unless n.hurry ends first:
-// then it stops at once (raftnode's Stop ends a hand-over under way).
-func (n *Node) stopRaft() {
-	if n.hurry.Err() != nil {
-		n.raft.Stop(false)
-		return
-	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		n.raft.Stop(true)
-	}()
-	select {
-	case <-stopped:
-	case <-n.hurry.Done():
-		n.raft.Stop(false)
-		<-stopped
-	}
-}
-
-func (n *Node) closeTransport() {
-	if n.ownTr {
-		n.tr.Close()
-	}
-}
+func (n *Node) Shutdown(ctx context.Context) error { return n.m.Shutdown(ctx) }
 
 // Err returns the error that stopped this member, or nil while it runs
 // or after a clean Close: a storage or internal failure (ErrInternal),
 // a lost data directory (ErrStateLost), or its removal from the cell
 // (ErrRemoved).
-func (n *Node) Err() error { return n.raft.Err() }
+func (n *Node) Err() error { return n.m.Err() }
 
 // Done is closed when the member has stopped: by Close, by a failure, or
 // because the cell removed it (see Err).
-func (n *Node) Done() <-chan struct{} { return n.raft.Done() }
+func (n *Node) Done() <-chan struct{} { return n.m.Done() }
 
-// Role is a member's role in the Raft group. It is raftnode's type, so
-// the two layers share one vocabulary.
-type Role = raftnode.Role
+// Ready waits until the member is ready to serve, the condition /readyz
+// reports: it knows a leader, has caught up (applied the commit index
+// the leader had when this member first asked it, by a read index, after
+// Open: so a member that joined, or restarted behind, is not ready while
+// it replays the log or installs a snapshot), has applied every entry it
+// knows committed, and is in contact with the leader (heard it within
+// two election timeouts). A member that stopped is never ready: Ready
+// then returns ErrClosed, or the error that stopped it (ErrRemoved for a
+// removed member). When ctx ends first it returns ErrNotReady wrapping
+// ctx's error, with the unmet condition.
+func (n *Node) Ready(ctx context.Context) error { return n.m.Ready(ctx) }
+
+// Role is a member's role in the Raft group.
+type Role string
 
 // The roles a member can have.
 const (
-	RoleFollower     = raftnode.RoleFollower
-	RoleCandidate    = raftnode.RoleCandidate
-	RolePreCandidate = raftnode.RolePreCandidate
-	RoleLeader       = raftnode.RoleLeader
+	RoleFollower     Role = "follower"
+	RoleCandidate    Role = "candidate"
+	RolePreCandidate Role = "pre-candidate"
+	RoleLeader       Role = "leader"
 )
 
 // Status describes a member at one instant.
@@ -329,163 +119,32 @@ type Status struct {
 // Status returns this member's current status. It never blocks on the
 // network.
 func (n *Node) Status() Status {
-	rs := n.raft.Status()
-	st := Status{
-		Name: n.cfg.Name, ID: rs.ID, Role: rs.Role, Term: rs.Term,
-		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex,
-		Revision: n.sm.Revision(), LogSyncs: rs.LogSyncs, LogEntries: rs.LogEntries,
-		Autopilot: n.Autopilot(),
-		Clients:   n.clients.status(),
-	}
-	if rs.Leader != 0 {
-		st.Leader, _ = n.raft.MemberName(rs.Leader)
-	}
-	// Status is polled often (coordtest waits on it every few ms): it reads
-	// only memory, the applied membership and raftnode's address book,
-	// never storage.
-	cs := n.sm.ConfState()
-	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners()} {
-		for _, id := range ids {
-			name, ok := n.raft.MemberName(id)
-			if !ok {
-				name = fmt.Sprintf("%016x", id) // as Members names an unknown ID
-			}
-			st.Members = append(st.Members, name)
-		}
-	}
-	slices.Sort(st.Members)
-	return st
+	s := n.m.Status()
+	return Status{Name: s.Name, ID: s.ID, Role: Role(s.Role), Leader: s.Leader, Term: s.Term,
+		Commit: s.Commit, Applied: s.Applied, LastIndex: s.LastIndex, Revision: s.Revision, Members: s.Members,
+		LogSyncs: s.LogSyncs, LogEntries: s.LogEntries, Autopilot: AutopilotDecision(s.Autopilot),
+		Clients: ClientStatus(s.Clients)}
 }
 
-// propose runs cmd through Raft and maps the state machine's status to
-// the package's errors; a transaction that writes nothing is a read
-// instead (proposeWithin).
-func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
-	return n.proposeWithin(ctx, cmd, n.maxReadBytes())
-}
-
-// proposeWithin is propose with maxRead the bound of a transaction's
-// reads (Config.MaxReadBytes, or less for a client whose frames hold
-// less). A transaction without writes never enters the log: it is served
-// by read index from this member's state, as Get and List are. One that
-// writes and reads a prefix carries the bound in its command
-// (command.Txn.ReadLimit), so every member refuses it alike when it reads
-// more; it is refused before it is proposed when the applied state
-// already says so.
-func (n *Node) proposeWithin(ctx context.Context, cmd *command.Command, maxRead int64) (command.Result, error) {
-	if cmd.Kind == command.KindTxn && cmd.Txn != nil {
-		if cmd.Txn.ReadOnly() {
-			return n.readTxn(ctx, cmd.Txn, maxRead)
-		}
-		var err error
-		if cmd, err = n.boundReads(cmd, maxRead); err != nil {
-			return command.Result{}, err
-		}
+// Handler returns the member's operational HTTP handler, for the host to
+// mount where it likes (it serves no port of its own):
+//
+//	/healthz   200 while the member runs, 503 once it has stopped
+//	/readyz    200 when the member knows a leader, has caught up and
+//	           applied up to its commit index, and is in contact with the
+//	           leader, else 503 with the reason (see Ready)
+//	/status    the member and cell status as JSON (StatusReport)
+//	/metrics   Prometheus metrics, with WithMetricsGatherer
+//	/          a read-only HTML page: members, locks, elections, sessions
+//	/admin/... the operator's API used by coordctl, with WithAdmin
+//
+// Paths are relative to where the handler is mounted: mount it with
+// http.StripPrefix under a prefix. Every page but /admin/ reads only this
+// member's applied state and never writes.
+func (n *Node) Handler(opts ...HandlerOption) http.Handler {
+	var o member.HandlerOptions
+	for _, f := range opts {
+		f(&o)
 	}
-	if cmd.Kind == command.KindSessionCreate && cmd.Session != nil {
-		// Every session this build creates counts against the quota.
-		cmd.Session.Charged = true
-	}
-	res, err := n.raft.Propose(ctx, cmd)
-	countProposed(&n.sessionStats, cmd, res, err)
-	if err != nil {
-		return res, ambiguous(err)
-	}
-	return res, spi.ResultErr(cmd, res)
-}
-
-// readTxn serves a transaction without writes as a read: a read index
-// (it is linearizable, as it was through the log), then the compares and
-// gets against this member's applied state at one revision.
-func (n *Node) readTxn(ctx context.Context, t *command.Txn, maxRead int64) (command.Result, error) {
-	if err := n.readBarrier(ctx, readOptions{}); err != nil {
-		return command.Result{}, err
-	}
-	res, err := n.sm.ReadTxn(t, maxRead)
-	switch {
-	case errors.Is(err, ErrReadTooLarge):
-		return command.Result{}, fmt.Errorf("transaction: %w; read less in one transaction (page a List with Limit and After)", err)
-	case errors.Is(err, ErrInvalidArgument):
-		return command.Result{}, err
-	case err != nil:
-		return command.Result{}, n.stateErr(err)
-	}
-	return res, nil
-}
-
-// boundReads returns cmd, a transaction that writes, with its read limit
-// set: maxRead when its gets could read more, none otherwise (whatever a
-// client's command said), so a transaction of a few point gets stays in
-// the format members before read limits apply. One whose reads the
-// applied state already puts over the limit is refused here, never
-// proposed.
-func (n *Node) boundReads(cmd *command.Command, maxRead int64) (*command.Command, error) {
-	limit := int64(0)
-	if n.mayReadPast(cmd.Txn, maxRead) {
-		limit = maxRead
-	}
-	if cmd.Txn.ReadLimit == limit && limit == 0 {
-		return cmd, nil
-	}
-	t := *cmd.Txn
-	t.ReadLimit = limit
-	if err := n.sm.CheckTxnReads(&t); errors.Is(err, ErrReadTooLarge) {
-		return nil, fmt.Errorf("%w; nothing was proposed: read less in one transaction", err)
-	} else if err != nil {
-		return nil, n.stateErr(err)
-	}
-	c := *cmd
-	c.Txn = &t
-	return &c, nil
-}
-
-// mayReadPast reports whether the gets of a branch of t could read more
-// than maxRead: a prefix get could, point gets only if so many large
-// values could add up to it (each may find the key's value and the
-// branch's own put of it, as the state machine counts).
-func (n *Node) mayReadPast(t *command.Txn, maxRead int64) bool {
-	if t.PrefixReads() {
-		return true
-	}
-	for _, ops := range [][]command.Op{t.Then, t.Else} {
-		var worst int64
-		for _, op := range ops {
-			if op.Type == command.OpGet {
-				worst += 2*command.ReadCost(op.Key, nil) + 2*int64(n.cfg.MaxValueSize)
-			}
-		}
-		if worst > maxRead {
-			return true
-		}
-	}
-	return false
-}
-
-// readBarrier makes a read linearizable unless the caller opted out. A
-// closed member serves no reads, not even serializable ones.
-func (n *Node) readBarrier(ctx context.Context, o readOptions) error {
-	if n.closing.Err() != nil {
-		return n.closedErr()
-	}
-	if o.Serializable {
-		return nil
-	}
-	return n.raft.ReadBarrier(ctx)
-}
-
-// stateErr maps an error from reading the local state: a store closed
-// under the read means the member closed.
-func (n *Node) stateErr(err error) error {
-	if errors.Is(err, storage.ErrClosed) || n.closing.Err() != nil {
-		return n.closedErr()
-	}
-	return fmt.Errorf("%w: %w", errs.Internal, err)
-}
-
-// closedErr is ErrClosed, with the failure that stopped the member if any.
-func (n *Node) closedErr() error {
-	if err := n.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrClosed, err)
-	}
-	return ErrClosed
+	return n.m.Handler(o)
 }

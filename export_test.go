@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/member"
 	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
 )
 
 // CellID is the cell ID founders derive from their configuration.
-func CellID(name string, peers []Peer) uint64 { return cellID(name, peers) }
+func CellID(name string, peers []Peer) uint64 { return member.CellID(name, memberPeers(peers)) }
 
 // IDFromName is a member's Raft ID.
 func IDFromName(name string) uint64 { return raftnode.IDFromName(name) }
@@ -38,7 +39,7 @@ func ProbeElection(group string, nodes ...*Node) *QueueProbe {
 func newProbe(prefix string, nodes []*Node) *QueueProbe {
 	p := spi.NewProbe()
 	for _, n := range nodes {
-		n.probes.Register(prefix, p)
+		n.m.Backend().Probes().Register(prefix, p)
 	}
 	return &QueueProbe{prefix: prefix, nodes: nodes, p: p}
 }
@@ -46,7 +47,7 @@ func newProbe(prefix string, nodes []*Node) *QueueProbe {
 // Close stops counting.
 func (p *QueueProbe) Close() {
 	for _, n := range p.nodes {
-		n.probes.Unregister(p.prefix)
+		n.m.Backend().Probes().Unregister(p.prefix)
 	}
 }
 
@@ -84,28 +85,22 @@ func (p *QueueProbe) WaitFor(ctx context.Context, cond func(waits, wakes int) bo
 // taking the next ones: its client connections stay open (as they do
 // for up to a second while a gossiping member leaves) and it answers
 // requests with ErrClosed.
-func (n *Node) StartClosing() { n.cancelClose() }
+func (n *Node) StartClosing() { n.m.StartClosing() }
 
 // SessionsUnheard returns every live session in n's applied state with
 // its unheard time (how long leaders have gone without hearing from it).
 func SessionsUnheard(n *Node) map[SessionID]time.Duration {
-	infos, err := n.sm.Sessions()
-	if err != nil {
-		return nil
-	}
-	out := make(map[SessionID]time.Duration, len(infos))
-	for _, si := range infos {
-		out[SessionID(si.ID)] = time.Duration(si.Unheard)
+	out := map[SessionID]time.Duration{}
+	for id, d := range n.m.SessionsUnheard() {
+		out[SessionID(id)] = d
 	}
 	return out
 }
 
 // OwnerSessions returns how many live sessions the client identity holds
 // in n's applied state.
-func OwnerSessions(n *Node, identity string) int64 {
-	return n.sm.OwnerSessions(clientOwnerPrefix + identity)
-}
+func OwnerSessions(n *Node, identity string) int64 { return n.m.OwnerSessions(identity) }
 
 // ClientCertsRefused counts the client certificates n's client port
 // refused.
-func ClientCertsRefused(n *Node) uint64 { return n.clients.auth.refused.Load() }
+func ClientCertsRefused(n *Node) uint64 { return n.m.ClientCertsRefused() }

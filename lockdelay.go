@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/lockq"
-	"github.com/coordcell/coord/internal/sessions"
 )
 
 // MaxLockDelay is the longest lock-delay WithLockDelay accepts.
@@ -51,30 +50,4 @@ type mutexOptions struct {
 // rather than disagree), so upgrade every member before relying on it.
 func WithLockDelay(d time.Duration) MutexOption {
 	return func(o *mutexOptions) { o.delay, o.delaySet = d, true }
-}
-
-// LockDelays lists the lock-delay markers in this member's applied state,
-// for the sessions leader.
-func (c leaderCell) LockDelays() ([]sessions.LockDelay, error) {
-	ds, err := c.e.n.sm.LockDelays()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]sessions.LockDelay, len(ds))
-	for i, d := range ds {
-		out[i] = sessions.LockDelay{Key: d.Key, CreateRev: d.CreateRev, Delay: d.Delay}
-	}
-	return out, nil
-}
-
-// SessionLockDelayed reports whether session id holds a lock key that
-// asks for a lock-delay, so that its expiry is proposed flagged.
-func (c leaderCell) SessionLockDelayed(id int64) bool { return c.e.n.sessionLockDelayed(id) }
-
-// sessionLockDelayed reports whether session id holds, in this member's
-// applied state, a lock key that asks for a lock-delay: whoever proposes
-// its expiry sets command.Session.LockDelay from it.
-func (n *Node) sessionLockDelayed(id int64) bool {
-	delayed, err := n.sm.SessionLockDelayed(id)
-	return err == nil && delayed
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/spi"
-	"github.com/coordcell/coord/raftnode"
 )
 
 // Every write is exactly-once: it carries the name of its proposer (the
@@ -64,8 +63,8 @@ func (id *WriteID) UnmarshalText(b []byte) error {
 	seq, err3 := strconv.ParseUint(parts[3], 10, 64)
 	born, err4 := strconv.ParseUint(parts[4], 10, 64)
 	key, err5 := hex.DecodeString(parts[5])
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || len(owner) > maxClientIdentity+len(clientOwnerPrefix) ||
-		len(key) > maxIdempotencyKey || (len(key) == 0) == (seq == 0) {
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || len(owner) > spi.MaxClientIdentity+len(spi.ClientOwnerPrefix) ||
+		len(key) > spi.MaxIdempotencyKey || (len(key) == 0) == (seq == 0) {
 		return bad()
 	}
 	id.p = command.Proposer{Owner: string(owner), ID: pid, Seq: seq, Born: born, Key: string(key)}
@@ -88,17 +87,6 @@ func (e *AmbiguousError) Error() string {
 
 // Unwrap returns ErrAmbiguous and the cause.
 func (e *AmbiguousError) Unwrap() []error { return []error{ErrAmbiguous, e.Err} }
-
-// ambiguous maps raftnode's ambiguous error to the backends' (spi's).
-func ambiguous(err error) error {
-	var amb *raftnode.AmbiguousError
-	if errors.As(err, &amb) {
-		p := amb.Proposer
-		p.Floor = 0 // the proposer's, not the write's
-		return &spi.AmbiguousError{Proposer: p, Err: amb.Err}
-	}
-	return err
-}
 
 // ambiguousOf is a backend's ambiguous error as the package's own: the
 // one place a user's *AmbiguousError is made.
@@ -157,9 +145,6 @@ func settleOutcome(ctx context.Context, b *cellOps, id WriteID) (Outcome, error)
 	return Outcome{Applied: true, Rev: res.Rev, Succeeded: res.Succeeded || res.Ops == nil, Err: err}, nil
 }
 
-// maxIdempotencyKey bounds an idempotency key, in bytes.
-const maxIdempotencyKey = 256
-
 // IdempotencyKey makes the write exactly-once under key, a name the
 // caller chooses for it (a job's ID, a request's): however often the
 // write is submitted under that key by this identity, from this process
@@ -177,8 +162,8 @@ func (o *writeOptions) proposerFor() (*command.Proposer, error) {
 	if o.idemKey == "" {
 		return nil, nil
 	}
-	if len(o.idemKey) > maxIdempotencyKey {
-		return nil, fmt.Errorf("%w: idempotency key of %d bytes (at most %d)", ErrInvalidArgument, len(o.idemKey), maxIdempotencyKey)
+	if len(o.idemKey) > spi.MaxIdempotencyKey {
+		return nil, fmt.Errorf("%w: idempotency key of %d bytes (at most %d)", ErrInvalidArgument, len(o.idemKey), spi.MaxIdempotencyKey)
 	}
 	return &command.Proposer{Key: o.idemKey}, nil
 }

@@ -230,8 +230,8 @@ func (w *Watcher) Close() { w.s.Close() }
 // toEvent is a backend's event in the root's types.
 func toEvent(ev spi.Event) Event {
 	out := Event{Type: EventType(ev.Type), KV: fromCmdKV(ev.KV), Rev: ev.Rev, EndOfRev: ev.EndOfRev}
-	if ev.Prev != nil {
-		p := fromCmdKV(*ev.Prev)
+	if ev.PrevKV != nil {
+		p := fromCmdKV(*ev.PrevKV)
 		out.PrevKV = &p
 	}
 	return out

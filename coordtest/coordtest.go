@@ -29,6 +29,7 @@ import (
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/internal/gossip"
+	"github.com/coordcell/coord/internal/hook"
 	"github.com/coordcell/coord/internal/memlisten"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
@@ -219,7 +220,7 @@ func (c *Cluster) gossipEndpoint(i int, cfg *coord.Config) {
 	defer c.mu.Unlock()
 	tr, addr := c.gnet.Endpoint(cfg.Name)
 	g := *cfg.Gossip
-	g.Transport = tr
+	hook.SetGossipTransport(&g, tr)
 	g.Seeds = nil
 	for j, a := range c.gaddrs {
 		if j != i && a != "" {
@@ -242,7 +243,7 @@ func (c *Cluster) open(i int) error {
 	cfg := c.configs[i]
 	cfg.Disk = c.disks[i]
 	c.mu.Unlock()
-	if cfg.Gossip != nil && cfg.Gossip.Transport == nil {
+	if cfg.Gossip != nil && hook.GossipTransport(cfg.Gossip) == nil {
 		c.gossipEndpoint(i, &cfg)
 	}
 	tr := c.net.Join(cfg.Name)

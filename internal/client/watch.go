@@ -535,7 +535,7 @@ func (d *downstream) deliver(c *Client, it dsItem) error {
 		}
 		ev := spi.Event{Type: t, KV: e.KV, Rev: it.rev}
 		if d.o.PrevKV {
-			ev.Prev = e.PrevKV
+			ev.PrevKV = e.PrevKV
 		}
 		out = append(out, ev)
 	}

@@ -1,6 +1,7 @@
 package spi
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -135,3 +136,54 @@ func MinSessionTTL(et time.Duration) time.Duration { return 4 * et }
 // sessions and a client's alike: a client's send precedes the leader's
 // receipt, so the same bound holds one hop further out.
 func Margin(et, ttl time.Duration) time.Duration { return et/4 + ttl/50 }
+
+// Commit checks txn against b's limits and proposes it: the one path of
+// every write. prop is the proposer the caller asked for (an idempotency
+// key), nil for the backend's own.
+func Commit(ctx context.Context, b Backend, txn *command.Txn, prop *command.Proposer) (command.Result, error) {
+	if err := b.Limits().CheckTxn(txn); err != nil {
+		return command.Result{}, err
+	}
+	return b.Propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn, Proposer: prop})
+}
+
+// Get reads key through b, checked against its limits; ErrNotFound when
+// it does not exist.
+func Get(ctx context.Context, b Backend, key string, o ReadOptions) (command.KV, error) {
+	if err := b.Limits().CheckKey(key); err != nil {
+		return command.KV{}, err
+	}
+	if o.Paged() {
+		return command.KV{}, fmt.Errorf("%w: Get(%q) with Limit or After: they page a List", errs.InvalidArgument, key)
+	}
+	kv, ok, err := b.Get(ctx, key, o)
+	if err != nil {
+		return command.KV{}, err
+	}
+	if !ok {
+		return command.KV{}, fmt.Errorf("%w: %q", errs.NotFound, key)
+	}
+	return kv, nil
+}
+
+// List reads the page o asks for of prefix through b, checked against
+// its limits.
+func List(ctx context.Context, b Backend, prefix string, o ReadOptions) ([]command.KV, int64, error) {
+	if err := b.Limits().CheckList(prefix, o); err != nil {
+		return nil, 0, err
+	}
+	return b.List(ctx, prefix, o)
+}
+
+// Bounds on a write's names, checked alike by the root (a WriteID read
+// back, an IdempotencyKey) and by a member serving clients.
+const (
+	// MaxIdempotencyKey bounds an idempotency key, in bytes.
+	MaxIdempotencyKey = 256
+	// MaxClientIdentity bounds a client's identity in bytes: it is stored
+	// with each session the client creates.
+	MaxClientIdentity = 256
+	// ClientOwnerPrefix makes a client's owner name: a client can never
+	// pass for a member's own sessions, whose owner is "".
+	ClientOwnerPrefix = "client:"
+)

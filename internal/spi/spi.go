@@ -134,9 +134,9 @@ const (
 type Event struct {
 	Type EventType
 	KV   command.KV
-	// Prev is the key before the change, set only for a watch that asked
-	// (WatchOptions.PrevKV) and a change that had one.
-	Prev     *command.KV
+	// PrevKV is the key before the change, set only for a watch that
+	// asked (WatchOptions.PrevKV) and a change that had one.
+	PrevKV   *command.KV
 	Rev      int64
 	EndOfRev bool
 }

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"github.com/coordcell/coord/internal/command"
@@ -59,7 +59,7 @@ func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc)
 		leaderChanges: d("raft_leader_changes_total", "Times this member saw a new leader (or the same one in a new term)."),
 		committed:     d("raft_proposals_committed_total", "Commands proposed through this member that applied."),
 		failed:        d("raft_proposals_failed_total", "Commands proposed through this member that certainly did not apply (no quorum, closed, cancelled before reaching Raft)."),
-		ambiguous:     d("raft_proposals_ambiguous_total", "Commands proposed through this member whose outcome is unknown (ErrAmbiguous)."),
+		ambiguous:     d("raft_proposals_ambiguous_total", "Commands proposed through this member whose outcome is unknown (errs.Ambiguous)."),
 		snapSent:      d("raft_snapshots_sent_total", "Snapshots this member streamed to followers to the end."),
 		snapFailed:    d("raft_snapshot_send_failures_total", "Snapshot transfers to followers that failed on the way (Raft retries them)."),
 		snapInstalled: d("raft_snapshots_installed_total", "Snapshots from the leader that replaced this member's state."),
@@ -81,9 +81,9 @@ func newEventDescs(d func(name, help string, labels ...string) *prometheus.Desc)
 			"Session creations through this member refused, by reason: ttl (outside MinSessionTTL..MaxSessionTTL), client_limit (the client identity holds ClientMaxSessions), quota (QuotaBytes).", "reason"),
 		watchers:    d("watchers", "Watches this member serves now (its own and its clients')."),
 		watchEvents: d("watch_events_sent_total", "Events handed to this member's watches."),
-		watchSlow:   d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (ErrSlowWatcher)."),
+		watchSlow:   d("watch_slow_ends_total", "Watches ended because their consumer fell too far behind (errs.SlowWatcher)."),
 		watchCompacted: d("watch_compacted_ends_total",
-			"Watches ended because they needed revisions older than the retained history (ErrCompacted)."),
+			"Watches ended because they needed revisions older than the retained history (errs.Compacted)."),
 		clientCertsRefused: d("client_certs_refused_total",
 			"Client certificates this member's client port refused: a credential not its name's (forged, of another cell) or revoked, or a certificate of no CA the port trusts (under TLS alone crypto/tls refuses those before the member sees them)."),
 	}

@@ -1,9 +1,11 @@
-package coord
+package member
 
 import (
 	"bytes"
 	"html/template"
 	"net/http"
+
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // pageTemplate is the read-only debug page, in the manner of Go's own
@@ -69,7 +71,7 @@ Generated {{.Generated.Format "2006-01-02T15:04:05Z07:00"}}; this member's appli
 // servePage renders the page into a buffer first, so a template error
 // becomes a 500 rather than half a page.
 func (n *Node) servePage(w http.ResponseWriter, r *http.Request) {
-	in := n.inspect(r.Context(), Serializable())
+	in := n.inspect(r.Context(), spi.ReadOptions{Serializable: true})
 	var buf bytes.Buffer
 	if err := pageTemplate.Execute(&buf, in); err != nil {
 		http.Error(w, "render: "+err.Error(), http.StatusInternalServerError)

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/gossip"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
@@ -18,70 +19,9 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
-// GossipConfig lets the cell find its members by gossip
-// (hashicorp/memberlist) and shape itself: with it, a member needs no
-// static Peers, only the address of any other member to gossip with.
-type GossipConfig struct {
-	// BindAddr is the UDP and TCP address to gossip on, e.g.
-	// "0.0.0.0:7946". Required unless Transport is set.
-	BindAddr string
-	// AdvertiseAddr is the gossip address the others reach this member
-	// at, when it differs from BindAddr (NAT, 0.0.0.0).
-	AdvertiseAddr string
-	// Seeds are gossip addresses of (some) other members, tried with
-	// backoff until one answers. A member with none waits to be found.
-	Seeds []string
-	// Keys encrypt gossip (16, 24 or 32 bytes each, AES-GCM); the first
-	// encrypts, all decrypt, so keys rotate without a restart (see
-	// Node.GossipKeyring). None = plaintext gossip: set keys unless the
-	// gossip port is reachable by members only.
-	Keys [][]byte
-	// Zone is this member's failure domain (rack, availability zone).
-	// Autopilot spreads voters so that, with 3 zones or more, no zone
-	// holds a majority of them.
-	Zone string
-	// NoVote keeps this member a learner (standby) for good.
-	NoVote bool
-	// BootstrapExpect, on a member with no state, founds a new cell
-	// once this many members that may vote, with the same
-	// BootstrapExpect, see each other in gossip and none sees an existing
-	// cell; exactly that many found it, the rest join it. 0 = never
-	// found a cell, only join one found in gossip (or use Peers).
-	BootstrapExpect int
-	// Transport carries gossip instead of UDP and TCP (coordtest's
-	// in-memory network).
-	Transport memberlist.Transport
-	// ProbeInterval is how often a member probes another (default 1s);
-	// ProbeTimeout how long it waits for the answer (default 500ms);
-	// GossipInterval how often it gossips (default 200ms).
-	ProbeInterval  time.Duration
-	ProbeTimeout   time.Duration
-	GossipInterval time.Duration
-	// Autopilot reshapes the cell from the leader.
-	Autopilot AutopilotConfig
-}
-
-// AutopilotConfig tunes the autopilot, which runs on the leader and
-// makes one membership change at a time. The defaults are Consul's.
-type AutopilotConfig struct {
-	// Disabled turns it off: membership stays manual (AddLearner,
-	// Promote, RemoveMember).
-	Disabled bool
-	// Voters is the target voter count: 0 = 3, or 5 once at least 5
-	// members may vote.
-	Voters int
-	// Stabilization is how long a learner stays healthy (alive, heard
-	// from, caught up) before it is promoted. Default 10s.
-	Stabilization time.Duration
-	// DeadThreshold is how long a voter must be failed in gossip and
-	// unheard by Raft before it is replaced and removed. Default 10s.
-	DeadThreshold time.Duration
-	// Interval is how often the leader reconsiders. Default 1s.
-	Interval time.Duration
-}
-
-// AutopilotDecision is the autopilot's last decision and why.
-type AutopilotDecision struct {
+// Decision is the autopilot's last decision and why (the root's
+// Decision).
+type Decision struct {
 	Action string // none, add-learner, promote, demote, remove
 	Member string
 	Reason string
@@ -89,22 +29,18 @@ type AutopilotDecision struct {
 	Err    string // the change failed, when set
 }
 
-// A member's health as gossip sees it (Member.Health).
+// A member's health as gossip sees it, and its role, as Members reports
+// them (the root's gossipAlive..., memberVoter...).
 const (
-	GossipAlive = "alive"
-	// GossipSuspect: this member's probe of it went unanswered; gossip
-	// calls it failed unless it answers within the suspicion time.
-	GossipSuspect = "suspect"
-	GossipFailed  = "failed"
-	GossipLeft    = "left"
-	GossipUnknown = "unknown"
-)
+	gossipAlive   = "alive"
+	gossipSuspect = "suspect"
+	gossipFailed  = "failed"
+	gossipLeft    = "left"
+	gossipUnknown = "unknown"
 
-// Member roles, as Members reports them.
-const (
-	MemberVoter   = "voter"
-	MemberLearner = "learner" // catching up, or never to vote
-	MemberStandby = "standby" // caught up and may vote, not needed as a voter now
+	memberVoter   = "voter"
+	memberLearner = "learner"
+	memberStandby = "standby"
 )
 
 // gossiper is a member's gossip and autopilot.
@@ -118,7 +54,7 @@ type gossiper struct {
 	meta     gossip.Meta
 	lastMeta map[uint64]gossip.Meta // by Raft ID, kept after a member fails
 	unknown  map[uint64]time.Time   // since when a configured member is not in gossip
-	decision AutopilotDecision
+	decision Decision
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -146,7 +82,7 @@ func prepareMember(ctx context.Context, store *storage.Store, cfg *Config) (stor
 	}
 	gc := *cfg.Gossip
 	if gc.Transport == nil && gc.BindAddr == "" {
-		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: Gossip.BindAddr is required", ErrInvalidConfig)
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: Gossip.BindAddr is required", errs.InvalidConfig)
 	}
 	if len(cfg.Peers) > 0 || cfg.Join {
 		// Static founding or joining; gossip finds addresses and runs
@@ -159,11 +95,11 @@ func prepareMember(ctx context.Context, store *storage.Store, cfg *Config) (stor
 	}
 	ident, ok, err := store.Identity()
 	if err != nil {
-		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	if ok && ident.Name != cfg.Name {
 		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: the data directory belongs to member %q, not %q",
-			ErrInvalidConfig, ident.Name, cfg.Name)
+			errs.InvalidConfig, ident.Name, cfg.Name)
 	}
 	if !ok || store.IsNew() {
 		// A member still new, with an identity, died while it waited to
@@ -171,13 +107,13 @@ func prepareMember(ctx context.Context, store *storage.Store, cfg *Config) (stor
 		// founding vote it may have cast and forgotten is never
 		// contradicted by a second vote of the same voter (formOrJoin).
 		if ident, err = store.SaveIdentity(storage.Identity{Name: cfg.Name}); err != nil {
-			return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+			return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 		}
 	}
 	members := map[uint64]storage.MemberInfo{}
 	known, err := store.StateMachine().Members()
 	if err != nil {
-		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	for _, m := range known {
 		members[m.ID] = m
@@ -201,7 +137,7 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 	gs := &gossiper{
 		cfg: gc, log: cfg.Logger.With("member", cfg.Name), self: self,
 		lastMeta: map[uint64]gossip.Meta{}, unknown: map[uint64]time.Time{}, stop: make(chan struct{}),
-		decision: AutopilotDecision{Action: "none", Reason: "not leading"},
+		decision: Decision{Action: "none", Reason: "not leading"},
 	}
 	self0 := self
 	if self0 == 0 {
@@ -218,7 +154,7 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 		ProbeInterval: gc.ProbeInterval, ProbeTimeout: gc.ProbeTimeout, GossipInterval: gc.GossipInterval,
 	})
 	if err != nil {
-		return ident, nil, 0, nil, fmt.Errorf("%w: %w", ErrListen, err)
+		return ident, nil, 0, nil, fmt.Errorf("%w: %w", errs.Listen, err)
 	}
 	gs.g = g
 	if !store.IsNew() || len(members) > 0 && cfg.Join {
@@ -280,7 +216,7 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 // nay or a set vote of one of its members. A member of a set that dies
 // before it votes, or restarts, holds the others of that set in their
 // round (safety first: its vote may have been counted somewhere);
-// Open's deadline then reports ErrNoQuorum.
+// Open's deadline then reports errs.NoQuorum.
 func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *Config, ident storage.Identity) (storage.Identity, map[uint64]storage.MemberInfo, error) {
 	expect := gs.cfg.BootstrapExpect
 	settle := max(gs.cfg.ProbeInterval, 2*gs.cfg.GossipInterval)
@@ -352,7 +288,7 @@ func (gs *gossiper) formOrJoin(ctx context.Context, store *storage.Store, cfg *C
 		}
 		select {
 		case <-ctx.Done():
-			return ident, nil, fmt.Errorf("%w: waiting to found or join a cell: %w", ErrNoQuorum, ctx.Err())
+			return ident, nil, fmt.Errorf("%w: waiting to found or join a cell: %w", errs.NoQuorum, ctx.Err())
 		case <-changed:
 		case <-time.After(settle / 4):
 		}
@@ -458,10 +394,10 @@ func (gs *gossiper) found(store *storage.Store, cfg *Config, ident storage.Ident
 	ident.CellID = cell
 	var err error
 	if ident, err = store.SaveIdentity(ident); err != nil {
-		return ident, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return ident, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	if err := store.Bootstrap(cs, book); err != nil {
-		return ident, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return ident, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	// The vote stays: a founder slower to see the votes still finds them.
 	gs.setMeta(func(m *gossip.Meta) { m.Cell = cell })

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -177,7 +177,7 @@ func (n *Node) autopilotRound(ap *autopilot.Autopilot) {
 		return
 	}
 	d := ap.Decide(servers, last, time.Now())
-	dec := AutopilotDecision{Action: string(d.Action), Member: d.Server.Name, Reason: d.Reason, At: d.At}
+	dec := Decision{Action: string(d.Action), Member: d.Server.Name, Reason: d.Reason, At: d.At}
 	m := command.Member{Name: d.Server.Name, Addr: d.Server.Addr}
 	switch d.Action {
 	case autopilot.AddLearner:
@@ -204,9 +204,9 @@ func (n *Node) autopilotRound(ap *autopilot.Autopilot) {
 
 // Autopilot returns the autopilot's last decision on this member (when
 // it led) and why; the zero value without gossip.
-func (n *Node) Autopilot() AutopilotDecision {
+func (n *Node) Autopilot() Decision {
 	if n.gossip == nil {
-		return AutopilotDecision{}
+		return Decision{}
 	}
 	n.gossip.mu.Lock()
 	defer n.gossip.mu.Unlock()
@@ -216,11 +216,11 @@ func (n *Node) Autopilot() AutopilotDecision {
 // decorate adds what gossip and the autopilot know to the members.
 func (n *Node) decorate(ms []Member) []Member {
 	for i := range ms {
-		ms[i].Role = MemberVoter
+		ms[i].Role = memberVoter
 		if ms[i].Learner {
-			ms[i].Role = MemberLearner
+			ms[i].Role = memberLearner
 		}
-		ms[i].Health = GossipUnknown
+		ms[i].Health = gossipUnknown
 	}
 	gs := n.gossip
 	if gs == nil {
@@ -237,7 +237,7 @@ func (n *Node) decorate(ms []Member) []Member {
 		if meta, ok := gs.lastMeta[m.ID]; ok {
 			m.Zone = meta.Zone
 			if m.Learner && !meta.NoVote {
-				m.Role = MemberStandby
+				m.Role = memberStandby
 			}
 		}
 		if g, ok := byName[m.Name]; ok && g.Meta.ID == m.ID {

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -8,35 +8,18 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/raftnode"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HandlerOption changes what Handler serves.
-type HandlerOption func(*handlerOptions)
-
-type handlerOptions struct {
-	gatherer prometheus.Gatherer
-	admin    bool
-	token    string
-}
-
-// WithMetricsGatherer serves g's metrics at /metrics, in the Prometheus
-// text format. Give the registry that RegisterMetrics registered into.
-// Without it the handler has no /metrics.
-func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
-	return func(o *handlerOptions) { o.gatherer = g }
-}
-
-// WithAdmin turns on the /admin/ endpoints that coordctl uses: reads,
-// writes, membership changes and backups. They are off by default since
-// whoever reaches them controls the cell. A non-empty token must then be
-// sent by every admin request as "Authorization: Bearer <token>"; the
-// host serves the handler over TLS so that the token stays secret. An
-// empty token leaves authentication to the host (mutual TLS, a
-// loopback-only listener).
-func WithAdmin(token string) HandlerOption {
-	return func(o *handlerOptions) { o.admin, o.token = true, token }
+// HandlerOptions are what the root's HandlerOptions set: metrics served
+// from Gatherer, and the admin API (with its bearer token, if any).
+type HandlerOptions struct {
+	Gatherer prometheus.Gatherer
+	Admin    bool
+	Token    string
 }
 
 // Handler returns the member's operational HTTP handler, for the host to
@@ -54,11 +37,7 @@ func WithAdmin(token string) HandlerOption {
 // Paths are relative to where the handler is mounted: mount it with
 // http.StripPrefix under a prefix. Every page but /admin/ reads only this
 // member's applied state and never writes.
-func (n *Node) Handler(opts ...HandlerOption) http.Handler {
-	var o handlerOptions
-	for _, f := range opts {
-		f(&o)
-	}
+func (n *Node) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.serveHealth)
 	mux.HandleFunc("GET /readyz", n.serveReady)
@@ -66,11 +45,11 @@ func (n *Node) Handler(opts ...HandlerOption) http.Handler {
 		writeJSON(w, http.StatusOK, n.statusReport(r.Context()))
 	})
 	mux.HandleFunc("GET /{$}", n.servePage)
-	if o.gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(o.gatherer, promhttp.HandlerOpts{}))
+	if o.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	}
-	if o.admin {
-		mux.Handle("/admin/", requireToken(o.token, n.adminMux()))
+	if o.Admin {
+		mux.Handle("/admin/", requireToken(o.Token, n.adminMux()))
 	}
 	return mux
 }
@@ -132,8 +111,8 @@ const readyPoll = 10 * time.Millisecond
 // it replays the log or installs a snapshot), has applied every entry it
 // knows committed, and is in contact with the leader (heard it within
 // two election timeouts). A member that stopped is never ready: Ready
-// then returns ErrClosed, or the error that stopped it (ErrRemoved for a
-// removed member). When ctx ends first it returns ErrNotReady wrapping
+// then returns errs.Closed, or the error that stopped it (errs.Removed for a
+// removed member). When ctx ends first it returns errs.NotReady wrapping
 // ctx's error, with the unmet condition.
 func (n *Node) Ready(ctx context.Context) error {
 	t := time.NewTicker(readyPoll)
@@ -148,9 +127,9 @@ func (n *Node) Ready(ctx context.Context) error {
 			if err := n.Err(); err != nil {
 				return err
 			}
-			return ErrClosed
+			return errs.Closed
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %s: %w", ErrNotReady, reason, ctx.Err())
+			return fmt.Errorf("%w: %s: %w", errs.NotReady, reason, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -160,7 +139,7 @@ func (n *Node) Ready(ctx context.Context) error {
 // of the cell.
 type StatusReport struct {
 	Member    string         `json:"member"`
-	Role      Role           `json:"role"`
+	Role      raftnode.Role  `json:"role"`
 	Term      uint64         `json:"term"`
 	Leader    string         `json:"leader"`
 	Commit    uint64         `json:"commit_index"`
@@ -173,14 +152,14 @@ type StatusReport struct {
 	Sessions  int            `json:"sessions"`
 	// Autopilot is the autopilot's last decision on this member and why;
 	// null when the cell runs no autopilot (no gossip).
-	Autopilot *AutopilotDecision `json:"autopilot"`
+	Autopilot *Decision `json:"autopilot"`
 }
 
-// Member health as the leader sees it.
+// Member health as the leader sees it (the root's HealthHealthy...).
 const (
-	HealthHealthy     = "healthy"     // answered the leader within an election timeout
-	HealthUnreachable = "unreachable" // did not
-	HealthUnknown     = "unknown"     // this member does not lead, so cannot tell
+	healthHealthy     = "healthy"     // answered the leader within an election timeout
+	healthUnreachable = "unreachable" // did not
+	healthUnknown     = "unknown"     // this member does not lead, so cannot tell
 )
 
 // MemberHealth is one member as /status shows it.
@@ -226,25 +205,25 @@ func (n *Node) memberHealth(ctx context.Context, st Status) []MemberHealth {
 		return nil
 	}
 	var prs map[uint64]progress
-	if st.Role == RoleLeader {
+	if st.Role == raftnode.RoleLeader {
 		prs = n.replication(ctx)
 	}
 	out := make([]MemberHealth, 0, len(ms))
 	for _, m := range ms {
 		h := MemberHealth{Name: m.Name, Addr: m.Addr, ID: m.ID, Role: "voter",
-			Leader: m.Name == st.Leader, Health: HealthUnknown, Current: m.Name == st.Name}
+			Leader: m.Name == st.Leader, Health: healthUnknown, Current: m.Name == st.Name}
 		if m.Learner {
 			h.Role = "learner"
 		}
 		if pr, ok := prs[m.ID]; ok {
 			h.Match = pr.match
-			h.Health = HealthUnreachable
+			h.Health = healthUnreachable
 			if pr.active {
-				h.Health = HealthHealthy
+				h.Health = healthHealthy
 			}
 		} else if h.Leader || (h.Current && st.Leader != "") {
 			// A follower hears from the leader, and is itself alive.
-			h.Health = HealthHealthy
+			h.Health = healthHealthy
 		}
 		out = append(out, h)
 	}

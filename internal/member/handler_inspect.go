@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"cmp"
@@ -6,7 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/coordcell/coord/fence"
+	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // LockReport is one lock as the cell holds it: its queue of waiters in
@@ -39,11 +42,11 @@ type LockDelayReport struct {
 
 // QueueReport is one waiter (or holder) of a lock or an election.
 type QueueReport struct {
-	Key       string    `json:"key"`
-	Session   SessionID `json:"session"`
-	Token     Token     `json:"token"` // the fencing token it holds, or will
-	Value     string    `json:"value,omitempty"`
-	CreateRev int64     `json:"create_revision"`
+	Key       string      `json:"key"`
+	Session   int64       `json:"session"`
+	Token     fence.Token `json:"token"` // the fencing token it holds, or will
+	Value     string      `json:"value,omitempty"`
+	CreateRev int64       `json:"create_revision"`
 }
 
 // ElectionReport is one election group: its leader (the first
@@ -55,7 +58,7 @@ type ElectionReport struct {
 
 // SessionReport is one live session as the cell records it.
 type SessionReport struct {
-	ID  SessionID     `json:"id"`
+	ID  int64         `json:"id"`
 	TTL time.Duration `json:"ttl"`
 	// Unheard is how long leaders have held office without hearing from
 	// the session since one last did; it expires once this passes TTL.
@@ -78,16 +81,16 @@ type inspection struct {
 // inspect reads the cell's locks, elections and sessions from this
 // member's applied state (serializable: the page must work on a member
 // that lost the leader, which is when an operator needs it most).
-func (n *Node) inspect(ctx context.Context, opts ...ReadOption) inspection {
+func (n *Node) inspect(ctx context.Context, o spi.ReadOptions) inspection {
 	in := inspection{Status: n.statusReport(ctx), Generated: time.Now()}
-	all, rev, err := n.List(ctx, "", opts...)
+	all, rev, err := spi.List(ctx, n.Backend(), "", o)
 	if err != nil {
 		in.Err = err.Error()
 		return in
 	}
 	in.Revision = rev
 	in.Locks, in.Elections = queuesOf(all)
-	owned := map[SessionID]int{}
+	owned := map[int64]int{}
 	for _, kv := range all {
 		if kv.Session != 0 {
 			owned[kv.Session]++
@@ -95,7 +98,7 @@ func (n *Node) inspect(ctx context.Context, opts ...ReadOption) inspection {
 	}
 	if ss, err := n.sm.Sessions(); err == nil {
 		for _, s := range ss {
-			id := SessionID(s.ID)
+			id := s.ID
 			in.Sessions = append(in.Sessions, SessionReport{ID: id, TTL: time.Duration(s.TTL),
 				Unheard: time.Duration(s.Unheard), Keys: owned[id]})
 		}
@@ -109,7 +112,7 @@ func (n *Node) inspect(ctx context.Context, opts ...ReadOption) inspection {
 // A lock-delay marker is not a waiter: it is reported as the lock's
 // LockDelay (a key of a session is never taken for one, whatever its
 // name).
-func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
+func queuesOf(kvs []command.KV) ([]LockReport, []ElectionReport) {
 	locks := map[string][]QueueReport{}
 	elections := map[string][]QueueReport{}
 	delays := map[string]*LockDelayReport{}
@@ -133,7 +136,7 @@ func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
 			}
 			continue
 		}
-		q := QueueReport{Key: kv.Key, Session: kv.Session, Token: Token(kv.CreateRev), CreateRev: kv.CreateRev}
+		q := QueueReport{Key: kv.Key, Session: kv.Session, Token: fence.Token(kv.CreateRev), CreateRev: kv.CreateRev}
 		if election {
 			// A lock waiter's value is the recipe's own marker; a
 			// candidate's is what it proclaimed.

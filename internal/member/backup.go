@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
 	"github.com/vmihailenco/msgpack/v5"
@@ -57,7 +59,7 @@ type backupKV struct {
 // the change history is not (a restored cell's watches start at the
 // backup's revision).
 func (n *Node) Backup(ctx context.Context, w io.Writer) error {
-	kvs, rev, err := n.List(ctx, "")
+	kvs, rev, err := spi.List(ctx, n.Backend(), "", spi.ReadOptions{})
 	if err != nil {
 		return err
 	}
@@ -102,40 +104,40 @@ type BackupInfo struct {
 }
 
 // ReadBackup reads and checks a whole backup from r. It returns
-// ErrBadBackup for a truncated or corrupt one, ErrBackupVersion for one of
+// errs.BadBackup for a truncated or corrupt one, errs.BackupVersion for one of
 // an unknown format.
-func ReadBackup(r io.Reader) (BackupInfo, []KV, error) {
+func ReadBackup(r io.Reader) (BackupInfo, []command.KV, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return BackupInfo{}, nil, fmt.Errorf("%w: read: %w", ErrBadBackup, err)
+		return BackupInfo{}, nil, fmt.Errorf("%w: read: %w", errs.BadBackup, err)
 	}
 	if len(data) < len(backupMagic)+1+sha256.Size || string(data[:len(backupMagic)]) != backupMagic {
-		return BackupInfo{}, nil, fmt.Errorf("%w: not a coord backup, or cut short (%d bytes)", ErrBadBackup, len(data))
+		return BackupInfo{}, nil, fmt.Errorf("%w: not a coord backup, or cut short (%d bytes)", errs.BadBackup, len(data))
 	}
 	if f := data[len(backupMagic)]; f != backupFormat1 {
-		return BackupInfo{}, nil, fmt.Errorf("%w: format %d (this version reads %d)", ErrBackupVersion, f, backupFormat1)
+		return BackupInfo{}, nil, fmt.Errorf("%w: format %d (this version reads %d)", errs.BackupVersion, f, backupFormat1)
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
 	got := sha256.Sum256(body)
 	if !bytes.Equal(got[:], sum) {
-		return BackupInfo{}, nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", ErrBadBackup)
+		return BackupInfo{}, nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", errs.BadBackup)
 	}
 	dec := msgpack.NewDecoder(bytes.NewReader(body[len(backupMagic)+1:]))
 	var hdr backupHeader
 	if err := dec.Decode(&hdr); err != nil {
-		return BackupInfo{}, nil, fmt.Errorf("%w: header: %w", ErrBadBackup, err)
+		return BackupInfo{}, nil, fmt.Errorf("%w: header: %w", errs.BadBackup, err)
 	}
 	if hdr.Keys < 0 || hdr.Revision < 0 {
-		return BackupInfo{}, nil, fmt.Errorf("%w: header: %d keys at revision %d", ErrBadBackup, hdr.Keys, hdr.Revision)
+		return BackupInfo{}, nil, fmt.Errorf("%w: header: %d keys at revision %d", errs.BadBackup, hdr.Keys, hdr.Revision)
 	}
-	var kvs []KV
+	var kvs []command.KV
 	for range hdr.Keys {
 		var rec backupKV
 		if err := dec.Decode(&rec); err != nil {
-			return BackupInfo{}, nil, fmt.Errorf("%w: key %d of %d: %w", ErrBadBackup, len(kvs)+1, hdr.Keys, err)
+			return BackupInfo{}, nil, fmt.Errorf("%w: key %d of %d: %w", errs.BadBackup, len(kvs)+1, hdr.Keys, err)
 		}
-		kvs = append(kvs, KV{Key: rec.Key, Value: rec.Value, Version: rec.Version,
-			CreateRev: rec.CreateRev, ModRev: rec.ModRev, Session: SessionID(rec.Session)})
+		kvs = append(kvs, command.KV{Key: rec.Key, Value: rec.Value, Version: rec.Version,
+			CreateRev: rec.CreateRev, ModRev: rec.ModRev, Session: rec.Session})
 	}
 	info := BackupInfo{Cell: hdr.Cell, Member: hdr.Member, Revision: hdr.Revision, Keys: hdr.Keys,
 		Taken: time.Unix(0, hdr.Taken), Checksum: hex.EncodeToString(sum)}
@@ -172,24 +174,24 @@ type RestoreOptions struct {
 // sessions, and no ephemeral keys, since their holders are gone.
 //
 // dir must not exist or be empty. A backup that is truncated, corrupt or
-// of an unknown format is refused (ErrBadBackup, ErrBackupVersion)
+// of an unknown format is refused (errs.BadBackup, errs.BackupVersion)
 // before anything is written; Restore builds the directory beside dir and
 // renames it into place last, so dir is never left half restored.
 func Restore(dir string, r io.Reader, opts RestoreOptions) error {
 	if opts.Name == "" {
-		return fmt.Errorf("%w: RestoreOptions.Name is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: RestoreOptions.Name is required", errs.InvalidConfig)
 	}
 	peers := opts.Peers
 	if len(peers) == 0 {
 		peers = []Peer{{Name: opts.Name, Addr: opts.Addr}}
 	}
 	if !slices.ContainsFunc(peers, func(p Peer) bool { return p.Name == opts.Name }) {
-		return fmt.Errorf("%w: Peers must include %q", ErrInvalidConfig, opts.Name)
+		return fmt.Errorf("%w: Peers must include %q", errs.InvalidConfig, opts.Name)
 	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
-		return fmt.Errorf("%w: %s is not empty", ErrDataDir, dir)
+		return fmt.Errorf("%w: %s is not empty", errs.DataDir, dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: %w", ErrDataDir, err)
+		return fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	info, kvs, err := ReadBackup(r)
 	if err != nil {
@@ -214,7 +216,7 @@ func Restore(dir string, r io.Reader, opts RestoreOptions) error {
 	cell := cellID(opts.CellName+"\x00restored from "+info.Checksum, peers)
 	tmp := dir + ".restoring"
 	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("%w: %w", ErrDataDir, err)
+		return fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	if err := seedDir(tmp, cell, opts.Name, peers, live, info.Revision, log); err != nil {
 		os.RemoveAll(tmp)
@@ -222,7 +224,7 @@ func Restore(dir string, r io.Reader, opts RestoreOptions) error {
 	}
 	os.Remove(dir) // empty or absent, checked above
 	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("%w: %w", ErrDataDir, err)
+		return fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	log.Info("restored backup", "member", opts.Name, "dir", dir, "revision", info.Revision,
 		"keys", len(live), "ephemeral_dropped", dropped, "from_cell", fmt.Sprintf("%016x", info.Cell),
@@ -233,15 +235,15 @@ func Restore(dir string, r io.Reader, opts RestoreOptions) error {
 func seedDir(dir string, cell uint64, name string, peers []Peer, kvs []command.KV, rev int64, log *slog.Logger) (err error) {
 	store, err := storage.Open(storage.Options{Dir: dir, Logger: log})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrDataDir, err)
+		return fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	defer func() {
 		if cerr := store.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("%w: %w", ErrDataDir, cerr)
+			err = fmt.Errorf("%w: %w", errs.DataDir, cerr)
 		}
 	}()
 	if _, err := store.SaveIdentity(storage.Identity{CellID: cell, Name: name}); err != nil {
-		return fmt.Errorf("%w: %w", ErrDataDir, err)
+		return fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	cs := &pb.ConfState{}
 	var book []storage.MemberInfo
@@ -251,7 +253,7 @@ func seedDir(dir string, cell uint64, name string, peers []Peer, kvs []command.K
 		book = append(book, storage.MemberInfo{ID: id, Name: p.Name, Addr: p.Addr})
 	}
 	if err := store.Seed(cs, book, kvs, rev); err != nil {
-		return fmt.Errorf("%w: %w", ErrDataDir, err)
+		return fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	return nil
 }

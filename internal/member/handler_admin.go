@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // The admin API, under /admin/ (see WithAdmin). Keys travel in the query
@@ -31,24 +33,30 @@ func (n *Node) adminMux() http.Handler {
 	})
 	mux.HandleFunc("POST /admin/members/{op}", n.adminMembers)
 	mux.HandleFunc("GET /admin/kv", func(w http.ResponseWriter, r *http.Request) {
-		kv, err := n.Get(r.Context(), r.URL.Query().Get("key"))
+		kv, err := spi.Get(r.Context(), n.Backend(), r.URL.Query().Get("key"), spi.ReadOptions{})
 		reply(w, kv, err)
 	})
 	mux.HandleFunc("PUT /admin/kv", func(w http.ResponseWriter, r *http.Request) {
 		val, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(n.cfg.MaxValueSize)+1))
 		if err != nil {
-			adminError(w, errors.Join(ErrInvalidArgument, err))
+			adminError(w, errors.Join(errs.InvalidArgument, err))
 			return
 		}
-		kv, err := n.Put(r.Context(), r.URL.Query().Get("key"), val)
+		key := r.URL.Query().Get("key")
+		res, err := spi.Commit(r.Context(), n.Backend(), &command.Txn{Then: []command.Op{{Type: command.OpPut, Key: key, Value: val}}}, nil)
+		var kv command.KV
+		if err == nil {
+			kv = res.Ops[0].KVs[0]
+		}
 		reply(w, kv, err)
 	})
 	mux.HandleFunc("DELETE /admin/kv", func(w http.ResponseWriter, r *http.Request) {
-		rev, err := n.Delete(r.Context(), r.URL.Query().Get("key"))
-		reply(w, map[string]int64{"revision": rev}, err)
+		res, err := spi.Commit(r.Context(), n.Backend(),
+			&command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: r.URL.Query().Get("key")}}}, nil)
+		reply(w, map[string]int64{"revision": res.Rev}, err)
 	})
 	mux.HandleFunc("GET /admin/list", func(w http.ResponseWriter, r *http.Request) {
-		kvs, rev, err := n.List(r.Context(), r.URL.Query().Get("prefix"))
+		kvs, rev, err := spi.List(r.Context(), n.Backend(), r.URL.Query().Get("prefix"), spi.ReadOptions{})
 		reply(w, ListReport{KVs: kvs, Revision: rev}, err)
 	})
 	for path, pick := range map[string]func(inspection) any{
@@ -57,7 +65,7 @@ func (n *Node) adminMux() http.Handler {
 		"GET /admin/elections": func(in inspection) any { return in.Elections },
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			in := n.inspect(r.Context())
+			in := n.inspect(r.Context(), spi.ReadOptions{})
 			if in.Err != "" {
 				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": in.Err})
 				return
@@ -83,8 +91,8 @@ func (n *Node) adminMux() http.Handler {
 
 // ListReport is the admin API's answer to a list.
 type ListReport struct {
-	KVs      []KV  `json:"kvs"`
-	Revision int64 `json:"revision"`
+	KVs      []command.KV `json:"kvs"`
+	Revision int64        `json:"revision"`
 }
 
 // MemberRequest is the body of the admin API's membership changes.
@@ -96,7 +104,7 @@ type MemberRequest struct {
 func (n *Node) adminMembers(w http.ResponseWriter, r *http.Request) {
 	var req MemberRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil {
-		adminError(w, errors.Join(ErrInvalidArgument, err))
+		adminError(w, errors.Join(errs.InvalidArgument, err))
 		return
 	}
 	var change func(context.Context) error
@@ -127,13 +135,13 @@ func reply(w http.ResponseWriter, v any, err error) {
 func adminError(w http.ResponseWriter, err error) {
 	code := http.StatusServiceUnavailable
 	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnknownMember):
+	case errors.Is(err, errs.NotFound), errors.Is(err, errs.UnknownMember):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrConflict), errors.Is(err, ErrMemberExists):
+	case errors.Is(err, errs.Conflict), errors.Is(err, errs.MemberExists):
 		code = http.StatusConflict
-	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrInvalidKey),
-		errors.Is(err, ErrKeyTooLarge), errors.Is(err, ErrValueTooLarge),
-		errors.Is(err, ErrInvalidConfig):
+	case errors.Is(err, errs.InvalidArgument), errors.Is(err, errs.InvalidKey),
+		errors.Is(err, errs.KeyTooLarge), errors.Is(err, errs.ValueTooLarge),
+		errors.Is(err, errs.InvalidConfig):
 		code = http.StatusBadRequest
 	case errors.Is(err, context.Canceled):
 		code = 499 // the client went away; nobody reads this
@@ -162,13 +170,13 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 func (n *Node) adminRevoke(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		adminError(w, fmt.Errorf("%w: session ID %q is not a positive number", ErrInvalidArgument, r.PathValue("id")))
+		adminError(w, fmt.Errorf("%w: session ID %q is not a positive number", errs.InvalidArgument, r.PathValue("id")))
 		return
 	}
 	res, err := n.propose(r.Context(), &command.Command{Kind: command.KindSessionEnd,
 		Session: &command.Session{ID: id}})
 	if err == nil && res.SessionID == 0 {
-		err = fmt.Errorf("%w: session %d is not alive", ErrNotFound, id)
+		err = fmt.Errorf("%w: session %d is not alive", errs.NotFound, id)
 	}
 	reply(w, map[string]int64{"session": id, "revision": res.Rev}, err)
 }
@@ -207,85 +215,93 @@ type TxnOp struct {
 
 // build turns the request into a transaction; bad names are
 // ErrInvalidArgument, and the transaction's own validation (sizes,
-// counts) runs at Commit.
-func (req TxnRequest) build(t *Txn) error {
+// counts) runs at commit.
+func (req TxnRequest) build() (*command.Txn, error) {
+	t := &command.Txn{}
 	for i, c := range req.If {
 		cmp, err := c.cmp()
 		if err != nil {
-			return fmt.Errorf("%w: if[%d]: %w", ErrInvalidArgument, i, err)
+			return nil, fmt.Errorf("%w: if[%d]: %w", errs.InvalidArgument, i, err)
 		}
-		t.If(cmp)
+		t.If = append(t.If, cmp)
 	}
 	for name, ops := range map[string][]TxnOp{"then": req.Then, "else": req.Else} {
-		built := make([]Op, 0, len(ops))
+		built := make([]command.Op, 0, len(ops))
 		for i, o := range ops {
 			op, err := o.op()
 			if err != nil {
-				return fmt.Errorf("%w: %s[%d]: %w", ErrInvalidArgument, name, i, err)
+				return nil, fmt.Errorf("%w: %s[%d]: %w", errs.InvalidArgument, name, i, err)
 			}
 			built = append(built, op)
 		}
 		if name == "then" {
-			t.Then(built...)
+			t.Then = built
 		} else {
-			t.Else(built...)
+			t.Else = built
 		}
 	}
-	return nil
+	return t, nil
 }
 
-func (c TxnCompare) cmp() (Cmp, error) {
-	var it IntTarget
+func (c TxnCompare) cmp() (command.Compare, error) {
+	out := command.Compare{Key: c.Key}
 	switch c.Target {
 	case "version":
-		it = Version(c.Key)
+		out.Target = command.TargetVersion
 	case "create_rev":
-		it = CreateRev(c.Key)
+		out.Target = command.TargetCreateRev
 	case "mod_rev":
-		it = ModRev(c.Key)
+		out.Target = command.TargetModRev
 	case "value":
-		vt, v := Value(c.Key), []byte(c.Value)
-		switch c.Op {
-		case "=":
-			return vt.Eq(v), nil
-		case "!=":
-			return vt.Ne(v), nil
-		case "<":
-			return vt.Lt(v), nil
-		case ">":
-			return vt.Gt(v), nil
-		}
-		return Cmp{}, fmt.Errorf("unknown comparison %q (=, !=, < or >)", c.Op)
+		out.Target, out.Value = command.TargetValue, []byte(c.Value)
 	default:
-		return Cmp{}, fmt.Errorf("unknown target %q (version, create_rev, mod_rev or value)", c.Target)
+		return out, fmt.Errorf("unknown target %q (version, create_rev, mod_rev or value)", c.Target)
+	}
+	if out.Target != command.TargetValue {
+		out.Int = c.Int
 	}
 	switch c.Op {
 	case "=":
-		return it.Eq(c.Int), nil
+		out.Op = command.Equal
 	case "!=":
-		return it.Ne(c.Int), nil
+		out.Op = command.NotEqual
 	case "<":
-		return it.Lt(c.Int), nil
+		out.Op = command.Less
 	case ">":
-		return it.Gt(c.Int), nil
+		out.Op = command.Greater
+	default:
+		return out, fmt.Errorf("unknown comparison %q (=, !=, < or >)", c.Op)
 	}
-	return Cmp{}, fmt.Errorf("unknown comparison %q (=, !=, < or >)", c.Op)
+	return out, nil
 }
 
-func (o TxnOp) op() (Op, error) {
+func (o TxnOp) op() (command.Op, error) {
 	switch o.Op {
 	case "put":
-		return OpPut(o.Key, []byte(o.Value)), nil
+		return command.Op{Type: command.OpPut, Key: o.Key, Value: []byte(o.Value)}, nil
 	case "get":
-		return OpGet(o.Key), nil
+		return command.Op{Type: command.OpGet, Key: o.Key}, nil
 	case "delete":
-		return OpDelete(o.Key), nil
+		return command.Op{Type: command.OpDelete, Key: o.Key}, nil
 	case "get_prefix":
-		return OpGetPrefix(o.Key), nil
+		return command.Op{Type: command.OpGet, Key: o.Key, Prefix: true}, nil
 	case "delete_prefix":
-		return OpDeletePrefix(o.Key), nil
+		return command.Op{Type: command.OpDelete, Key: o.Key, Prefix: true}, nil
 	}
-	return Op{}, fmt.Errorf("unknown operation %q (put, get, delete, get_prefix or delete_prefix)", o.Op)
+	return command.Op{}, fmt.Errorf("unknown operation %q (put, get, delete, get_prefix or delete_prefix)", o.Op)
+}
+
+// txnResult is the root's TxnResult as JSON: what a committed
+// transaction did.
+type txnResult struct {
+	Succeeded bool
+	Rev       int64
+	Results   []opResult
+}
+
+type opResult struct {
+	KVs     []command.KV
+	Deleted int64
 }
 
 func (n *Node) adminTxn(w http.ResponseWriter, r *http.Request) {
@@ -295,37 +311,45 @@ func (n *Node) adminTxn(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	var req TxnRequest
 	if err := dec.Decode(&req); err != nil {
-		adminError(w, fmt.Errorf("%w: transaction: %w", ErrInvalidArgument, err))
+		adminError(w, fmt.Errorf("%w: transaction: %w", errs.InvalidArgument, err))
 		return
 	}
-	t := n.Txn(r.Context())
-	if err := req.build(t); err != nil {
+	t, err := req.build()
+	if err != nil {
 		adminError(w, err)
 		return
 	}
-	res, err := t.Commit()
-	reply(w, res, err)
+	res, err := spi.Commit(r.Context(), n.Backend(), t, nil)
+	if err != nil {
+		adminError(w, err)
+		return
+	}
+	out := txnResult{Succeeded: res.Succeeded, Rev: res.Rev, Results: make([]opResult, len(res.Ops))}
+	for i, op := range res.Ops {
+		out.Results[i] = opResult{KVs: op.KVs, Deleted: op.Deleted}
+	}
+	reply(w, out, nil)
 }
 
 // adminWatch streams the changes under ?prefix= after ?after= (a
 // revision; default: from now on) as JSON lines, one Event each, until
 // the client goes away or the watch ends. The status goes out at once,
-// so an end (ErrCompacted, a slow reader cut off, the member closing)
+// so an end (errs.Compacted, a slow reader cut off, the member closing)
 // is a last line {"error": "..."}.
 func (n *Node) adminWatch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var opts []WatchOption
+	o := spi.DefaultWatch()
 	if f := q.Get("after"); f != "" {
 		rev, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || rev < 0 {
-			adminError(w, fmt.Errorf("%w: after %q is not a revision", ErrInvalidArgument, f))
+			adminError(w, fmt.Errorf("%w: after %q is not a revision", errs.InvalidArgument, f))
 			return
 		}
-		opts = append(opts, FromRev(rev))
+		o.FromRev, o.FromSet = rev, true
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	wa := n.Watch(ctx, q.Get("prefix"), opts...)
+	wa := spi.StartWatch(ctx, n.Backend(), q.Get("prefix"), o, func(ev spi.Event) spi.Event { return ev })
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	// The status goes out now, so that the client knows the watch is

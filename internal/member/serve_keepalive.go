@@ -1,10 +1,11 @@
-package coord
+package member
 
 import (
 	"context"
 	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/sessions"
 )
 
@@ -49,7 +50,7 @@ import (
 // apart (jeopardy is half a TTL, two intervals, without one).
 type clientFold struct {
 	waiters []*clientWaiter
-	known   map[SessionID]knownID // client sessions this member sent lately
+	known   map[int64]knownID // client sessions this member sent lately
 }
 
 type knownID struct {
@@ -60,14 +61,14 @@ type knownID struct {
 // clientWaiter is one client keep-alive waiting for the batch that
 // carries it, and then for that batch's ack.
 type clientWaiter struct {
-	ids    map[SessionID]time.Duration // session → its TTL
-	at     time.Time                   // when it was folded
-	urgent bool                        // a retry: its last batch went unanswered
-	done   chan *sessions.Ack          // buffered: the ack is never waited for
+	ids    map[int64]time.Duration // session → its TTL
+	at     time.Time               // when it was folded
+	urgent bool                    // a retry: its last batch went unanswered
+	done   chan *sessions.Ack      // buffered: the ack is never waited for
 }
 
 func (f *clientFold) init() {
-	f.known = make(map[SessionID]knownID)
+	f.known = make(map[int64]knownID)
 }
 
 // interval is the keep-alive interval w's sessions need.
@@ -109,7 +110,7 @@ func (f *clientFold) due(now time.Time, et time.Duration) (pending bool, interva
 // take removes from the fold the keep-alives for a batch composed now
 // (all of them for a regular batch, only the early ones otherwise) and
 // returns their session IDs.
-func (f *clientFold) take(now time.Time, et time.Duration, all bool) ([]SessionID, []*clientWaiter) {
+func (f *clientFold) take(now time.Time, et time.Duration, all bool) ([]int64, []*clientWaiter) {
 	var taken, kept []*clientWaiter
 	for _, w := range f.waiters {
 		if all || f.early(w, now, et) {
@@ -119,8 +120,8 @@ func (f *clientFold) take(now time.Time, et time.Duration, all bool) ([]SessionI
 		}
 	}
 	f.waiters = kept
-	seen := make(map[SessionID]bool)
-	var ids []SessionID
+	seen := make(map[int64]bool)
+	var ids []int64
 	for _, w := range taken {
 		for id, ttl := range w.ids {
 			if !seen[id] {
@@ -152,7 +153,7 @@ func answerClients(ws []*clientWaiter, a *sessions.Ack) {
 // foldClient adds a client's sessions (each with its TTL) to the fold
 // and returns where the ack of the batch that carries them arrives.
 // urgent makes that batch go at the next tick.
-func (e *sessionEngine) foldClient(ids map[SessionID]time.Duration, urgent bool) *clientWaiter {
+func (e *sessionEngine) foldClient(ids map[int64]time.Duration, urgent bool) *clientWaiter {
 	w := &clientWaiter{ids: ids, at: time.Now(), urgent: urgent, done: make(chan *sessions.Ack, 1)}
 	e.mu.Lock()
 	e.clients.waiters = append(e.clients.waiters, w)
@@ -165,7 +166,7 @@ func (e *sessionEngine) foldClient(ids map[SessionID]time.Duration, urgent bool)
 // which are confirmed and which are gone. A batch whose ack does not
 // come within its interval and half an election timeout (a lost message,
 // a leader change) is retried in the next one, at once.
-func (e *sessionEngine) keepClientsAlive(ctx context.Context, owned map[SessionID]time.Duration, ack *clientwire.KeepAliveAck) error {
+func (e *sessionEngine) keepClientsAlive(ctx context.Context, owned map[int64]time.Duration, ack *clientwire.KeepAliveAck) error {
 	wait := e.et / 2
 	for _, ttl := range owned {
 		wait = max(wait, ttl/sessions.KeepAliveDivisor+e.et/2)
@@ -199,7 +200,7 @@ func (e *sessionEngine) keepClientsAlive(ctx context.Context, owned map[SessionI
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-e.life.Done():
-			return ErrClosed
+			return errs.Closed
 		case <-t.C:
 			urgent = true
 			t.Reset(e.et / 2)

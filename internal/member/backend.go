@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/internal/watch"
 	"github.com/coordcell/coord/storage"
@@ -17,6 +18,9 @@ import (
 type memberBackend struct{ n *Node }
 
 var _ spi.Backend = memberBackend{}
+
+// Backend is the member as the Cell API's backend.
+func (n *Node) Backend() spi.Backend { return memberBackend{n} }
 
 func (m memberBackend) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
 	return m.n.propose(ctx, cmd)
@@ -58,7 +62,7 @@ func (m memberBackend) Resumable(ctx context.Context, id int64) (time.Duration, 
 	n := m.n
 	// A linearizable look: a session the state does not have after the
 	// read barrier has ended (IDs are log indexes, never reused).
-	if err := n.readBarrier(ctx, readOptions{}); err != nil {
+	if err := n.readBarrier(ctx, spi.ReadOptions{}); err != nil {
 		return 0, 0, err
 	}
 	info, found, err := n.sm.Session(id)
@@ -68,15 +72,15 @@ func (m memberBackend) Resumable(ctx context.Context, id int64) (time.Duration, 
 	rev := n.sm.Revision()
 	switch {
 	case !found:
-		return 0, 0, fmt.Errorf("%w: session %d is not alive in the cell", ErrSessionExpired, id)
+		return 0, 0, fmt.Errorf("%w: session %d is not alive in the cell", errs.SessionExpired, id)
 	case info.Owner != "":
-		return 0, 0, fmt.Errorf("%w: session %d belongs to %s: only it may resume it", ErrInvalidArgument, id, info.Owner)
+		return 0, 0, fmt.Errorf("%w: session %d belongs to %s: only it may resume it", errs.InvalidArgument, id, info.Owner)
 	}
 	return time.Duration(info.TTL), rev, nil
 }
 
 func (m memberBackend) TimeToLive(ctx context.Context, id int64) (time.Duration, error) {
-	return m.n.sessions.timeToLive(ctx, SessionID(id))
+	return m.n.sessions.timeToLive(ctx, id)
 }
 
 // inputLimits are the member's input limits, from its Config.
@@ -106,12 +110,12 @@ func (n *Node) checkSessionTTL(ttl time.Duration) error {
 
 // listPage reads the page o asks for of prefix, at most maxBytes of it:
 // Node.List's and a client's List alike.
-func (n *Node) listPage(ctx context.Context, prefix string, o readOptions, maxBytes int64) ([]command.KV, int64, error) {
+func (n *Node) listPage(ctx context.Context, prefix string, o spi.ReadOptions, maxBytes int64) ([]command.KV, int64, error) {
 	if err := n.readBarrier(ctx, o); err != nil {
 		return nil, 0, err
 	}
 	kvs, rev, err := n.sm.ListPage(prefix, storage.Page{After: o.After, Limit: o.Limit, MaxBytes: maxBytes})
-	if errors.Is(err, ErrReadTooLarge) {
+	if errors.Is(err, errs.ReadTooLarge) {
 		return nil, 0, fmt.Errorf("List(%q): %w; page it with Limit and After (or raise Config.MaxReadBytes)", prefix, err)
 	}
 	if err != nil {
@@ -152,7 +156,7 @@ func (n *Node) watch(ctx context.Context, prefix string, o spi.WatchOptions, sin
 		defer cancel()
 		err := n.hub.Watch(ctx, prefix, o.FromRev, o.Progress, em, sink.ProgressRequests())
 		if n.closing.Err() != nil && !errors.As(err, new(*watch.SlowError)) {
-			err = ErrClosed
+			err = errs.Closed
 		}
 		sink.End(err)
 	}()
@@ -179,7 +183,7 @@ func (e *emitter) Event(ctx context.Context, rev int64, ev *storage.Event, end b
 	if e.o.Wants(t) {
 		out := spi.Event{Type: t, KV: ev.KV, Rev: rev}
 		if e.o.PrevKV {
-			out.Prev = ev.Prev
+			out.PrevKV = ev.Prev
 		}
 		e.pending = append(e.pending, out)
 	}

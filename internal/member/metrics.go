@@ -1,11 +1,14 @@
-package coord
+package member
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/raftnode"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,7 +35,7 @@ func (n *Node) openMetrics() error {
 		return nil
 	}
 	if err := n.RegisterMetrics(n.cfg.Metrics); err != nil {
-		return fmt.Errorf("%w: Metrics: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: Metrics: %w", errs.InvalidConfig, err)
 	}
 	return nil
 }
@@ -79,7 +82,7 @@ func newCollector(n *Node) *collector {
 		logEntries:  d("raft_log_synced_entries_total", "Entries made durable by those fsyncs (entries/syncs is the group-commit factor)."),
 		dropped:     d("raft_dropped_messages_total", "Messages from peers refused before Raft saw them (malformed, wrong sender, impossible)."),
 		revision:    d("revision", "The cell revision of this member's applied state."),
-		oldestRev:   d("history_oldest_revision", "The oldest revision a watch can still resume from; older ones get ErrCompacted."),
+		oldestRev:   d("history_oldest_revision", "The oldest revision a watch can still resume from; older ones get errs.Compacted."),
 		sessions:    d("sessions_alive", "Live sessions in the cell."),
 		lockQueues:  d("locks", "Locks with at least one holder or waiter."),
 		lockWaiters: d("lock_waiters", "Entries queued after the first under each lock, summed over locks: waiters (and, for shared locks, co-holders)."),
@@ -127,7 +130,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := n.Status()
 	rs := n.raft.Status()
 	gauge(c.term, float64(st.Term))
-	gauge(c.isLeader, boolFloat(st.Role == RoleLeader))
+	gauge(c.isLeader, boolFloat(st.Role == raftnode.RoleLeader))
 	gauge(c.hasLeader, boolFloat(st.Leader != ""))
 	gauge(c.commit, float64(st.Commit))
 	gauge(c.applied, float64(st.Applied))
@@ -147,14 +150,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	// Only the recipes' key space is read, from this member's memory
 	// and with no read barrier: a scrape must stay cheap with a large
 	// keyspace and work on a member without a leader.
-	var all []KV
+	var all []command.KV
 	for _, p := range []string{lockq.LockSpace, lockq.ElectionSpace} {
 		kvs, _, err := n.sm.List(p)
 		if err != nil {
 			break
 		}
 		for _, kv := range kvs {
-			all = append(all, fromCmdKV(kv))
+			all = append(all, kv)
 		}
 	}
 	locks, elections := queuesOf(all)
@@ -178,8 +181,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for role, k := range roles {
 		gauge(c.members, float64(k), role)
 	}
-	if st.Role == RoleLeader {
-		for _, h := range []string{HealthHealthy, HealthUnreachable} {
+	if st.Role == raftnode.RoleLeader {
+		for _, h := range []string{healthHealthy, healthUnreachable} {
 			gauge(c.memberHealth, float64(health[h]), h)
 		}
 	}

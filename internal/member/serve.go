@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -15,32 +15,14 @@ import (
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/transport"
 )
 
-// ClientGrant is what a member lets one client do (Config.ClientPolicy).
-type ClientGrant struct {
-	// WritePrefixes are the key prefixes the client may write under: a
-	// put, a delete or a prefix delete of a key (or prefix) that starts
-	// with one of them. The recipes write under their own prefixes (a
-	// Mutex "locks/x" writes under "locks/x", an Election under its
-	// name), which the grant covers like any other key. "" grants every
-	// key; nil or empty grants none (the client may still read, watch and
-	// keep sessions). Reads are not restricted.
-	WritePrefixes []string
-	// Admin lets the client delete or overwrite, under WritePrefixes,
-	// keys of sessions that are not its own (another client's lock,
-	// election or ephemeral key), as a member can: for an operator's
-	// tool that breaks a stuck lock. Without it a client may write such
-	// keys only of its own sessions (ErrForbidden otherwise), so a grant
-	// on locks/ lets it queue for a lock, never take one from its
-	// holder.
-	Admin bool
-}
-
 // allowsWrite reports whether the grant covers a write of key (or of
 // every key under it, for a prefix delete).
-func (g *ClientGrant) allowsWrite(key string) bool {
+func (g *Grant) allowsWrite(key string) bool {
 	for _, p := range g.WritePrefixes {
 		if strings.HasPrefix(key, p) {
 			return true
@@ -48,26 +30,6 @@ func (g *ClientGrant) allowsWrite(key string) bool {
 	}
 	return false
 }
-
-// Defaults of the client limits (Config.MaxClients, ClientMaxInFlight,
-// ClientMaxWatchers, ClientMaxSessions). A client's sessions cost the
-// cell about 1 KiB each on every member, so the default bound of one
-// identity is 4 MiB: four times what bench/'s clients-sessions holds per
-// client (1,000).
-const (
-	DefaultMaxClients        = 1024
-	DefaultClientMaxInFlight = 64
-	DefaultClientMaxWatchers = 256
-	DefaultClientMaxSessions = 4096
-)
-
-// maxClientIdentity bounds a client's identity in bytes: it is stored
-// with each session the client creates.
-const maxClientIdentity = 256
-
-// clientOwnerPrefix makes a client's owner name: a client can never
-// pass for a member's own sessions, whose owner is "".
-const clientOwnerPrefix = "client:"
 
 // clientServer is a member's side of its clients: the listeners it
 // serves and every client connection, all ended at Close.
@@ -122,14 +84,14 @@ func newClientServer(n *Node) *clientServer {
 // Config.ClientPolicy grants.
 //
 // It blocks until l fails (its error is returned) or the member closes
-// (then ErrClosed); Close closes l and every client connection served.
+// (then errs.Closed); Close closes l and every client connection served.
 func (n *Node) ServeClients(l net.Listener) error {
 	cs := n.clients
 	cs.mu.Lock()
 	if cs.closed {
 		cs.mu.Unlock()
 		l.Close()
-		return ErrClosed
+		return errs.Closed
 	}
 	cs.lns[l] = struct{}{}
 	cs.startBackground()
@@ -145,7 +107,7 @@ func (n *Node) ServeClients(l net.Listener) error {
 		conn, err := l.Accept()
 		if err != nil {
 			if cs.ctx.Err() != nil {
-				return ErrClosed
+				return errs.Closed
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -190,18 +152,18 @@ func (n *Node) ClientAddr() string {
 func (n *Node) listenClients() error {
 	tc, err := n.clientPortTLS()
 	if err != nil {
-		return fmt.Errorf("%w: clients: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: clients: %w", errs.InvalidConfig, err)
 	}
 	ln, err := net.Listen("tcp", n.cfg.ClientAddr)
 	if err != nil {
-		return fmt.Errorf("%w: clients: %w", ErrListen, err)
+		return fmt.Errorf("%w: clients: %w", errs.Listen, err)
 	}
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)
 	}
 	n.clientLn = ln
 	n.clients.wg.Go(func() {
-		if err := n.ServeClients(ln); err != nil && !errors.Is(err, ErrClosed) {
+		if err := n.ServeClients(ln); err != nil && !errors.Is(err, errs.Closed) {
 			n.cfg.Logger.Error("stopped serving clients", "addr", ln.Addr().String(), "err", err)
 		}
 	})
@@ -245,7 +207,7 @@ func (n *Node) clientPortTLS() (*tls.Config, error) {
 
 // close ends every listener and client connection, and waits for them.
 func (cs *clientServer) close() {
-	cs.cancel() // first, so a listener's Accept failing below means ErrClosed
+	cs.cancel() // first, so a listener's Accept failing below means errs.Closed
 	cs.mu.Lock()
 	cs.closed = true
 	for l := range cs.lns {
@@ -345,7 +307,7 @@ type clientHandler struct {
 	// bornAt is the member's applied index when the client was
 	// welcomed: the birth of its writes through this connection.
 	bornAt   uint64
-	grant    ClientGrant
+	grant    Grant
 	admitted bool
 	// maxFrame is the longest frame the client reads (Hello.MaxFrame):
 	// a read's answer must fit in one.
@@ -363,16 +325,16 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 	switch {
 	case identity == "":
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseForbidden, Message: "no client identity"}
-	case len(identity) > maxClientIdentity || !utf8.ValidString(identity):
+	case len(identity) > spi.MaxClientIdentity || !utf8.ValidString(identity):
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseForbidden,
-			Message: fmt.Sprintf("client identity of %d bytes: at most %d of UTF-8", len(identity), maxClientIdentity)}
+			Message: fmt.Sprintf("client identity of %d bytes: at most %d of UTF-8", len(identity), spi.MaxClientIdentity)}
 	case n.closing.Err() != nil:
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseShutdown, Message: "the member is closing"}
 	}
 	if ok, why := n.servable(); !ok {
 		return nil, &clientwire.RefusedError{Reason: clientwire.RefuseNotReady, Message: why}
 	}
-	grant := ClientGrant{WritePrefixes: []string{""}}
+	grant := Grant{WritePrefixes: []string{""}}
 	if p := n.cfg.ClientPolicy; p != nil {
 		var err error
 		if grant, err = p(identity); err != nil {
@@ -399,7 +361,7 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 	cs.perIdentity[identity]++
 	cs.mu.Unlock()
 	h.admitted = true
-	h.identity, h.owner, h.grant = identity, clientOwnerPrefix+identity, grant
+	h.identity, h.owner, h.grant = identity, spi.ClientOwnerPrefix+identity, grant
 	h.bornAt = n.raft.AppliedIndex()
 	h.maxFrame = int(hello.MaxFrame)
 	return &clientwire.Welcome{
@@ -425,7 +387,7 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 		c.Session.Owner, c.Session.MaxSessions = h.owner, int64(n.cfg.ClientMaxSessions)
 		if held := n.sm.OwnerSessions(h.owner); held >= c.Session.MaxSessions {
 			n.sessionStats.RefusedLimit.Add(1)
-			return nil, fmt.Errorf("%w: client %q holds %d sessions, the limit", ErrTooManySessions, h.identity, held)
+			return nil, fmt.Errorf("%w: client %q holds %d sessions, the limit", errs.TooManySessions, h.identity, held)
 		}
 	case command.KindTxn:
 		if err := n.inputLimits().CheckTxn(c.Txn); err != nil {
@@ -434,7 +396,7 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 		for _, ops := range [][]command.Op{c.Txn.Then, c.Txn.Else} {
 			for _, op := range ops {
 				if op.Type != command.OpGet && !h.grant.allowsWrite(op.Key) {
-					return nil, fmt.Errorf("%w: client %q may not write %q", ErrForbidden, h.identity, op.Key)
+					return nil, fmt.Errorf("%w: client %q may not write %q", errs.Forbidden, h.identity, op.Key)
 				}
 			}
 		}
@@ -447,8 +409,8 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 		// The client's own name for its write (outcome.go): its owner is
 		// the client's identity, whatever it said, so it can neither pass
 		// for another's proposer nor suppress another's writes.
-		if len(p.Key) > maxIdempotencyKey {
-			return nil, fmt.Errorf("%w: idempotency key of %d bytes (at most %d)", ErrInvalidArgument, len(p.Key), maxIdempotencyKey)
+		if len(p.Key) > spi.MaxIdempotencyKey {
+			return nil, fmt.Errorf("%w: idempotency key of %d bytes (at most %d)", errs.InvalidArgument, len(p.Key), spi.MaxIdempotencyKey)
 		}
 		p.Owner = h.owner
 		if p.Born == 0 {
@@ -462,12 +424,12 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 	case err != nil:
 		return nil, err
 	case len(foreign) > 0:
-		return nil, fmt.Errorf("%w: session %d is not this client's", ErrForbidden, foreign[0])
+		return nil, fmt.Errorf("%w: session %d is not this client's", errs.Forbidden, foreign[0])
 	case len(gone) > 0 && c.Kind == command.KindSessionEnd:
 		// Already ended: what ending it on a member answers.
 		return &command.Result{Rev: n.sm.Revision()}, nil
 	case len(gone) > 0:
-		return nil, fmt.Errorf("%w: session %d", ErrSessionExpired, gone[0])
+		return nil, fmt.Errorf("%w: session %d", errs.SessionExpired, gone[0])
 	}
 	res, err := n.proposeWithin(ctx, c, h.maxRead(c))
 	if err != nil {
@@ -487,7 +449,7 @@ const (
 
 // maxRead bounds the reads of c for this client: Config.MaxReadBytes, or
 // less when the client's frames hold less, so what would not reach it is
-// refused (ErrReadTooLarge) before it is read, and a transaction that
+// refused (errs.ReadTooLarge) before it is read, and a transaction that
 // writes is refused before it changes anything rather than applied with
 // an answer the client never gets.
 func (h *clientHandler) maxRead(c *command.Command) int64 {
@@ -506,8 +468,8 @@ func (h *clientHandler) maxRead(c *command.Command) int64 {
 // holds every session created before the request, and what it still
 // does not know has ended. Session IDs are log indexes, never reused, so
 // none can appear later.
-func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned map[SessionID]time.Duration, foreign, gone []int64, err error) {
-	owned = make(map[SessionID]time.Duration)
+func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned map[int64]time.Duration, foreign, gone []int64, err error) {
+	owned = make(map[int64]time.Duration)
 	look := func(ids []int64) ([]int64, error) {
 		var missing []int64
 		for _, id := range ids {
@@ -521,7 +483,7 @@ func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned ma
 			case si.Owner != h.owner:
 				foreign = append(foreign, id)
 			default:
-				owned[SessionID(id)] = time.Duration(si.TTL)
+				owned[id] = time.Duration(si.TTL)
 			}
 		}
 		return missing, nil
@@ -541,7 +503,7 @@ func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned ma
 // page of a prefix bounded by maxRead.
 func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) (*clientwire.ReadResult, error) {
 	n := h.n
-	o := readOptions{Serializable: r.Serializable, Limit: int(r.Limit), After: r.After}
+	o := spi.ReadOptions{Serializable: r.Serializable, Limit: int(r.Limit), After: r.After}
 	if r.Prefix {
 		if err := n.inputLimits().CheckList(r.Key, o); err != nil {
 			return nil, err
@@ -556,7 +518,7 @@ func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) 
 		return nil, err
 	}
 	if o.Paged() {
-		return nil, fmt.Errorf("%w: Limit and After page a prefix read", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: Limit and After page a prefix read", errs.InvalidArgument)
 	}
 	if err := n.readBarrier(ctx, o); err != nil {
 		return nil, err

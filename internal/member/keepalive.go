@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/sessions"
 	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
@@ -30,11 +31,11 @@ type sessionEngine struct {
 	endLife context.CancelFunc
 	wg      sync.WaitGroup // run and the goroutines it starts
 	mu      sync.Mutex     // guards what follows
-	local   map[SessionID]*spi.Session
+	local   map[int64]*spi.Session
 	fresh   bool // a session was added since the last keep-alive
 	// urgent holds the sessions a renew is waiting on: the next tick's
 	// batch carries them even if manual (renewed only on demand).
-	urgent map[SessionID]struct{}
+	urgent map[int64]struct{}
 	seq    uint64
 	sent   map[uint64]sentBatch // recent keep-alives awaiting an ack
 	maxTTL time.Duration        // the longest TTL of a local session so far
@@ -60,7 +61,7 @@ type inbound struct {
 
 type sentBatch struct {
 	at  time.Time
-	ids []SessionID
+	ids []int64
 	// waiters are the clients' keep-alives folded into this batch: its
 	// ack answers them.
 	waiters []*clientWaiter
@@ -72,9 +73,9 @@ func newSessionEngine(n *Node) *sessionEngine {
 		et:     n.electionTimeout(),
 		inbox:  make(chan inbound, 256),
 		poke:   make(chan struct{}, 1),
-		local:  make(map[SessionID]*spi.Session),
+		local:  make(map[int64]*spi.Session),
 		sent:   make(map[uint64]sentBatch),
-		urgent: make(map[SessionID]struct{}),
+		urgent: make(map[int64]struct{}),
 	}
 	e.clients.init()
 	e.ttl.waiting = make(map[uint64]ttlWait)
@@ -113,7 +114,7 @@ func (e *sessionEngine) close() {
 	local := slices.Collect(mapValues(e.local))
 	e.mu.Unlock()
 	for _, s := range local {
-		s.End(ErrClosed)
+		s.End(errs.Closed)
 	}
 }
 
@@ -132,7 +133,7 @@ func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
 // keep-alives (one per tick for all) instead of sending one each.
 func (e *sessionEngine) Add(s *spi.Session) {
 	e.mu.Lock()
-	e.local[SessionID(s.ID())] = s
+	e.local[s.ID()] = s
 	e.fresh = true
 	e.maxTTL = max(e.maxTTL, s.TTL())
 	e.mu.Unlock()
@@ -142,7 +143,7 @@ func (e *sessionEngine) Add(s *spi.Session) {
 // already; it reports whether it did.
 func (e *sessionEngine) Adopt(s *spi.Session) bool {
 	e.mu.Lock()
-	if _, ok := e.local[SessionID(s.ID())]; ok {
+	if _, ok := e.local[s.ID()]; ok {
 		e.mu.Unlock()
 		return false
 	}
@@ -157,7 +158,7 @@ func (e *sessionEngine) Adopt(s *spi.Session) bool {
 // Remove stops keeping session id alive.
 func (e *sessionEngine) Remove(id int64) {
 	e.mu.Lock()
-	delete(e.local, SessionID(id))
+	delete(e.local, id)
 	e.mu.Unlock()
 }
 
@@ -205,7 +206,7 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 	}
 	var ended []*spi.Session
 	for _, id := range out.SessionsEnded {
-		if s, ok := e.local[SessionID(id)]; ok {
+		if s, ok := e.local[id]; ok {
 			ended = append(ended, s)
 		}
 	}
@@ -218,7 +219,7 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 // endedByCell ends a local session the cell ended, with one INFO line if
 // this is what ended it (not a Close from here, nor an earlier end).
 func (e *sessionEngine) endedByCell(s *spi.Session, how string) {
-	if err := s.End(ErrSessionExpired); err == ErrSessionExpired {
+	if err := s.End(errs.SessionExpired); err == errs.SessionExpired {
 		e.n.cfg.Logger.Info("session ended by the cell", "session", s.ID(), "how", how,
 			"last_confirmed_ago", time.Since(s.LastAcked()).Round(time.Millisecond), "ttl", s.TTL())
 	}
@@ -289,7 +290,7 @@ func (e *sessionEngine) run() {
 func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	tick := max(e.et/4, time.Millisecond)
 	e.mu.Lock()
-	var ids []SessionID
+	var ids []int64
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range e.local {
 		if _, ok := e.urgent[id]; s.Manual() && !ok {
@@ -319,7 +320,7 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 // sendBatch sends a keep-alive for ids and for the client keep-alives
 // folded so far: all of them (a regular batch), or only those that
 // cannot wait for the next regular one.
-func (e *sessionEngine) sendBatch(now time.Time, ids []SessionID, allClients bool) bool {
+func (e *sessionEngine) sendBatch(now time.Time, ids []int64, allClients bool) bool {
 	st := e.n.raft.Status()
 	if st.Leader == 0 {
 		return false
@@ -338,7 +339,7 @@ func (e *sessionEngine) sendBatch(now time.Time, ids []SessionID, allClients boo
 
 // sendLocked sends one keep-alive for ids whose ack answers waiters.
 // e.mu is held and is released.
-func (e *sessionEngine) sendLocked(st raftnode.Status, now time.Time, ids []SessionID, waiters []*clientWaiter) bool {
+func (e *sessionEngine) sendLocked(st raftnode.Status, now time.Time, ids []int64, waiters []*clientWaiter) bool {
 	e.seq++
 	seq := e.seq
 	e.sent[seq] = sentBatch{at: now, ids: ids, waiters: waiters}
@@ -385,12 +386,12 @@ func (e *sessionEngine) handleAck(a *sessions.Ack) {
 	var alive, gone []*spi.Session
 	if ok {
 		for _, id := range a.Alive {
-			if s, ok := e.local[SessionID(id)]; ok {
+			if s, ok := e.local[id]; ok {
 				alive = append(alive, s)
 			}
 		}
 		for _, id := range a.Gone {
-			if s, ok := e.local[SessionID(id)]; ok {
+			if s, ok := e.local[id]; ok {
 				gone = append(gone, s)
 			}
 		}
@@ -439,7 +440,7 @@ func (e *sessionEngine) Renew(ctx context.Context, s *spi.Session) (time.Time, e
 		// creations (each confirmed by a renew) flood the leader's inbox,
 		// and dropped keep-alives left sessions unconfirmed for minutes.
 		e.mu.Lock()
-		e.urgent[SessionID(s.ID())] = struct{}{}
+		e.urgent[s.ID()] = struct{}{}
 		e.fresh = true
 		e.mu.Unlock()
 		select {
@@ -459,7 +460,7 @@ func (e *sessionEngine) Renew(ctx context.Context, s *spi.Session) (time.Time, e
 // followLeadership starts or ends the leader's side as Raft's view changes.
 func (e *sessionEngine) followLeadership() {
 	st := e.n.raft.Status()
-	leading := st.Leader == st.ID && st.Role == RoleLeader
+	leading := st.Leader == st.ID && st.Role == raftnode.RoleLeader
 	e.mu.Lock()
 	l := e.lead
 	e.mu.Unlock()
@@ -575,4 +576,30 @@ func (e *sessionEngine) ProposeAsync(cmd *command.Command) {
 		res, err := e.n.raft.Propose(ctx, cmd)
 		countProposed(&e.n.sessionStats, cmd, res, err) // a local expiry
 	})
+}
+
+// LockDelays lists the lock-delay markers in this member's applied state,
+// for the sessions leader.
+func (c leaderCell) LockDelays() ([]sessions.LockDelay, error) {
+	ds, err := c.e.n.sm.LockDelays()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sessions.LockDelay, len(ds))
+	for i, d := range ds {
+		out[i] = sessions.LockDelay{Key: d.Key, CreateRev: d.CreateRev, Delay: d.Delay}
+	}
+	return out, nil
+}
+
+// SessionLockDelayed reports whether session id holds a lock key that
+// asks for a lock-delay, so that its expiry is proposed flagged.
+func (c leaderCell) SessionLockDelayed(id int64) bool { return c.e.n.sessionLockDelayed(id) }
+
+// sessionLockDelayed reports whether session id holds, in this member's
+// applied state, a lock key that asks for a lock-delay: whoever proposes
+// its expiry sets command.Session.LockDelay from it.
+func (n *Node) sessionLockDelayed(id int64) bool {
+	delayed, err := n.sm.SessionLockDelayed(id)
+	return err == nil && delayed
 }

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/sessions"
 )
 
@@ -32,7 +33,7 @@ type ttlWait struct {
 // timeToLive asks the leader until it answers for the session, every
 // quarter election timeout (a change of leader, a table still loading,
 // a lost message, a session whose expiry is under way).
-func (e *sessionEngine) timeToLive(ctx context.Context, id SessionID) (time.Duration, error) {
+func (e *sessionEngine) timeToLive(ctx context.Context, id int64) (time.Duration, error) {
 	t := time.NewTicker(max(e.et/4, time.Millisecond))
 	defer t.Stop()
 	for {
@@ -41,20 +42,20 @@ func (e *sessionEngine) timeToLive(ctx context.Context, id SessionID) (time.Dura
 		case sessions.TTLAlive:
 			return left, nil
 		case sessions.TTLGone:
-			return 0, fmt.Errorf("%w: session %d has ended in the cell", ErrSessionExpired, id)
+			return 0, fmt.Errorf("%w: session %d has ended in the cell", errs.SessionExpired, id)
 		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-e.life.Done():
-			return 0, ErrClosed
+			return 0, errs.Closed
 		case <-t.C:
 		}
 	}
 }
 
 // askTTL asks the leader once, waiting at most an election timeout.
-func (e *sessionEngine) askTTL(ctx context.Context, id SessionID) (time.Duration, sessions.TTLStatus) {
+func (e *sessionEngine) askTTL(ctx context.Context, id int64) (time.Duration, sessions.TTLStatus) {
 	st := e.n.raft.Status()
 	if st.Leader == 0 {
 		return 0, sessions.TTLRetry
@@ -98,7 +99,7 @@ func (e *sessionEngine) askTTL(ctx context.Context, id SessionID) (time.Duration
 // leads. The deadline is read first and leadership confirmed after (a
 // read barrier), so no later leader existed when it was read: the
 // answer is the cell's, not a deposed leader's.
-func (e *sessionEngine) answerTTL(ctx context.Context, id SessionID) (time.Duration, sessions.TTLStatus) {
+func (e *sessionEngine) answerTTL(ctx context.Context, id int64) (time.Duration, sessions.TTLStatus) {
 	e.mu.Lock()
 	l := e.lead
 	e.mu.Unlock()
@@ -156,7 +157,7 @@ func (e *sessionEngine) onTTL(from string, data []byte) {
 	e.ttl.serving++
 	e.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(e.life, e.et)
-		left, st := e.answerTTL(ctx, SessionID(q.ID))
+		left, st := e.answerTTL(ctx, q.ID)
 		cancel()
 		e.mu.Lock()
 		e.ttl.serving--
@@ -171,21 +172,21 @@ func (e *sessionEngine) onTTL(from string, data []byte) {
 // TimeToLive answers a client's question for one of its own sessions: the
 // member asks the leader as it does for its own, and adds the session's
 // granted TTL. Another client's session
-// is ErrForbidden, so that clients cannot probe each other's.
+// is errs.Forbidden, so that clients cannot probe each other's.
 func (h *clientHandler) TimeToLive(ctx context.Context, _ string, q *clientwire.TimeToLive) (*clientwire.TimeToLiveResult, error) {
 	owned, foreign, gone, err := h.sortSessions(ctx, []int64{q.SessionID})
 	switch {
 	case err != nil:
 		return nil, err
 	case len(foreign) > 0:
-		return nil, fmt.Errorf("%w: session %d is not this client's", ErrForbidden, q.SessionID)
+		return nil, fmt.Errorf("%w: session %d is not this client's", errs.Forbidden, q.SessionID)
 	case len(gone) > 0:
-		return nil, fmt.Errorf("%w: session %d has ended in the cell", ErrSessionExpired, q.SessionID)
+		return nil, fmt.Errorf("%w: session %d has ended in the cell", errs.SessionExpired, q.SessionID)
 	}
-	left, err := h.n.sessions.timeToLive(ctx, SessionID(q.SessionID))
+	left, err := h.n.sessions.timeToLive(ctx, q.SessionID)
 	if err != nil {
 		return nil, err
 	}
 	// The granted TTL too: a client resuming the session by ID learns it here.
-	return &clientwire.TimeToLiveResult{Left: left, TTL: owned[SessionID(q.SessionID)]}, nil
+	return &clientwire.TimeToLiveResult{Left: left, TTL: owned[q.SessionID]}, nil
 }

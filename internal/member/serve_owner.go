@@ -1,9 +1,10 @@
-package coord
+package member
 
 import (
 	"fmt"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/lockq"
 )
 
@@ -42,10 +43,10 @@ func (h *clientHandler) checkQueueEntries(t *command.Txn) error {
 			case !ok:
 			case e.Kind == lockq.KindDelay:
 				return fmt.Errorf("%w: %q is a lock-delay marker, which only the cell removes (an admin grant may)",
-					ErrForbidden, op.Key)
+					errs.Forbidden, op.Key)
 			case op.Type == command.OpPut && op.Session != session:
 				return fmt.Errorf("%w: %q is session %d's entry in its queue: a client writes it only as that session's ephemeral key",
-					ErrForbidden, op.Key, session)
+					errs.Forbidden, op.Key, session)
 			case op.Type == command.OpDelete:
 				si, known, err := h.n.sm.Session(session)
 				if err != nil {
@@ -53,7 +54,7 @@ func (h *clientHandler) checkQueueEntries(t *command.Txn) error {
 				}
 				if known && si.Owner != h.owner {
 					return fmt.Errorf("%w: %q belongs to session %d, not to client %q (an admin grant may delete it)",
-						ErrForbidden, op.Key, session, h.identity)
+						errs.Forbidden, op.Key, session, h.identity)
 				}
 			}
 		}

@@ -1,40 +1,32 @@
-package coord
+package member
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/coordcell/coord/internal/adminrpc"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/raftnode"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
-// Member is one member of the cell.
+// Member is one member of the cell (the root's Member).
 type Member struct {
-	Name string
-	Addr string
-	// ClientAddr is the address the member serves clients on, as it
-	// announced it to the cell (replicated in the address book); empty
-	// while it serves none or has not announced one yet.
+	Name       string
+	Addr       string
 	ClientAddr string
-	ID         uint64 // its Raft ID: from Name, and with gossip from Name and its data directory's incarnation
-	// Learner members replicate the log and serve reads and watches but
-	// do not vote or count for commits.
-	Learner bool
-	// Zone is the member's failure domain, as it gossips it.
-	Zone string
-	// Role is MemberVoter, MemberLearner or MemberStandby (a learner that
-	// may vote, kept in reserve by the autopilot).
-	Role string
-	// Health is how gossip sees the member: GossipAlive, GossipSuspect,
-	// GossipFailed, GossipLeft, or GossipUnknown (not gossiping, or no
-	// gossip here).
-	Health string
+	ID         uint64
+	Learner    bool
+	Zone       string
+	Role       string // memberVoter, memberLearner or memberStandby
+	Health     string // gossipAlive ... gossipUnknown
 }
 
 // catchUpEntries is how close to the leader's log a learner must be to be
@@ -95,14 +87,14 @@ func (n *Node) member(name string) (Member, bool, error) {
 // Config.Join. Promote makes it a voter once it has caught up.
 func (n *Node) AddLearner(ctx context.Context, name, addr string) error {
 	if name == "" {
-		return fmt.Errorf("%w: a member needs a name", ErrInvalidConfig)
+		return fmt.Errorf("%w: a member needs a name", errs.InvalidConfig)
 	}
 	if n.cfg.Transport == nil {
-		if err := checkAddr(addr); err != nil {
-			return fmt.Errorf("%w: member %q: %v", ErrInvalidConfig, name, err)
+		if err := CheckAddr(addr); err != nil {
+			return fmt.Errorf("%w: member %q: %v", errs.InvalidConfig, name, err)
 		}
 	} else if addr == "" {
-		return fmt.Errorf("%w: member %q needs an address", ErrInvalidConfig, name)
+		return fmt.Errorf("%w: member %q needs an address", errs.InvalidConfig, name)
 	}
 	if err := n.raft.ReadBarrier(ctx); err != nil {
 		return err
@@ -111,19 +103,19 @@ func (n *Node) AddLearner(ctx context.Context, name, addr string) error {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %q", ErrMemberExists, name)
+		return fmt.Errorf("%w: %q", errs.MemberExists, name)
 	}
 	id := raftnode.IDFromName(name)
 	if removed, err := n.sm.WasRemoved(id); err != nil || removed {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %q belonged to a removed member; Raft IDs are never reused, choose another name", ErrMemberExists, name)
+		return fmt.Errorf("%w: %q belonged to a removed member; Raft IDs are never reused, choose another name", errs.MemberExists, name)
 	}
 	return n.raft.ChangeMembership(ctx, pb.ConfChangeAddLearnerNode, id, command.Member{Name: name, Addr: addr})
 }
 
-// Promote makes a learner a voter. It is refused with ErrNotCaughtUp until
+// Promote makes a learner a voter. It is refused with errs.NotCaughtUp until
 // the learner's log is within a few entries of the leader's (a voter far
 // behind would stall commits). It can be called on any member: a follower
 // asks the leader.
@@ -140,7 +132,7 @@ func (n *Node) Promote(ctx context.Context, name string) error {
 		// Leadership moved while we asked: look again.
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
+			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 		case <-time.After(n.electionTimeout() / 4):
 		}
 	}
@@ -163,7 +155,7 @@ func (n *Node) promoteHere(ctx context.Context, name string) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownMember, name)
+		return fmt.Errorf("%w: %q", errs.UnknownMember, name)
 	}
 	if !m.Learner {
 		return nil // a voter already
@@ -173,7 +165,7 @@ func (n *Node) promoteHere(ctx context.Context, name string) error {
 	// recently active, and a young log is shorter than catchUpEntries,
 	// so without this a learner never started could become a voter.
 	if !pr.RecentActive || pr.Match == 0 || pr.Match+catchUpEntries < last {
-		return fmt.Errorf("%w: %q has %d of %d entries", ErrNotCaughtUp, name, pr.Match, last)
+		return fmt.Errorf("%w: %q has %d of %d entries", errs.NotCaughtUp, name, pr.Match, last)
 	}
 	return n.raft.ChangeMembership(ctx, pb.ConfChangeAddNode, m.ID, command.Member{Name: m.Name, Addr: m.Addr})
 }
@@ -189,7 +181,7 @@ func (n *Node) RemoveMember(ctx context.Context, name string) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownMember, name)
+		return fmt.Errorf("%w: %q", errs.UnknownMember, name)
 	}
 	return n.raft.ChangeMembership(ctx, pb.ConfChangeRemoveNode, m.ID, command.Member{Name: m.Name})
 }
@@ -247,3 +239,19 @@ func newAdminRPC(n *Node) *adminRPC {
 }
 
 func (a *adminRPC) close() { a.rpc.Close() }
+
+// CheckAddr accepts host:port with a numeric port (the host may be empty
+// to listen on every interface).
+func CheckAddr(addr string) error {
+	if addr == "" {
+		return errors.New("no address")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("address %q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	return nil
+}

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"crypto/tls"
@@ -163,7 +163,7 @@ func (a *clientAuth) authenticate(cs tls.ConnectionState) (identity string, gene
 
 // verifyConnection is the client port's tls.Config.VerifyConnection: a
 // refusal fails the handshake with an alert, which the client reports as
-// ErrUnauthenticated.
+// errs.Unauthenticated.
 func (a *clientAuth) verifyConnection(cs tls.ConnectionState) error {
 	if _, _, err := a.authenticate(cs); err != nil {
 		a.refuse("", err)

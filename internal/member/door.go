@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -14,32 +14,12 @@ import (
 // address; connections per identity; bytes queued for all clients (the
 // clientServer's budget). Its counters are ClientStatus.
 
-// Defaults of the client door's bounds (Config.ClientMaxPending,
-// ClientMaxPerIdentity, ClientQueueBytes, ClientQueueBytesTotal).
-const (
-	DefaultClientMaxPending      = 256
-	DefaultClientMaxPerIdentity  = 256
-	DefaultClientQueueBytes      = 16 << 20
-	DefaultClientQueueBytesTotal = 128 << 20
-)
-
-// ClientStatus is what a member's client door holds now and what it has
-// refused or cut off since Open (Status.Clients).
+// ClientStatus is what the client door holds now and what it has
+// refused or cut off since Open (the root's ClientStatus).
 type ClientStatus struct {
-	// Admitted counts the client connections served now, Pending those
-	// still in their handshake.
-	Admitted, Pending int
-	// Refused counts the connections that ended before being admitted:
-	// dropped by the bounds on handshakes in progress, past
-	// Config.ClientHandshakeTimeout, failing TLS, or refused (the member
-	// is busy or closing, the policy or the per-identity bound said no).
-	Refused uint64
-	// CutSlow counts the clients cut off for not reading (their queue
-	// past its bound, or a write past its deadline); CutIdle those
-	// closed for sending nothing, or for a frame left unfinished.
-	CutSlow, CutIdle uint64
-	// QueuedBytes is the bytes queued unwritten for clients now;
-	// QueuedPeak the most ever at once.
+	Admitted, Pending       int
+	Refused                 uint64
+	CutSlow, CutIdle        uint64
 	QueuedBytes, QueuedPeak int64
 }
 

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -26,7 +27,7 @@ func prepareStore(store *storage.Store, cfg *Config) (storage.Identity, map[uint
 	}
 	if founding && !slices.ContainsFunc(peers, func(p Peer) bool { return p.Name == cfg.Name }) {
 		return storage.Identity{}, nil, fmt.Errorf("%w: Peers must include this member (%q) to found the cell; "+
-			"set Join to join an existing one", ErrInvalidConfig, cfg.Name)
+			"set Join to join an existing one", errs.InvalidConfig, cfg.Name)
 	}
 	ident, err := loadIdentity(store, cfg, peers, fresh)
 	if err != nil {
@@ -44,12 +45,12 @@ func prepareStore(store *storage.Store, cfg *Config) (storage.Identity, map[uint
 	}
 	if founding {
 		if err := store.Bootstrap(cs, book); err != nil {
-			return storage.Identity{}, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+			return storage.Identity{}, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 		}
 	}
 	known, err := store.StateMachine().Members()
 	if err != nil {
-		return storage.Identity{}, nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return storage.Identity{}, nil, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	for _, m := range known {
 		members[m.ID] = m
@@ -63,12 +64,12 @@ func prepareStore(store *storage.Store, cfg *Config) (storage.Identity, map[uint
 func loadIdentity(store *storage.Store, cfg *Config, peers []Peer, fresh bool) (storage.Identity, error) {
 	id, ok, err := store.Identity()
 	if err != nil {
-		return storage.Identity{}, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return storage.Identity{}, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	if ok {
 		if id.Name != cfg.Name {
 			return storage.Identity{}, fmt.Errorf("%w: the data directory belongs to member %q, not %q",
-				ErrInvalidConfig, id.Name, cfg.Name)
+				errs.InvalidConfig, id.Name, cfg.Name)
 		}
 		return id, nil
 	}
@@ -84,7 +85,7 @@ func loadIdentity(store *storage.Store, cfg *Config, peers []Peer, fresh bool) (
 	}
 	id, err = store.SaveIdentity(storage.Identity{CellID: cell, Name: cfg.Name})
 	if err != nil {
-		return storage.Identity{}, fmt.Errorf("%w: %w", ErrDataDir, err)
+		return storage.Identity{}, fmt.Errorf("%w: %w", errs.DataDir, err)
 	}
 	return id, nil
 }

@@ -1,4 +1,4 @@
-package coord
+package member
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 // Where a member stands, as its host and clients see it: caught up or
 // not (Ready), in contact with the cell or not (Ready, and whether it
 // serves clients: client_serve_guard.go). Removal is raftnode's: a
-// removed member's Raft side stops with ErrRemoved, and Err, Done and
+// removed member's Raft side stops with errs.Removed, and Err, Done and
 // Ready report it.
 
 // contactGrace is how long, in election timeouts, a member may go
@@ -40,7 +40,7 @@ func (n *Node) outOfContact() time.Duration {
 // got the leader's commit index (a read index) and applied it. Until
 // then Ready waits, so that a member that joined or restarted behind the
 // cell is not ready while it replays the log or installs a snapshot
-// (when a write it made would end ErrAmbiguous, the snapshot replacing
+// (when a write it made would end errs.Ambiguous, the snapshot replacing
 // its state under it). It tries each election timeout or so until it
 // succeeds or the member closes.
 func (n *Node) catchUp() {

@@ -1,4 +1,4 @@
-package coord
+package member
 
 // addresser is the optional capability of a transport that knows the
 // address it listens on (transport.TCP does): found by type assertion,
