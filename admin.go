@@ -142,6 +142,17 @@ func (k *GossipKeyring) Keys() [][]byte { return k.k.GetKeys() }
 // PrimaryKey returns the key that encrypts.
 func (k *GossipKeyring) PrimaryKey() []byte { return k.k.GetPrimaryKey() }
 
+// GetKeys is Keys, by the name memberlist's keyring gives it, which
+// GossipKeyring used to return.
+//
+// Deprecated: use Keys.
+func (k *GossipKeyring) GetKeys() [][]byte { return k.Keys() }
+
+// GetPrimaryKey is PrimaryKey, by the name memberlist's keyring gives it.
+//
+// Deprecated: use PrimaryKey.
+func (k *GossipKeyring) GetPrimaryKey() []byte { return k.PrimaryKey() }
+
 // Member is one member of the cell.
 type Member struct {
 	Name string

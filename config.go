@@ -7,11 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordcell/coord/internal/errs"
-	"github.com/coordcell/coord/internal/hook"
 	"github.com/coordcell/coord/internal/member"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
@@ -40,7 +38,8 @@ type Config struct {
 	Addr string
 	// Transport carries messages between members. nil = TCP on Addr,
 	// dialing Peers' addresses (mutual TLS when TLS is set). coordtest
-	// passes an in-memory transport.
+	// passes an in-memory transport, which with Gossip carries the
+	// members' gossip too.
 	Transport transport.Transport
 	// Peers are the founding voters, the same list (including this member)
 	// on every founding member. Empty = a cell of this member alone. Once
@@ -291,10 +290,6 @@ type GossipConfig struct {
 	GossipInterval time.Duration
 	// Autopilot reshapes the cell from the leader.
 	Autopilot AutopilotConfig
-
-	// transport carries gossip instead of UDP and TCP: coordtest's
-	// in-memory network, set through internal/hook.
-	transport memberlist.Transport
 }
 
 // AutopilotConfig tunes the autopilot, which runs on the leader and
@@ -534,7 +529,7 @@ func memberConfig(cfg Config) member.Config {
 	}
 	if g := cfg.Gossip; g != nil {
 		m.Gossip = &member.GossipConfig{BindAddr: g.BindAddr, AdvertiseAddr: g.AdvertiseAddr, Seeds: g.Seeds,
-			Keys: g.Keys, Zone: g.Zone, NoVote: g.NoVote, BootstrapExpect: g.BootstrapExpect, Transport: g.transport,
+			Keys: g.Keys, Zone: g.Zone, NoVote: g.NoVote, BootstrapExpect: g.BootstrapExpect,
 			ProbeInterval: g.ProbeInterval, ProbeTimeout: g.ProbeTimeout, GossipInterval: g.GossipInterval,
 			Autopilot: member.AutopilotConfig(g.Autopilot)}
 	}
@@ -547,9 +542,4 @@ func memberPeers(ps []Peer) []member.Peer {
 		out[i] = member.Peer(p)
 	}
 	return out
-}
-
-func init() {
-	hook.SetGossipTransport = func(cfg any, t memberlist.Transport) { cfg.(*GossipConfig).transport = t }
-	hook.GossipTransport = func(cfg any) memberlist.Transport { return cfg.(*GossipConfig).transport }
 }

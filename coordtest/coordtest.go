@@ -29,7 +29,7 @@ import (
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/internal/gossip"
-	"github.com/coordcell/coord/internal/hook"
+	"github.com/coordcell/coord/internal/member"
 	"github.com/coordcell/coord/internal/memlisten"
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
@@ -214,13 +214,12 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 }
 
 // gossipEndpoint gives member i a fresh gossip endpoint whose seeds are
-// the other members' current gossip addresses.
-func (c *Cluster) gossipEndpoint(i int, cfg *coord.Config) {
+// the other members' current gossip addresses, and returns it.
+func (c *Cluster) gossipEndpoint(i int, cfg *coord.Config) memberlist.Transport {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tr, addr := c.gnet.Endpoint(cfg.Name)
 	g := *cfg.Gossip
-	hook.SetGossipTransport(&g, tr)
 	g.Seeds = nil
 	for j, a := range c.gaddrs {
 		if j != i && a != "" {
@@ -229,7 +228,30 @@ func (c *Cluster) gossipEndpoint(i int, cfg *coord.Config) {
 	}
 	c.gtrs[i], c.gaddrs[i] = tr, addr
 	cfg.Gossip = &g
+	return tr
 }
+
+// memTransport is what transport.Network.Join returns: a Transport with
+// the in-memory network's capabilities, which gossipingTransport keeps.
+type memTransport interface {
+	transport.Transport
+	transport.Freezer
+	transport.StatsReporter
+}
+
+// gossipingTransport is a member's in-memory transport that carries its
+// gossip too: the member finds the gossip endpoint on its
+// Config.Transport (member.GossipCarrier), so that coord's exported
+// configuration needs no field for it.
+type gossipingTransport struct {
+	memTransport
+	gossip memberlist.Transport
+}
+
+var _ member.GossipCarrier = gossipingTransport{}
+
+// GossipTransport implements member.GossipCarrier.
+func (t gossipingTransport) GossipTransport() memberlist.Transport { return t.gossip }
 
 func (c *Cluster) start(i int) {
 	c.t.Helper()
@@ -243,11 +265,11 @@ func (c *Cluster) open(i int) error {
 	cfg := c.configs[i]
 	cfg.Disk = c.disks[i]
 	c.mu.Unlock()
-	if cfg.Gossip != nil && hook.GossipTransport(cfg.Gossip) == nil {
-		c.gossipEndpoint(i, &cfg)
-	}
 	tr := c.net.Join(cfg.Name)
 	cfg.Transport = tr
+	if cfg.Gossip != nil {
+		cfg.Transport = gossipingTransport{memTransport: tr.(memTransport), gossip: c.gossipEndpoint(i, &cfg)}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*c.opts.timeout)
 	defer cancel()
 	node, err := coord.Open(ctx, cfg)

@@ -65,14 +65,34 @@ type Config struct {
 	Gossip *GossipConfig
 }
 
+// GossipCarrier is a Config.Transport that carries gossip as well:
+// coordtest's in-memory network, whose members then gossip over it
+// rather than UDP and TCP. The member finds it by type assertion, as
+// database/sql finds a driver's optional interfaces, so that no exported
+// configuration of the root names a gossip transport.
+type GossipCarrier interface {
+	transport.Transport
+	// GossipTransport is the transport gossip runs over.
+	GossipTransport() memberlist.Transport
+}
+
+// gossipTransport is the transport gossip runs over in place of UDP and
+// TCP, nil for those.
+func (c *Config) gossipTransport() memberlist.Transport {
+	if gc, ok := c.Transport.(GossipCarrier); ok {
+		return gc.GossipTransport()
+	}
+	return nil
+}
+
 // Peer is a founding voter: its member name and transport address.
 type Peer struct {
 	Name string
 	Addr string
 }
 
-// GossipConfig is the root's GossipConfig, with the in-memory transport
-// coordtest gives it (internal/hook) in place of UDP and TCP.
+// GossipConfig is the root's GossipConfig. coordtest's in-memory gossip
+// arrives through Config.Transport instead (GossipCarrier).
 type GossipConfig struct {
 	BindAddr        string
 	AdvertiseAddr   string
@@ -81,7 +101,6 @@ type GossipConfig struct {
 	Zone            string
 	NoVote          bool
 	BootstrapExpect int
-	Transport       memberlist.Transport
 	ProbeInterval   time.Duration
 	ProbeTimeout    time.Duration
 	GossipInterval  time.Duration

@@ -81,7 +81,7 @@ func prepareMember(ctx context.Context, store *storage.Store, cfg *Config) (stor
 		return ident, members, 0, nil, err
 	}
 	gc := *cfg.Gossip
-	if gc.Transport == nil && gc.BindAddr == "" {
+	if cfg.gossipTransport() == nil && gc.BindAddr == "" {
 		return storage.Identity{}, nil, 0, nil, fmt.Errorf("%w: Gossip.BindAddr is required", errs.InvalidConfig)
 	}
 	if len(cfg.Peers) > 0 || cfg.Join {
@@ -149,7 +149,7 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 		Zone: gc.Zone, NoVote: gc.NoVote, Expect: gc.BootstrapExpect,
 	}
 	g, err := gossip.Start(gossip.Config{
-		Name: cfg.Name, BindAddr: gc.BindAddr, AdvertiseAddr: gc.AdvertiseAddr, Transport: gc.Transport,
+		Name: cfg.Name, BindAddr: gc.BindAddr, AdvertiseAddr: gc.AdvertiseAddr, Transport: cfg.gossipTransport(),
 		Seeds: gc.Seeds, Keys: gc.Keys, Meta: gs.meta, Logger: gs.log,
 		ProbeInterval: gc.ProbeInterval, ProbeTimeout: gc.ProbeTimeout, GossipInterval: gc.GossipInterval,
 	})
