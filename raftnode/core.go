@@ -50,7 +50,8 @@ type coreConfig struct {
 	Peers          map[uint64]uint64 // Raft ID -> first incarnation heard (durable)
 	ElectionTicks  int
 	HeartbeatTicks int
-	// LogEveryTicks is how often one kind of refusal may be logged.
+	// LogEveryTicks is how often, in ticks, one kind of refusal may be
+	// logged; 0: every time.
 	LogEveryTicks    uint64
 	MaxProposalBytes int
 	Logger           *slog.Logger

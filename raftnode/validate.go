@@ -486,8 +486,8 @@ type lossReports struct {
 	log         rateLimit
 }
 
-// rateLimit lets one event through per period of ticks and counts the
-// rest.
+// rateLimit lets one event through per period of ticks (every; 0: all of
+// them) and counts the rest.
 type rateLimit struct {
 	mu    sync.Mutex
 	used  bool
@@ -498,11 +498,11 @@ type rateLimit struct {
 func (r *rateLimit) allow(tick, every uint64) (ok bool, quiet uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.used && tick < r.next {
+	if every > 0 && r.used && tick < r.next {
 		r.quiet++
 		return false, 0
 	}
-	r.used, r.next = true, tick+max(every, 1)
+	r.used, r.next = true, tick+every
 	quiet, r.quiet = r.quiet, 0
 	return true, quiet
 }
