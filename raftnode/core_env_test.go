@@ -37,6 +37,9 @@ type coreEnv struct {
 	// them (p1, r1, c1).
 	calls   map[string]*call
 	ncalls  int
+	// down holds the connections a member's transport reports closed
+	// ("m2>m1": m2's connection with m1), for failover.go.
+	down    map[string]bool
 	verbose bool
 	out     *strings.Builder
 }
@@ -69,7 +72,7 @@ const (
 )
 
 func newCoreEnv(t testing.TB) *coreEnv {
-	return &coreEnv{t: t, cut: map[string]bool{}, drop: map[string]int{}, calls: map[string]*call{}}
+	return &coreEnv{t: t, cut: map[string]bool{}, drop: map[string]int{}, calls: map[string]*call{}, down: map[string]bool{}}
 }
 
 // addMembers founds a cell of n voters m1..mn with Raft IDs 1..n.
@@ -94,6 +97,7 @@ func (e *coreEnv) addMembers(n int) {
 			ElectionTicks: envElection, HeartbeatTicks: envHeartbeat,
 			Logger: slog.New(m.logs), Log: st.RaftLog(), Store: st, State: st.StateMachine(),
 			Seed: uint64(i), Counters: m.counters,
+			Connected: func(peer string) bool { return !e.down[info.Name+">"+peer] },
 			Raft: raft.Config{
 				Applied: st.StateMachine().AppliedIndex(), MaxSizePerMsg: 1 << 20,
 				MaxInflightMsgs: 256, MaxUncommittedEntriesSize: 1 << 30,

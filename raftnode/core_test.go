@@ -26,12 +26,18 @@ import (
 //	add-members n=N             found a cell m1..mN (Raft IDs 1..N)
 //	campaign mI [verbose]       mI campaigns (a pre-vote first)
 //	forget-leader mI...         each forgets its leader (as after a lease)
-//	tick [mI...] [n=K]          K ticks of the members (default all), each
-//	                            followed by settle; output by tick
+//	tick [mI...] [n=K] [whole]  K ticks of the members (default all), each
+//	                            followed by settle; output by tick, or
+//	                            as a whole (when the tick is Raft's
+//	                            random choice)
 //	settle [verbose]            deliver and carry out until quiet
 //	propose mI key=value        a caller's put on mI: call pN
 //	read mI                     a caller's read-index on mI: call rN
 //	conf-change mI update=mJ    a membership change on mI: call cN
+//	conf-change mI remove=mJ    (or a removal)
+//	peer-down mI mJ             mI's transport reports mJ's connection
+//	                            closed by mJ, and not back
+//	reconnect mI mJ             until this
 //	give-up pN|cN               the caller's context ends
 //	cut mI>mJ...                those links drop everything
 //	isolate mI [out]            every link from (and, without out, to) mI
@@ -94,6 +100,7 @@ func (e *coreEnv) run(d *datadriven.TestData) {
 	case "tick":
 		k := 1
 		d.MaybeScanArgs(t, "n", &k)
+		whole := d.HasArg("whole")
 		ms := names()
 		if len(ms) == 0 {
 			ms = e.members
@@ -110,7 +117,10 @@ func (e *coreEnv) run(d *datadriven.TestData) {
 			}
 			e.settle()
 			if b.Len() > 0 {
-				fmt.Fprintf(out, "tick %d:\n%s", i+1, b.String())
+				if !whole {
+					fmt.Fprintf(out, "tick %d:\n", i+1)
+				}
+				out.WriteString(b.String())
 			}
 		}
 		e.out = out
@@ -137,20 +147,24 @@ func (e *coreEnv) run(d *datadriven.TestData) {
 	case "conf-change":
 		m := first()
 		var target string
-		d.ScanArgs(t, "update", &target)
+		typ, verb := pb.ConfChangeUpdateNode, "update"
+		if !d.MaybeScanArgs(t, "update", &target) {
+			d.ScanArgs(t, "remove", &target)
+			typ, verb = pb.ConfChangeRemoveNode, "remove"
+		}
 		id, ok := m.c.book.id(target)
 		require.True(t, ok)
 		req := m.c.waiters.newID()
 		ctx, err := command.EncodeMember(&command.Member{Name: target, Req: req})
 		require.NoError(t, err)
-		cl := e.newCall("c", m, "update "+target)
+		cl := e.newCall("c", m, verb+" "+target)
 		cl.w = &confWaiter{req: req, done: make(chan struct{}), cc: &pb.ConfChangeV2{
-			Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeUpdateNode.Enum(), NodeId: new(id)}},
+			Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(id)}},
 			Context: ctx,
 		}}
 		m.c.confs.add(cl.w)
 		m.c.ProposeConfChange(cl.w)
-		e.printf("%s: %s update %s", m.name, cl.name, target)
+		e.printf("%s: %s %s", m.name, cl.name, cl.what)
 		e.settle()
 	case "give-up":
 		cl := e.calls[d.CmdArgs[0].Key]
@@ -171,6 +185,18 @@ func (e *coreEnv) run(d *datadriven.TestData) {
 				}
 			}
 		}
+	case "peer-down":
+		// The transport of the first member reports its connection with
+		// the second closed by the peer's side, and not back.
+		ms := names()
+		require.Len(t, ms, 2)
+		e.down[ms[0].name+">"+ms[1].name] = true
+		ms[0].c.PeerDown(ms[1].name)
+		e.settle()
+	case "reconnect":
+		ms := names()
+		require.Len(t, ms, 2)
+		delete(e.down, ms[0].name+">"+ms[1].name)
 	case "heal":
 		clear(e.cut)
 		clear(e.drop)
