@@ -35,8 +35,8 @@ type coreEnv struct {
 	drop map[string]int
 	// calls are the callers' requests, by the name the transcript gives
 	// them (p1, r1, c1).
-	calls   map[string]*call
-	ncalls  int
+	calls  map[string]*call
+	ncalls int
 	// down holds the connections a member's transport reports closed
 	// ("m2>m1": m2's connection with m1), for failover.go.
 	down    map[string]bool
