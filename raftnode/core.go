@@ -421,6 +421,11 @@ func (c *core) Stopped(err error) []answer {
 	return as
 }
 
+// FailCallers ends every caller still waiting for its command with err
+// (ErrAmbiguous as well for those handed to Raft): the member stopped.
+// Callers may call it from any goroutine.
+func (c *core) FailCallers(err error) { c.waiters.failAll(err) }
+
 // ReportSnapshot tells Raft how streaming a snapshot to member id ended.
 func (c *core) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	c.rn.ReportSnapshot(id, status)

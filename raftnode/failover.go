@@ -9,7 +9,7 @@ import (
 
 // Failover faster than timeouts. A crashed process's connections close at
 // once, long before a follower's election timeout runs out. A transport
-// that can tell (transport.PeerWatcher) lets the raft loop act on it: when
+// that can tell (transport.PeerWatcher) lets the core act on it: when
 // a connection with the leader is closed by the leader's side, and the
 // transport still has no connection with the leader a few heartbeats
 // later, the follower campaigns (a pre-vote) instead of waiting out a

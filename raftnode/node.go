@@ -383,7 +383,7 @@ func (n *Node) Stop(graceful bool) {
 	n.stop()
 	n.wg.Wait()
 	n.senders.wait()
-	n.c.waiters.failAll(errs.Closed)
+	n.c.FailCallers(errs.Closed)
 }
 
 func (n *Node) transferLeadership() {

@@ -14,7 +14,7 @@ import (
 // the state machine applies each proposer's command once however many
 // copies reach the log (storage's proposer table). So a command may be
 // handed to Raft again whenever it may have been lost, and that is what
-// the raft loop does, which turns Raft's silence about dropped proposals
+// the core does, which turns Raft's silence about dropped proposals
 // into an answer for every caller:
 //
 //   - a follower forwards proposals to its leader, and Raft never says

@@ -68,7 +68,8 @@ func (c *core) retryRefused() {
 }
 
 // transferTarget starts handing leadership to the most up-to-date voter
-// in touch, when this member leads, and reports whether it did.
+// in touch (the lowest ID of equals, so that cores driven alike choose
+// alike), when this member leads, and reports whether it did.
 func (c *core) transferTarget() bool {
 	var best, bestMatch uint64
 	for id, pr := range c.rn.Status().Progress {
@@ -77,7 +78,8 @@ func (c *core) transferTarget() bool {
 		// (RecentActive alone is cleared every election timeout, so a
 		// follower that is replicating counts too.)
 		inTouch := pr.RecentActive || pr.State == tracker.StateReplicate
-		if id != c.id && !pr.IsLearner && inTouch && pr.Match >= bestMatch {
+		better := pr.Match > bestMatch || (pr.Match == bestMatch && (best == 0 || id < best))
+		if id != c.id && !pr.IsLearner && inTouch && better {
 			best, bestMatch = id, pr.Match
 		}
 	}

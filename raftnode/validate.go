@@ -19,7 +19,7 @@ import (
 // receiver sees it (invariant 11 of ARCHITECTURE.md). Raft trusts its input:
 // an empty proposal, a heartbeat committing past our log, an undecodable
 // conf change or a snapshot with a malformed ConfState make it panic.
-// The checks use only fields already decoded and what the raft loop
+// The checks use only fields already decoded and what the core
 // already knows (the last published Status, the log's last index), so
 // they cost a few comparisons per message and allocate nothing unless
 // the message is dropped.
