@@ -104,6 +104,9 @@ func (s *Sampler) Close() {
 // peaks and returns the process's RSS and heap now: the baseline the
 // next Peak is measured against. (Without the FreeOSMemory, memory an
 // earlier attack freed would still be resident and hide the next one's.)
+// Resetting VmHWM also resets the peak the process's rusage reports at
+// its exit: in this scenario, a member process's peak RSS is that since
+// the last attack's start.
 func (s *Sampler) Mark() (rss, heap int64) {
 	runtime.GC()
 	debug.FreeOSMemory()
