@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/transport"
 )
 
@@ -94,6 +95,8 @@ type ClientConfig struct {
 //
 // A Client stores nothing on disk. It is safe for concurrent use.
 type Client struct {
+	// cellOps is the Cell API, over this client as its backend.
+	*cellOps
 	cfg    ClientConfig
 	log    *slog.Logger
 	tlsCfg *tls.Config
@@ -120,10 +123,8 @@ type Client struct {
 	once    clientProposer
 	watches *watchMerger
 	cache   *clientCache // nil: no ClientConfig.Cache
-	probes  probeRegistry
+	probes  spi.Probes
 }
-
-var _ Cell = (*Client)(nil)
 
 // Connect connects to one of cfg.Members (tried in a random order) and
 // returns the client. It fails if none accepts within ctx, or at once on
@@ -158,6 +159,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger.With("client", cfg.Name), ready: make(chan struct{}),
 		done: make(chan struct{}), once: newClientProposer()}
+	c.cellOps = &cellOps{b: clientBackend{c}, self: c}
 	switch {
 	case cfg.Credential != "":
 		t, err := cred.TLS()
@@ -405,83 +407,6 @@ func (c *Client) Member() string {
 	return c.welcome.Member
 }
 
-// --- the Cell API: one line each over the shared code ---
-
-// Get is Node.Get through the client's member; a Serializable() Get of
-// a key under ClientConfig.Cache is answered from the cache.
-func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
-	return getKey(ctx, c, key, opts)
-}
-
-// List is Node.List through the client's member; a Serializable() List
-// of a prefix under ClientConfig.Cache is answered from the cache, with
-// the revision the cache was current to (and, costing the member
-// nothing, without its Config.MaxReadBytes). Limit and After need a
-// member of this version or later; an older one answers
-// ErrInvalidArgument.
-func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
-	return listPrefix(ctx, c, prefix, opts)
-}
-
-// Put is Node.Put through the client's member. A write whose connection
-// ends before its answer ends with ErrAmbiguous.
-func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
-	return putKey(ctx, c, key, value, opts)
-}
-
-// Delete is Node.Delete through the client's member.
-func (c *Client) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
-	return deleteKey(ctx, c, key, opts)
-}
-
-// Txn is Node.Txn through the client's member.
-func (c *Client) Txn(ctx context.Context) *Txn { return newTxn(ctx, c) }
-
-// Watch is Node.Watch through the client: watches of one prefix (or of
-// prefixes under it) share one upstream watch, and a watch carries on,
-// gap-free, when the client moves to another member.
-func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) *Watcher {
-	return startWatch(ctx, c, prefix, opts)
-}
-
-// ListWatch is Node.ListWatch through the client.
-func (c *Client) ListWatch(ctx context.Context, prefix string, onList func(kvs []KV, rev int64) error,
-	onEvent func(Event) error, opts ...WatchOption) error {
-	return listWatch(ctx, c, prefix, onList, onEvent, opts...)
-}
-
-// NewSession is Node.NewSession through the client: the session is kept
-// alive by the client's batched keep-alive, and survives the client's
-// move to another member within its TTL.
-func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
-	o := sessionOptions{ttl: DefaultSessionTTL}
-	for _, f := range opts {
-		f(&o)
-	}
-	return newSession(ctx, c, o)
-}
-
-// Acquire is Node.Acquire through the client.
-func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	return acquireLease(ctx, c, name, ttl)
-}
-
-// CheckToken is Node.CheckToken through the client.
-func (c *Client) CheckToken(ctx context.Context, name string, t Token) error {
-	return checkToken(ctx, c, name, t)
-}
-
-// MinSessionTTL is the cell's minimum session TTL, as the member said.
-func (c *Client) MinSessionTTL() time.Duration { return minSessionTTL(c) }
-
-// --- *Client as a backend ---
-
-func (c *Client) cellBackend() backend { return c }
-
-func (c *Client) keeper() keeper { return c.ka }
-
-func (c *Client) queueProbes() *probeRegistry { return &c.probes }
-
 func (c *Client) electionTimeout() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -493,11 +418,11 @@ func (c *Client) electionTimeout() time.Duration {
 // be sent. The member checks every request against its own limits (it
 // trusts no client to) and answers the same sentinels a *Node returns,
 // so a bad key or value fails the same way on both, one round trip later.
-func (c *Client) limits() limits {
+func (c *Client) inputLimits() spi.Limits {
 	c.mu.Lock()
 	frame := int(c.welcome.MaxFrame)
 	c.mu.Unlock()
-	return limits{maxKey: frame, maxValue: frame, maxTxnOps: 1 << 16}
+	return spi.Limits{MaxKey: frame, MaxValue: frame, MaxTxnOps: 1 << 16}
 }
 
 func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
@@ -524,7 +449,7 @@ func (c *Client) propose(ctx context.Context, cmd *command.Command) (command.Res
 	if err != nil {
 		return command.Result{}, err
 	}
-	if err := resultErr(res); err != nil {
+	if err := spi.ResultErr(cmd, res); err != nil {
 		return res, err
 	}
 	c.cache.wrote(cmd, res)
@@ -592,26 +517,6 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 			return command.Result{}, gaveUp(err)
 		}
 	}
-}
-
-// resultErr maps the state machine's status, as Node.propose does.
-func resultErr(res command.Result) error {
-	switch res.Status {
-	case command.StatusOK:
-		return nil
-	case command.StatusQuotaExceeded:
-		return ErrQuotaExceeded
-	case command.StatusNoSession:
-		return ErrSessionExpired
-	case command.StatusTooManySessions:
-		return ErrTooManySessions
-	case command.StatusForbidden:
-		return ErrForbidden
-	case command.StatusReadTooLarge:
-		return fmt.Errorf("%w: the transaction's gets would read more than the member's Config.MaxReadBytes; "+
-			"nothing changed: read less in one transaction", ErrReadTooLarge)
-	}
-	return fmt.Errorf("%w: the cell refused the command (status %d)", ErrInternal, res.Status)
 }
 
 // settle makes the client's sessions current before a waiter decides

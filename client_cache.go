@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // A client's cache (ClientConfig.Cache) keeps every key under a prefix in
@@ -68,10 +69,10 @@ type prefixCache struct {
 	live    bool // holds a listing and every change since; else reads go to the member
 	err     error
 	rev     int64 // every change up to rev is applied
-	kvs     map[string]KV
+	kvs     map[string]command.KV
 	keys    []string // the keys of kvs, sorted
 	size    int64
-	pending []Event       // the events of a revision not yet complete
+	pending []spi.Event   // the events of a revision not yet complete
 	moved   chan struct{} // closed, and replaced, when rev moves
 }
 
@@ -129,10 +130,10 @@ func (cc *clientCache) covering(prefix string) *prefixCache {
 
 // get answers a serializable Get from the cache; hit is false when the
 // member must answer.
-func (cc *clientCache) get(ctx context.Context, key string) (kv KV, ok, hit bool) {
+func (cc *clientCache) get(ctx context.Context, key string) (kv command.KV, ok, hit bool) {
 	p := cc.covering(key)
 	if p == nil {
-		return KV{}, false, false
+		return command.KV{}, false, false
 	}
 	hit = p.answer(ctx, func() {
 		kv, ok = p.kvs[key]
@@ -144,19 +145,19 @@ func (cc *clientCache) get(ctx context.Context, key string) (kv KV, ok, hit bool
 // list answers a serializable List (the page o asks for) from the cache,
 // with the revision the cache is current to; hit is false when the
 // member must answer.
-func (cc *clientCache) list(ctx context.Context, prefix string, o readOptions) (kvs []KV, rev int64, hit bool) {
+func (cc *clientCache) list(ctx context.Context, prefix string, o readOptions) (kvs []command.KV, rev int64, hit bool) {
 	p := cc.covering(prefix)
 	if p == nil {
 		return nil, 0, false
 	}
 	start := prefix
-	if o.after >= prefix {
-		start = o.after + "\x00" // the least key after o.after
+	if o.After >= prefix {
+		start = o.After + "\x00" // the least key after o.After
 	}
 	hit = p.answer(ctx, func() {
 		i, _ := slices.BinarySearch(p.keys, start)
-		kvs = []KV{}
-		for ; i < len(p.keys) && strings.HasPrefix(p.keys[i], prefix) && (o.limit == 0 || len(kvs) < o.limit); i++ {
+		kvs = []command.KV{}
+		for ; i < len(p.keys) && strings.HasPrefix(p.keys[i], prefix) && (o.Limit == 0 || len(kvs) < o.Limit); i++ {
 			kvs = append(kvs, cloneKV(p.kvs[p.keys[i]]))
 		}
 		rev = p.rev
@@ -184,7 +185,7 @@ func (p *prefixCache) answer(ctx context.Context, read func()) bool {
 
 // cloneKV gives the caller its own value bytes, as a member's read does:
 // the cache's must not change under its other readers.
-func cloneKV(kv KV) KV {
+func cloneKV(kv command.KV) command.KV {
 	if kv.Value != nil {
 		kv.Value = bytes.Clone(kv.Value)
 	}
@@ -301,7 +302,9 @@ func (p *prefixCache) feed() {
 	et := c.electionTimeout()
 	wait := et
 	for {
-		err := listWatch(c.life, c, p.prefix, p.onList, p.onEvent, WithProgressNotify(et/2))
+		o := spi.DefaultWatch()
+		o.Progress = et / 2
+		err := spi.ListWatch(c.life, clientBackend{c}, p.prefix, p.onList, p.onEvent, o)
 		if c.life.Err() != nil {
 			p.stop(ErrClosed)
 			return
@@ -339,8 +342,8 @@ func (p *prefixCache) advance() {
 }
 
 // onList replaces what p holds with a listing at rev.
-func (p *prefixCache) onList(kvs []KV, rev int64) error {
-	m := make(map[string]KV, len(kvs))
+func (p *prefixCache) onList(kvs []command.KV, rev int64) error {
+	m := make(map[string]command.KV, len(kvs))
 	keys := make([]string, 0, len(kvs))
 	var size int64
 	for _, kv := range kvs {
@@ -368,17 +371,17 @@ func (p *prefixCache) onList(kvs []KV, rev int64) error {
 }
 
 // onEvent applies a revision's events together, at its last one.
-func (p *prefixCache) onEvent(ev Event) error {
+func (p *prefixCache) onEvent(ev spi.Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ev.Type == EventProgress {
+	if ev.Type == spi.EventProgress {
 		if len(p.pending) == 0 && ev.Rev > p.rev {
 			p.rev = ev.Rev
 			p.advance()
 		}
 		return nil
 	}
-	if ev.Type == EventPut {
+	if ev.Type == spi.EventPut {
 		ev.KV.Value = bytes.Clone(ev.KV.Value) // the watch's bytes are shared with other watchers
 	}
 	p.pending = append(p.pending, ev)
@@ -400,13 +403,13 @@ func (p *prefixCache) onEvent(ev Event) error {
 }
 
 // apply applies one change; p.mu is held.
-func (p *prefixCache) apply(e Event) {
+func (p *prefixCache) apply(e spi.Event) {
 	key := e.KV.Key
 	old, had := p.kvs[key]
 	if had {
 		p.size -= entrySize(old)
 	}
-	if e.Type == EventDelete {
+	if e.Type == spi.EventDelete {
 		if had {
 			delete(p.kvs, key)
 			if i, found := slices.BinarySearch(p.keys, key); found {
@@ -423,7 +426,7 @@ func (p *prefixCache) apply(e Event) {
 	p.size += entrySize(e.KV)
 }
 
-func entrySize(kv KV) int64 {
+func entrySize(kv command.KV) int64 {
 	return int64(len(kv.Key) + len(kv.Value) + cacheEntryOverhead)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/sessions"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // clientKeeper keeps a client's sessions alive: one KeepAlive message
@@ -33,7 +34,7 @@ type clientKeeper struct {
 	ids   atomic.Int64
 
 	mu    sync.Mutex
-	local map[SessionID]*Session
+	local map[SessionID]*spi.Session
 	// fresh asks for a keep-alive of every session at the next tick (the
 	// client moved to another member).
 	fresh bool
@@ -59,7 +60,7 @@ type clientKeeper struct {
 }
 
 func newClientKeeper(c *Client) *clientKeeper {
-	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[SessionID]*Session),
+	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[SessionID]*spi.Session),
 		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{}),
 		urgent: make(map[SessionID]struct{}), added: make(map[SessionID]struct{})}
 }
@@ -74,23 +75,26 @@ func (k *clientKeeper) nudge() {
 // margin is the member's margin (see sessionEngine.margin): the client's
 // send time precedes the leader's receipt, so the same bound holds one
 // hop further out.
-func (k *clientKeeper) margin(ttl time.Duration) time.Duration {
+func (k *clientKeeper) Margin(ttl time.Duration) time.Duration {
 	return holderMargin(k.c.electionTimeout(), ttl)
 }
 
-func (k *clientKeeper) add(s *Session) {
+// Add starts keeping s alive.
+func (k *clientKeeper) Add(s *spi.Session) {
+	id := SessionID(s.ID())
 	k.mu.Lock()
-	k.local[s.id] = s
-	if !s.manual {
-		k.added[s.id] = struct{}{}
+	k.local[id] = s
+	if !s.Manual() {
+		k.added[id] = struct{}{}
 	}
-	k.maxTTL = max(k.maxTTL, s.ttl)
+	k.maxTTL = max(k.maxTTL, s.TTL())
 	k.mu.Unlock()
 }
 
-func (k *clientKeeper) remove(id SessionID) {
+// Remove stops keeping session id alive.
+func (k *clientKeeper) Remove(id int64) {
 	k.mu.Lock()
-	delete(k.local, id)
+	delete(k.local, SessionID(id))
 	k.mu.Unlock()
 }
 
@@ -154,7 +158,7 @@ func (k *clientKeeper) endangered(now time.Time) bool {
 	k.mu.Unlock()
 	lead := moveLead(et)
 	for _, s := range local {
-		if s.manual || s.Err() != nil {
+		if s.Manual() || s.Err() != nil {
 			continue
 		}
 		if s.Until().Sub(now) < lead {
@@ -202,11 +206,11 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range k.local {
 		_, urgent := k.urgent[id]
-		if s.manual && !urgent {
+		if s.Manual() && !urgent {
 			continue
 		}
 		all = append(all, id)
-		interval = min(interval, s.ttl/sessions.KeepAliveDivisor)
+		interval = min(interval, s.TTL()/sessions.KeepAliveDivisor)
 		if _, added := k.added[id]; urgent || added {
 			some = append(some, id)
 		}
@@ -286,9 +290,7 @@ func (k *clientKeeper) send(now time.Time, ids []SessionID) (uint64, bool) {
 	}
 	for _, id := range ids {
 		if s, ok := k.local[id]; ok {
-			s.mu.Lock()
-			s.lastSent = now
-			s.mu.Unlock()
+			s.MarkSent(now)
 		}
 	}
 	if k.oldest.IsZero() {
@@ -321,7 +323,7 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 			k.ackAt = time.Now()
 		}
 	}
-	var alive, gone []*Session
+	var alive, gone []*spi.Session
 	if ok {
 		for _, id := range a.Confirmed {
 			if s, ok := k.local[SessionID(id)]; ok {
@@ -343,11 +345,11 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 	}
 	k.mu.Unlock()
 	for _, s := range alive {
-		s.confirmed(b.at)
+		s.Confirmed(b.at)
 	}
 	for _, s := range gone {
-		if s.end(ErrSessionExpired) == ErrSessionExpired {
-			k.c.log.Info("session ended by the cell", "session", int64(s.id), "ttl", s.ttl)
+		if s.End(ErrSessionExpired) == ErrSessionExpired {
+			k.c.log.Info("session ended by the cell", "session", s.ID(), "ttl", s.TTL())
 		}
 	}
 	for _, ch := range wake {
@@ -363,10 +365,10 @@ func (k *clientKeeper) checkLocal(now time.Time) {
 	local := slices.Collect(mapValues(k.local))
 	k.mu.Unlock()
 	for _, s := range local {
-		if s.check(now) {
-			k.c.log.Info("session expired here: no keep-alive confirmed in time", "session", int64(s.id), "ttl", s.ttl)
-			k.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
-				Session: &command.Session{ID: int64(s.id)}})
+		if s.Check(now) {
+			k.c.log.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(), "ttl", s.TTL())
+			k.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
+				Session: &command.Session{ID: s.ID()}})
 		}
 	}
 }
@@ -376,13 +378,13 @@ func (k *clientKeeper) checkLocal(now time.Time) {
 // to another member). Renewals share that one message, as on a member: a
 // message per renewal would flood the member when many sessions renew
 // at once (a burst of slow creations).
-func (k *clientKeeper) renew(ctx context.Context, s *Session) (time.Time, error) {
+func (k *clientKeeper) Renew(ctx context.Context, s *spi.Session) (time.Time, error) {
 	t := time.NewTicker(k.c.electionTimeout() / 2)
 	defer t.Stop()
 	for {
-		acked := s.ackChan()
+		acked := s.AckChan()
 		k.mu.Lock()
-		k.urgent[s.id] = struct{}{}
+		k.urgent[SessionID(s.ID())] = struct{}{}
 		k.mu.Unlock()
 		select {
 		case <-acked:
@@ -431,9 +433,9 @@ func (k *clientKeeper) sync(ctx context.Context) {
 	}
 }
 
-// proposeAsync proposes cmd without waiting, bounded by two election
+// ProposeAsync proposes cmd without waiting, bounded by two election
 // timeouts; if it is lost the session expires in the cell anyway.
-func (k *clientKeeper) proposeAsync(cmd *command.Command) {
+func (k *clientKeeper) ProposeAsync(cmd *command.Command) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -455,22 +457,22 @@ func (k *clientKeeper) close() {
 	k.mu.Unlock()
 	k.pendingW.Wait()
 	for _, s := range local {
-		s.end(ErrClosed)
+		s.End(ErrClosed)
 	}
 }
 
-// adopt starts keeping s alive, unless this client keeps a session of
+// Adopt starts keeping s alive, unless this client keeps a session of
 // its ID already; it reports whether it did.
-func (k *clientKeeper) adopt(s *Session) bool {
+func (k *clientKeeper) Adopt(s *spi.Session) bool {
 	k.mu.Lock()
-	if _, ok := k.local[s.id]; ok {
+	if _, ok := k.local[SessionID(s.ID())]; ok {
 		k.mu.Unlock()
 		return false
 	}
 	k.mu.Unlock()
 	// As on a member: a concurrent adopt of the same ID slipping in here
 	// keeps one session alive twice, harmless for the cell.
-	k.add(s)
+	k.Add(s)
 	return true
 }
 

@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"context"
 	"sync"
 
 	"github.com/coordcell/coord/internal/command"
@@ -55,13 +54,4 @@ func (p *clientProposer) pin(seq uint64) {
 	p.mu.Lock()
 	p.seqs.Pin(seq)
 	p.mu.Unlock()
-}
-
-// Outcome settles what became of the write id names (from an
-// *AmbiguousError of this client, or of another client of the same
-// identity): whether it applied and with what result, or, if it has not
-// applied by the time this request reaches the log, that it never will.
-// As Node.Outcome, it is itself a write and safe to repeat.
-func (c *Client) Outcome(ctx context.Context, id WriteID) (Outcome, error) {
-	return settleOutcome(ctx, c, id)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // A client's reads: a key, a page of a prefix, a transaction without
@@ -26,7 +27,7 @@ func (c *Client) proposeRead(ctx context.Context, data []byte) (command.Result, 
 	if err != nil {
 		return command.Result{}, err
 	}
-	if err := resultErr(res.Result); err != nil {
+	if err := spi.ResultErr(&command.Command{}, res.Result); err != nil {
 		return res.Result, err
 	}
 	return res.Result, nil
@@ -75,38 +76,34 @@ func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn
 	}
 }
 
-func (c *Client) get(ctx context.Context, key string, o readOptions) (KV, bool, error) {
-	if o.serializable {
+func (c *Client) get(ctx context.Context, key string, o readOptions) (command.KV, bool, error) {
+	if o.Serializable {
 		if kv, ok, hit := c.cache.get(ctx, key); hit {
 			return kv, ok, nil
 		}
 	}
-	res, err := c.read(ctx, &clientwire.Read{Key: key, Serializable: o.serializable})
+	res, err := c.read(ctx, &clientwire.Read{Key: key, Serializable: o.Serializable})
 	if err != nil {
-		return KV{}, false, err
+		return command.KV{}, false, err
 	}
 	for _, kv := range res.KVs {
 		if kv.Key == key {
-			return fromCmdKV(kv), true, nil
+			return kv, true, nil
 		}
 	}
-	return KV{}, false, nil
+	return command.KV{}, false, nil
 }
 
-func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]KV, int64, error) {
-	if o.serializable {
+func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]command.KV, int64, error) {
+	if o.Serializable {
 		if kvs, rev, hit := c.cache.list(ctx, prefix, o); hit {
 			return kvs, rev, nil
 		}
 	}
-	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.serializable,
-		After: o.after, Limit: uint32(o.limit)})
+	res, err := c.read(ctx, &clientwire.Read{Key: prefix, Prefix: true, Serializable: o.Serializable,
+		After: o.After, Limit: uint32(o.Limit)})
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]KV, len(res.KVs))
-	for i, kv := range res.KVs {
-		out[i] = fromCmdKV(kv)
-	}
-	return out, res.Rev, nil
+	return res.KVs, res.Rev, nil
 }

@@ -406,7 +406,7 @@ func (h *clientHandler) Welcome(identity string, hello *clientwire.Hello) (*clie
 		Member:          n.cfg.Name,
 		CellID:          n.raft.CellID(),
 		ElectionTimeout: n.electionTimeout(),
-		MinSessionTTL:   n.MinSessionTTL(),
+		MinSessionTTL:   n.minSessionTTL(),
 	}, nil
 }
 
@@ -424,11 +424,11 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 		// entry that is sure to be refused.
 		c.Session.Owner, c.Session.MaxSessions = h.owner, int64(n.cfg.ClientMaxSessions)
 		if held := n.sm.OwnerSessions(h.owner); held >= c.Session.MaxSessions {
-			n.sessionStats.refusedLimit.Add(1)
+			n.sessionStats.RefusedLimit.Add(1)
 			return nil, fmt.Errorf("%w: client %q holds %d sessions, the limit", ErrTooManySessions, h.identity, held)
 		}
 	case command.KindTxn:
-		if err := n.limits().checkTxn(c.Txn); err != nil {
+		if err := n.inputLimits().CheckTxn(c.Txn); err != nil {
 			return nil, err
 		}
 		for _, ops := range [][]command.Op{c.Txn.Then, c.Txn.Else} {
@@ -541,9 +541,9 @@ func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned ma
 // page of a prefix bounded by maxRead.
 func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) (*clientwire.ReadResult, error) {
 	n := h.n
-	o := readOptions{serializable: r.Serializable, limit: int(r.Limit), after: r.After}
+	o := readOptions{Serializable: r.Serializable, Limit: int(r.Limit), After: r.After}
 	if r.Prefix {
-		if err := n.limits().checkList(r.Key, o); err != nil {
+		if err := n.inputLimits().CheckList(r.Key, o); err != nil {
 			return nil, err
 		}
 		kvs, rev, err := n.listPage(ctx, r.Key, o, h.maxRead(&command.Command{}))
@@ -552,10 +552,10 @@ func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) 
 		}
 		return &clientwire.ReadResult{KVs: kvs, Rev: rev}, nil
 	}
-	if err := n.limits().checkKey(r.Key); err != nil {
+	if err := n.inputLimits().CheckKey(r.Key); err != nil {
 		return nil, err
 	}
-	if o.paged() {
+	if o.Paged() {
 		return nil, fmt.Errorf("%w: Limit and After page a prefix read", ErrInvalidArgument)
 	}
 	if err := n.readBarrier(ctx, o); err != nil {

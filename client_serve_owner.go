@@ -2,72 +2,22 @@ package coord
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // A grant is per prefix, and every client that may take locks holds the
 // same one (locks/): on its own it would let any of them delete another
 // holder's key and take the lock. So a client writes the recipes' keys
 // of its own sessions only. Each queue entry names its session (see
-// queue.newKey), which lets the member refuse, before proposing, a write
+// lockq.EntryKey), which lets the member refuse, before proposing, a write
 // of an entry that names another client's session, with a message that
 // says why; and every client's writing transaction carries the client as
 // its actor (command.Txn.Actor), so that the state machine applies the
 // same rule, for every ephemeral key, against the state the command
 // meets: that also covers a prefix delete, whose keys nobody can list in
 // advance. An admin grant lifts both.
-
-// queueEntrySession parses key as an entry of a lock's or an election's
-// queue (locks/{name}/{kind}{16 hex session}{16 hex sequence}, or
-// elections/{group}/{16 hex session}{16 hex sequence}) and returns the
-// session its name claims, and whether it is a lock-delay marker (which
-// the cell writes for an expired holder). ok is false for any other key.
-func queueEntrySession(key string) (session int64, marker, ok bool) {
-	const hexLen = 32
-	var base, rest string
-	switch {
-	case strings.HasPrefix(key, "locks/"):
-		base = "locks/"
-		if len(key) < len(base)+2+1+hexLen {
-			return 0, false, false
-		}
-		entry := key[len(key)-1-hexLen:]
-		switch entry[0] {
-		case kindMutex, kindWriter, kindReader, kindSlot:
-		case kindDelay:
-			marker = true
-		default:
-			return 0, false, false
-		}
-		rest, key = entry[1:], key[:len(key)-1-hexLen]
-	case strings.HasPrefix(key, "elections/"):
-		base = "elections/"
-		if len(key) < len(base)+2+hexLen {
-			return 0, false, false
-		}
-		rest, key = key[len(key)-hexLen:], key[:len(key)-hexLen]
-	default:
-		return 0, false, false
-	}
-	// What is left is the queue's prefix: base, a name of one byte or
-	// more, then "/".
-	if len(key) < len(base)+2 || !strings.HasSuffix(key, "/") {
-		return 0, false, false
-	}
-	for _, c := range rest {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return 0, false, false
-		}
-	}
-	id, err := strconv.ParseUint(rest[:16], 16, 64)
-	if err != nil {
-		return 0, false, false
-	}
-	return int64(id), marker, true
-}
 
 // checkQueueEntries refuses, for a client without an admin grant, a
 // write of a queue entry that is not its own: a put of an entry with
@@ -86,10 +36,11 @@ func (h *clientHandler) checkQueueEntries(t *command.Txn) error {
 			if op.Type == command.OpGet || op.Prefix {
 				continue
 			}
-			session, marker, ok := queueEntrySession(op.Key)
+			e, ok := lockq.ParseKey(op.Key)
+			session := e.Session
 			switch {
 			case !ok:
-			case marker:
+			case e.Kind == lockq.KindDelay:
 				return fmt.Errorf("%w: %q is a lock-delay marker, which only the cell removes (an admin grant may)",
 					ErrForbidden, op.Key)
 			case op.Type == command.OpPut && op.Session != session:

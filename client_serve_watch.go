@@ -17,7 +17,7 @@ import (
 // one), so Watch(FromRev(r)) on a client sends r+1.
 func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.WatchStart, sink *clientwire.WatchSink) error {
 	n := h.n
-	if err := n.limits().checkPrefix(w.Prefix); err != nil {
+	if err := n.inputLimits().CheckPrefix(w.Prefix); err != nil {
 		return err
 	}
 	if n.closing.Err() != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/spi"
+	"github.com/coordcell/coord/internal/watch"
 )
 
 // A client's watches are merged: a watch whose prefix lies under an open
@@ -62,9 +64,10 @@ type upstream struct {
 
 // downstream is one Watcher served by an upstream.
 type downstream struct {
-	w      *Watcher
+	w      spi.Sink
 	up     *upstream
-	ctx    context.Context
+	ctx    context.Context // the watch's, ended by the client's Close too
+	cancel context.CancelFunc
 	prefix string
 	o      watchOptions
 	maxLag int64
@@ -88,25 +91,27 @@ type dsItem struct {
 	asked bool
 }
 
-// watch starts a watcher, on a shared upstream if one covers it.
-func (c *Client) watch(ctx context.Context, prefix string, o watchOptions) *Watcher {
+// watch starts a watcher feeding sink, on a shared upstream if one
+// covers it.
+func (c *Client) watch(ctx context.Context, prefix string, o watchOptions, sink spi.Sink) {
 	m := c.watches
-	if !o.fromSet {
-		if d := m.join(ctx, prefix, o); d != nil {
-			return d.w
+	if !o.FromSet {
+		if m.join(ctx, prefix, o, sink) {
+			return
 		}
 		// No upstream to share: start one at the member's current
 		// revision, read now, so nothing after this call is missed.
 		res, err := c.read(ctx, &clientwire.Read{Key: startKey(prefix), Serializable: true})
 		if err != nil {
-			return failedWatcher(err)
+			sink.End(err)
+			return
 		}
-		o.fromRev, o.fromSet = res.Rev, true
+		o.FromRev, o.FromSet = res.Rev, true
 	}
-	if d := m.join(ctx, prefix, o); d != nil {
-		return d.w
+	if m.join(ctx, prefix, o, sink) {
+		return
 	}
-	return m.start(ctx, prefix, o)
+	m.start(ctx, prefix, o, sink)
 }
 
 // startKey is a key read only for the revision it returns.
@@ -117,78 +122,78 @@ func startKey(prefix string) string {
 	return prefix
 }
 
-// join attaches a watcher to an open upstream that covers it, or returns
-// a nil downstream.
-func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions) *downstream {
+// join attaches a watcher to an open upstream that covers it, and
+// reports whether it did.
+func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions, sink spi.Sink) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil
+		return false
 	}
 	for _, up := range m.ups {
-		if !strings.HasPrefix(prefix, up.prefix) || (o.prevKV && !up.prevKV) {
+		if !strings.HasPrefix(prefix, up.prefix) || (o.PrevKV && !up.prevKV) {
 			continue
 		}
 		up.mu.Lock()
-		ok := !up.closed && (!o.fromSet || o.fromRev >= up.pos)
+		ok := !up.closed && (!o.FromSet || o.FromRev >= up.pos)
 		if ok {
 			from := up.pos
-			if o.fromSet {
-				from = o.fromRev
+			if o.FromSet {
+				from = o.FromRev
 			}
-			d := m.newDownstream(ctx, up, prefix, o, from)
+			d := m.newDownstream(ctx, up, prefix, o, from, sink)
 			up.downs[d] = struct{}{}
 			if up.established {
-				d.w.markReady()
+				d.w.MarkReady()
 			}
 			up.mu.Unlock()
 			m.runDownstream(up, d)
-			return d
+			return true
 		}
 		up.mu.Unlock()
 	}
-	return nil
+	return false
 }
 
-// start opens a new upstream from o.fromRev for one watcher.
-func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions) *Watcher {
+// start opens a new upstream from o.FromRev for one watcher.
+func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions, sink spi.Sink) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return failedWatcher(ErrClosed)
+		sink.End(ErrClosed)
+		return
 	}
-	up := &upstream{m: m, prefix: prefix, prevKV: o.prevKV, pos: o.fromRev, downs: map[*downstream]struct{}{},
+	up := &upstream{m: m, prefix: prefix, prevKV: o.PrevKV, pos: o.FromRev, downs: map[*downstream]struct{}{},
 		asking: map[*downstream]int64{}}
 	up.ctx, up.cancel = context.WithCancel(m.c.life)
-	d := m.newDownstream(ctx, up, prefix, o, o.fromRev)
+	d := m.newDownstream(ctx, up, prefix, o, o.FromRev, sink)
 	up.downs[d] = struct{}{}
 	m.ups = append(m.ups, up)
 	m.wg.Go(up.run)
 	m.runDownstream(up, d)
-	return d.w
 }
 
-func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o watchOptions, from int64) *downstream {
+func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o watchOptions, from int64, sink spi.Sink) *downstream {
 	maxLag := int64(clientMaxLag)
-	if o.maxLagSet && o.maxLag > 0 {
-		maxLag = min(o.maxLag, clientMaxLag)
+	if o.MaxLagSet && o.MaxLag > 0 {
+		maxLag = min(o.MaxLag, clientMaxLag)
 	}
 	dctx, cancel := context.WithCancel(ctx)
-	w := &Watcher{events: make(chan Event, o.channelSize), cancel: cancel, progress: make(chan struct{}, 1)}
-	w.lastRev.Store(from)
-	return &downstream{w: w, up: up, ctx: dctx, prefix: prefix, o: o, maxLag: maxLag, from: from,
+	sink.SetLastRev(from)
+	return &downstream{w: sink, up: up, ctx: dctx, cancel: cancel, prefix: prefix, o: o, maxLag: maxLag, from: from,
 		wake: make(chan struct{}, 1), kill: make(chan struct{})}
 }
 
 func (m *watchMerger) runDownstream(up *upstream, d *downstream) {
 	m.wg.Go(func() {
+		// The watch ends with the client, as a member's does when it
+		// closes.
+		stop := context.AfterFunc(m.c.life, d.cancel)
 		err := d.run(m.c)
+		stop()
+		d.cancel()
 		m.detach(up, d)
-		d.w.mu.Lock()
-		d.w.err = err
-		d.w.mu.Unlock()
-		d.w.markReady()
-		close(d.w.events)
+		d.w.End(err)
 	})
 }
 
@@ -277,7 +282,7 @@ func (up *upstream) run() {
 		up.mu.Lock()
 		up.established = true
 		for d := range up.downs {
-			d.w.markReady()
+			d.w.MarkReady()
 		}
 		up.mu.Unlock()
 		stop := context.AfterFunc(up.ctx, cw.Cancel)
@@ -311,7 +316,7 @@ func (up *upstream) run() {
 			}
 			continue
 		case clientwire.CodeCompacted:
-			up.end(&CompactedError{Oldest: end.CompactRev})
+			up.end(&watch.CompactedError{Oldest: end.CompactRev})
 			return
 		default:
 			up.end(errFromCode(end.Code, end.Message))
@@ -409,7 +414,7 @@ func (d *downstream) push(it dsItem, head int64) {
 	}
 	if int64(len(d.queue)) > d.maxLag {
 		d.dead = true
-		d.err = &SlowWatcherError{LastRev: d.w.lastRev.Load(), Lag: head - d.w.lastRev.Load()}
+		d.err = &watch.SlowError{LastRev: d.w.LastRev(), Lag: head - d.w.LastRev()}
 		d.queue = nil
 		close(d.kill)
 		return
@@ -454,8 +459,8 @@ func (d *downstream) pop() (dsItem, bool, error) {
 func (d *downstream) run(c *Client) error {
 	var quiet <-chan time.Time
 	var timer *time.Timer
-	if d.o.progress > 0 {
-		timer = time.NewTimer(d.o.progress)
+	if d.o.Progress > 0 {
+		timer = time.NewTimer(d.o.Progress)
 		defer timer.Stop()
 		quiet = timer.C
 	}
@@ -470,11 +475,11 @@ func (d *downstream) run(c *Client) error {
 		}
 		if ok {
 			if it.progress {
-				rev := max(it.rev, d.w.lastRev.Load())
-				d.w.lastRev.Store(rev)
+				rev := max(it.rev, d.w.LastRev())
+				d.w.SetLastRev(rev)
 				if it.asked {
 					asking = false
-					if err := d.send(c, Event{Type: EventProgress, Rev: rev, EndOfRev: true}); err != nil {
+					if err := d.send(c, spi.Event{Type: spi.EventProgress, Rev: rev, EndOfRev: true}); err != nil {
 						return err
 					}
 				}
@@ -484,27 +489,27 @@ func (d *downstream) run(c *Client) error {
 				return err
 			}
 			if timer != nil {
-				timer.Reset(d.o.progress)
+				timer.Reset(d.o.Progress)
 			}
 			continue
 		}
 		if wantProgress {
 			wantProgress = false
-			if err := d.send(c, Event{Type: EventProgress, Rev: d.w.lastRev.Load(), EndOfRev: true}); err != nil {
+			if err := d.send(c, spi.Event{Type: spi.EventProgress, Rev: d.w.LastRev(), EndOfRev: true}); err != nil {
 				return err
 			}
 			continue
 		}
 		select {
 		case <-d.wake:
-		case <-d.w.progress:
+		case <-d.w.ProgressRequests():
 			if !asking {
 				asking = true
 				c.watches.wg.Go(func() { d.up.askProgress(d) })
 			}
 		case <-quiet:
 			wantProgress = true
-			timer.Reset(d.o.progress)
+			timer.Reset(d.o.Progress)
 		case <-d.ctx.Done():
 			return c.closedOr(d.ctx, d.ctx.Err())
 		case <-c.life.Done():
@@ -515,23 +520,22 @@ func (d *downstream) run(c *Client) error {
 
 // deliver sends one revision's events that the watcher wants.
 func (d *downstream) deliver(c *Client, it dsItem) error {
-	var out []Event
+	var out []spi.Event
 	for i := range it.events {
 		e := &it.events[i]
 		if !strings.HasPrefix(e.KV.Key, d.prefix) {
 			continue
 		}
-		t := EventPut
+		t := spi.EventPut
 		if e.Type == clientwire.EventDelete {
-			t = EventDelete
+			t = spi.EventDelete
 		}
-		if (t == EventPut && !d.o.puts) || (t == EventDelete && !d.o.dels) {
+		if !d.o.Wants(t) {
 			continue
 		}
-		ev := Event{Type: t, KV: fromCmdKV(e.KV), Rev: it.rev}
-		if d.o.prevKV && e.PrevKV != nil {
-			p := fromCmdKV(*e.PrevKV)
-			ev.PrevKV = &p
+		ev := spi.Event{Type: t, KV: e.KV, Rev: it.rev}
+		if d.o.PrevKV {
+			ev.Prev = e.PrevKV
 		}
 		out = append(out, ev)
 	}
@@ -541,23 +545,21 @@ func (d *downstream) deliver(c *Client, it dsItem) error {
 			return err
 		}
 	}
-	d.w.lastRev.Store(it.rev)
+	d.w.SetLastRev(it.rev)
 	return nil
 }
 
-func (d *downstream) send(c *Client, ev Event) error {
-	select {
-	case d.w.events <- ev:
-		return nil
-	case <-d.kill:
+func (d *downstream) send(c *Client, ev spi.Event) error {
+	sent, err := d.w.Send(d.ctx, ev, nil, d.kill)
+	switch {
+	case err != nil:
+		return c.closedOr(d.ctx, err)
+	case !sent: // killed: too slow
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return d.err
-	case <-d.ctx.Done():
-		return c.closedOr(d.ctx, d.ctx.Err())
-	case <-c.life.Done():
-		return ErrClosed
 	}
+	return nil
 }
 
 // closedOr is ErrClosed once the client is closed, else err.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/internal/watch"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
@@ -20,6 +21,8 @@ import (
 // Node is one member of a cell, running inside this process. All its
 // methods are safe for concurrent use by multiple goroutines.
 type Node struct {
+	// cellOps is the Cell API, over this member as its backend.
+	*cellOps
 	cfg   Config
 	store *storage.Store
 	sm    *storage.StateMachine
@@ -36,7 +39,7 @@ type Node struct {
 	// Config.Gossip.
 	gossip *gossiper
 	// probes counts queue waits; only the package's tests register in it.
-	probes probeRegistry
+	probes spi.Probes
 	// clients serves processes that are not members (ServeClients);
 	// clientLn is Config.ClientAddr's listener, nil without one.
 	clients  *clientServer
@@ -50,7 +53,7 @@ type Node struct {
 	// (before Open returns, so Close reads it without a lock).
 	metricsOn bool
 	// sessionStats counts this member's sessions' events for metrics.
-	sessionStats sessionCounters
+	sessionStats spi.SessionStats
 
 	// closing is cancelled when the node closes, ending its watches.
 	closing     context.Context
@@ -105,6 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, store: store, sm: store.StateMachine(), tr: cfg.Transport, gossip: gs}
+	n.cellOps = &cellOps{b: memberBackend{n}, self: n, node: n}
 	n.closing, n.cancelClose = context.WithCancel(context.Background())
 	n.hurry, n.hurryNow = context.WithCancel(context.Background())
 	if n.tr == nil {
@@ -383,34 +387,11 @@ func (n *Node) proposeWithin(ctx context.Context, cmd *command.Command, maxRead 
 		cmd.Session.Charged = true
 	}
 	res, err := n.raft.Propose(ctx, cmd)
-	n.sessionStats.countProposed(cmd, res, err)
+	countProposed(&n.sessionStats, cmd, res, err)
 	if err != nil {
 		return res, ambiguous(err)
 	}
-	switch res.Status {
-	case command.StatusOK:
-		if res.Repeat && res.Trimmed {
-			return res, fmt.Errorf("%w: the write applied at revision %d, but its reads were not kept for a repeat", ErrRetired, res.Rev)
-		}
-		return res, nil
-	case command.StatusQuotaExceeded:
-		return res, ErrQuotaExceeded
-	case command.StatusNoSession:
-		return res, ErrSessionExpired
-	case command.StatusRetired:
-		return res, fmt.Errorf("%w: the write was sent again after the cell retired its record; it did not apply now", ErrRetired)
-	case command.StatusNotApplied:
-		return res, nil // a resolve's answer; Outcome reads it
-	case command.StatusTooManySessions:
-		return res, fmt.Errorf("%w: the identity holds %d sessions, the limit", ErrTooManySessions, cmd.Session.MaxSessions)
-	case command.StatusForbidden:
-		return res, fmt.Errorf("%w: the write would delete or overwrite another session's key, or write for one", ErrForbidden)
-	case command.StatusReadTooLarge:
-		return res, fmt.Errorf("%w: the transaction's gets would read more than %d bytes (keys and values, %d more per key); "+
-			"nothing changed: read less in one transaction", ErrReadTooLarge, cmd.Txn.ReadLimit, command.ReadCostOverhead)
-	default:
-		return res, fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
-	}
+	return res, spi.ResultErr(cmd, res)
 }
 
 // readTxn serves a transaction without writes as a read: a read index
@@ -486,7 +467,7 @@ func (n *Node) readBarrier(ctx context.Context, o readOptions) error {
 	if n.closing.Err() != nil {
 		return n.closedErr()
 	}
-	if o.serializable {
+	if o.Serializable {
 		return nil
 	}
 	return n.raft.ReadBarrier(ctx)

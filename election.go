@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-)
 
-// electionPrefix is the queue of group: elections/{group}/.
-func electionPrefix(group string) string { return "elections/" + group + "/" }
+	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
+)
 
 // Election is a session's candidacy in a leader election. The leader is
 // the candidate that has waited longest (the lowest create revision among
@@ -47,7 +47,7 @@ type Leader struct {
 // campaigning. The group's candidates are the keys under
 // elections/{group}/; an empty group is refused by Campaign.
 func NewElection(s *Session, group string) *Election {
-	q := newQueue(s, electionPrefix(group), false)
+	q := newQueue(s, lockq.ElectionPrefix(group), false)
 	q.err = checkGroup(group)
 	return &Election{q: q, group: group}
 }
@@ -58,7 +58,7 @@ func NewElection(s *Session, group string) *Election {
 // candidate whose session ends returns at once, and one whose ctx ends
 // withdraws.
 func (e *Election) Campaign(ctx context.Context, value string) (Token, error) {
-	return e.q.acquire(ctx, kindLeader, []byte(value), false)
+	return e.q.acquire(ctx, lockq.KindLeader, []byte(value), false)
 }
 
 // TryCampaign leads with value if the group has no other candidate, and
@@ -66,7 +66,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (Token, error) {
 // with a nil error. It also returns false while this Election already
 // campaigns or leads. This is elect(group) -> {isLeader, token}.
 func (e *Election) TryCampaign(ctx context.Context, value string) (bool, Token, error) {
-	t, err := e.q.acquire(ctx, kindLeader, []byte(value), true)
+	t, err := e.q.acquire(ctx, lockq.KindLeader, []byte(value), true)
 	if errors.Is(err, ErrLocked) {
 		return false, 0, nil
 	}
@@ -83,7 +83,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (bool, Token, 
 // goes on in the background. It returns an error wrapping ErrNotLeader if
 // this Election did not lead, or had already lost the leadership.
 func (e *Election) Resign(ctx context.Context) error {
-	return e.q.release(ctx, kindLeader, ErrNotLeader)
+	return e.q.release(ctx, lockq.KindLeader, ErrNotLeader)
 }
 
 // Proclaim changes the leader's value without giving up the leadership.
@@ -144,14 +144,14 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // the group has no leader it returns a Leader with Vacant set and an
 // error wrapping ErrNoLeader; an empty group gives ErrInvalidKey.
 func ElectionLeader(ctx context.Context, c Cell, group string) (Leader, error) {
-	return groupLeader(ctx, c.cellBackend(), group)
+	return groupLeader(ctx, c.cell(), group)
 }
 
-func groupLeader(ctx context.Context, b backend, group string) (Leader, error) {
+func groupLeader(ctx context.Context, b *cellOps, group string) (Leader, error) {
 	if err := checkGroup(group); err != nil {
 		return Leader{}, err
 	}
-	prefix := electionPrefix(group)
+	prefix := lockq.ElectionPrefix(group)
 	kvs, _, err := listPrefix(ctx, b, prefix, nil)
 	if err != nil {
 		return Leader{}, err
@@ -170,11 +170,11 @@ func checkGroup(group string) error {
 	return nil
 }
 
-func leaderOf(q []entry) Leader {
+func leaderOf(q []lockq.Waiter[KV]) Leader {
 	if len(q) == 0 {
 		return Leader{Vacant: true}
 	}
-	kv := q[0].kv
+	kv := q[0].Item
 	return Leader{Value: string(kv.Value), Token: Token(kv.CreateRev), Session: kv.Session, Key: kv.Key}
 }
 
@@ -205,10 +205,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 // entry, so a process that only follows the leader needs no Session. An
 // empty group gives a channel closed at once.
 func ObserveElection(ctx context.Context, c Cell, group string) <-chan Leader {
-	return observeGroup(ctx, c.cellBackend(), group)
+	return observeGroup(ctx, c.cell(), group)
 }
 
-func observeGroup(ctx context.Context, b backend, group string) <-chan Leader {
+func observeGroup(ctx context.Context, b *cellOps, group string) <-chan Leader {
 	ch := make(chan Leader)
 	go observe(ctx, b, group, ch)
 	return ch
@@ -216,12 +216,12 @@ func observeGroup(ctx context.Context, b backend, group string) <-chan Leader {
 
 // observe is ListWatch of the group, with the state at the end of each
 // revision sent on ch.
-func observe(ctx context.Context, b backend, group string, ch chan<- Leader) {
+func observe(ctx context.Context, b *cellOps, group string, ch chan<- Leader) {
 	defer close(ch)
 	if checkGroup(group) != nil {
 		return
 	}
-	prefix := electionPrefix(group)
+	prefix := lockq.ElectionPrefix(group)
 	var (
 		last  Leader
 		sent  bool
@@ -245,7 +245,7 @@ func observe(ctx context.Context, b backend, group string, ch chan<- Leader) {
 		if lists++; lists > 1 {
 			// The watch could not go on (it fell behind the retained
 			// history, or the receiver fell too far behind).
-			b.queueProbes().note(prefix, probeRelist)
+			b.queueProbes().Note(prefix, spi.ProbeRelist)
 		}
 		clear(state)
 		for _, kv := range kvs {

@@ -1,8 +1,6 @@
 package coord
 
 import (
-	"errors"
-
 	"github.com/coordcell/coord/fence"
 	"github.com/coordcell/coord/internal/errs"
 )
@@ -152,18 +150,18 @@ var (
 	// ErrForbidden: the client may not do this: connect at all (the
 	// member's ClientPolicy refused its identity), write under that key,
 	// or act for a session another client created. Nothing was done.
-	ErrForbidden = errors.New("coord: not allowed for this client")
+	ErrForbidden = errs.Forbidden
 	// ErrOverloaded: the member refused the work to protect itself: it
 	// serves as many clients as it allows, or this client already has as
 	// many requests in flight or watches open as the member allows.
 	// Nothing was done; retry later or on another member.
-	ErrOverloaded = errors.New("coord: member overloaded; request refused")
+	ErrOverloaded = errs.Overloaded
 	// ErrTooManySessions: the client's identity already holds, in the
 	// whole cell, as many live sessions as the member serving it allows
 	// (Config.ClientMaxSessions); no session was created. Close some, or
 	// let them expire. The count is the cell's, so another member does
 	// not help.
-	ErrTooManySessions = errors.New("coord: too many sessions for this client identity")
+	ErrTooManySessions = errs.TooManySessions
 )
 
 // ErrUnauthenticated: the client and a member could not authenticate
@@ -173,20 +171,20 @@ var (
 // ClientConfig.Secret, or a certificate of another CA). It is a
 // client-side error, never sent on the wire; Connect returns it wrapped
 // in ErrNoQuorum when no member accepted the client.
-var ErrUnauthenticated = errors.New("coord: TLS authentication with the member failed")
+var ErrUnauthenticated = errs.Unauthenticated
 
 // ErrNotReady is returned by Ready when its context ends first; it wraps
 // the context's error and says which condition was still unmet.
-var ErrNotReady = errors.New("coord: member not ready")
+var ErrNotReady = errs.NotReady
 
 // Backup errors. Both are refusals: Restore writes nothing then.
 var (
 	// ErrBadBackup: the backup is truncated, corrupt (its checksum does
 	// not match) or not a backup at all.
-	ErrBadBackup = errors.New("coord: bad backup")
+	ErrBadBackup = errs.BadBackup
 	// ErrBackupVersion: the backup was written in a format this version
 	// does not read.
-	ErrBackupVersion = errors.New("coord: unknown backup format")
+	ErrBackupVersion = errs.BackupVersion
 )
 
 // ErrRemoved: this member was removed from the cell (RemoveMember, or the

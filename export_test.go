@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
 )
 
@@ -20,21 +22,23 @@ func IDFromName(name string) uint64 { return raftnode.IDFromName(name) }
 type QueueProbe struct {
 	prefix string
 	nodes  []*Node
-	p      *queueProbe
+	p      *spi.Probe
 }
 
 // ProbeLock starts counting for lock name on nodes; Close stops.
-func ProbeLock(name string, nodes ...*Node) *QueueProbe { return newProbe(lockPrefix(name), nodes) }
+func ProbeLock(name string, nodes ...*Node) *QueueProbe {
+	return newProbe(lockq.LockPrefix(name), nodes)
+}
 
 // ProbeElection starts counting for election group on nodes; Close stops.
 func ProbeElection(group string, nodes ...*Node) *QueueProbe {
-	return newProbe(electionPrefix(group), nodes)
+	return newProbe(lockq.ElectionPrefix(group), nodes)
 }
 
 func newProbe(prefix string, nodes []*Node) *QueueProbe {
-	p := &queueProbe{changed: make(chan struct{})}
+	p := spi.NewProbe()
 	for _, n := range nodes {
-		n.probes.m.Store(prefix, p)
+		n.probes.Register(prefix, p)
 	}
 	return &QueueProbe{prefix: prefix, nodes: nodes, p: p}
 }
@@ -42,7 +46,7 @@ func newProbe(prefix string, nodes []*Node) *QueueProbe {
 // Close stops counting.
 func (p *QueueProbe) Close() {
 	for _, n := range p.nodes {
-		n.probes.m.Delete(p.prefix)
+		n.probes.Unregister(p.prefix)
 	}
 }
 
@@ -50,26 +54,22 @@ func (p *QueueProbe) Close() {
 // and started watching) and woke up (a watched blocker went, so it read
 // the queue again).
 func (p *QueueProbe) Counts() (waits, wakes int) {
-	p.p.mu.Lock()
-	defer p.p.mu.Unlock()
-	return p.p.counts[probeWait], p.p.counts[probeWake]
+	c, _ := p.p.Counts()
+	return c[spi.ProbeWait], c[spi.ProbeWake]
 }
 
 // Relists returns how often Observe's watch ended and it read the group
 // again (history compacted, or it fell behind).
 func (p *QueueProbe) Relists() int {
-	p.p.mu.Lock()
-	defer p.p.mu.Unlock()
-	return p.p.counts[probeRelist]
+	c, _ := p.p.Counts()
+	return c[spi.ProbeRelist]
 }
 
 // WaitFor waits until cond holds for the counts, or ctx ends.
 func (p *QueueProbe) WaitFor(ctx context.Context, cond func(waits, wakes int) bool) error {
 	for {
-		p.p.mu.Lock()
-		ok, changed := cond(p.p.counts[probeWait], p.p.counts[probeWake]), p.p.changed
-		p.p.mu.Unlock()
-		if ok {
+		c, changed := p.p.Counts()
+		if cond(c[spi.ProbeWait], c[spi.ProbeWake]) {
 			return nil
 		}
 		select {

@@ -4,10 +4,9 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/coordcell/coord/storage"
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // LockReport is one lock as the cell holds it: its queue of waiters in
@@ -115,30 +114,22 @@ func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
 	elections := map[string][]QueueReport{}
 	delays := map[string]*LockDelayReport{}
 	for _, kv := range kvs {
-		var into map[string][]QueueReport
-		var rest string
-		election := false
-		switch {
-		case strings.HasPrefix(kv.Key, "locks/"):
-			into, rest = locks, strings.TrimPrefix(kv.Key, "locks/")
-		case strings.HasPrefix(kv.Key, "elections/"):
-			into, rest, election = elections, strings.TrimPrefix(kv.Key, "elections/"), true
-		default:
+		name, election, ok := lockq.QueueName(kv.Key)
+		if !ok {
 			continue
 		}
-		i := strings.LastIndexByte(rest, '/')
-		if i <= 0 {
-			continue
+		into := locks
+		if election {
+			into = elections
 		}
-		if !election && kv.Session == 0 && storage.IsLockDelayMarker(kv.Key) {
-			d, ok := storage.ParseLockDelay(kv.Value)
-			if !ok {
-				d = storage.MaxLockDelay // as the sessions leader treats it: it still ends
-			}
+		if !election && kv.Session == 0 && lockq.IsDelayMarker(kv.Key) {
+			// An invalid value counts as the longest delay, as the
+			// sessions leader treats it: it still ends.
+			d := lockq.MarkerDelay(kv.Value)
 			// Several markers (written by successive expiries) block
 			// alike; the latest ends last, so it is the one shown.
-			if m := delays[rest[:i]]; m == nil || kv.CreateRev > m.Revision {
-				delays[rest[:i]] = &LockDelayReport{Key: kv.Key, Delay: d, Revision: kv.CreateRev}
+			if m := delays[name]; m == nil || kv.CreateRev > m.Revision {
+				delays[name] = &LockDelayReport{Key: kv.Key, Delay: d, Revision: kv.CreateRev}
 			}
 			continue
 		}
@@ -148,7 +139,7 @@ func queuesOf(kvs []KV) ([]LockReport, []ElectionReport) {
 			// candidate's is what it proclaimed.
 			q.Value = string(kv.Value)
 		}
-		into[rest[:i]] = append(into[rest[:i]], q)
+		into[name] = append(into[name], q)
 	}
 	var lr []LockReport
 	for name, q := range locks {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/sessions"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/storage"
 )
@@ -29,7 +30,7 @@ type sessionEngine struct {
 	endLife context.CancelFunc
 	wg      sync.WaitGroup // run and the goroutines it starts
 	mu      sync.Mutex     // guards what follows
-	local   map[SessionID]*Session
+	local   map[SessionID]*spi.Session
 	fresh   bool // a session was added since the last keep-alive
 	// urgent holds the sessions a renew is waiting on: the next tick's
 	// batch carries them even if manual (renewed only on demand).
@@ -50,6 +51,8 @@ type sessionEngine struct {
 	ttl ttlState
 }
 
+var _ spi.Keeper = (*sessionEngine)(nil)
+
 type inbound struct {
 	from string
 	msg  *sessions.Message
@@ -69,7 +72,7 @@ func newSessionEngine(n *Node) *sessionEngine {
 		et:     n.electionTimeout(),
 		inbox:  make(chan inbound, 256),
 		poke:   make(chan struct{}, 1),
-		local:  make(map[SessionID]*Session),
+		local:  make(map[SessionID]*spi.Session),
 		sent:   make(map[uint64]sentBatch),
 		urgent: make(map[SessionID]struct{}),
 	}
@@ -89,7 +92,7 @@ func newSessionEngine(n *Node) *sessionEngine {
 // so once a successor is elected nothing it decides takes effect (see
 // handleKeepAlive for why a successor then grants at least TTL from the
 // send of every keep-alive a leader acknowledged).
-func (e *sessionEngine) margin(ttl time.Duration) time.Duration { return holderMargin(e.et, ttl) }
+func (e *sessionEngine) Margin(ttl time.Duration) time.Duration { return holderMargin(e.et, ttl) }
 
 // holderMargin is the margin for an election timeout et: one rule for a
 // member's sessions and a client's alike.
@@ -110,7 +113,7 @@ func (e *sessionEngine) close() {
 	local := slices.Collect(mapValues(e.local))
 	e.mu.Unlock()
 	for _, s := range local {
-		s.end(ErrClosed)
+		s.End(ErrClosed)
 	}
 }
 
@@ -127,17 +130,34 @@ func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
 // add starts keeping s alive. Its first keep-alive goes out at the next
 // tick rather than on its own, so that a burst of new sessions shares
 // keep-alives (one per tick for all) instead of sending one each.
-func (e *sessionEngine) add(s *Session) {
+func (e *sessionEngine) Add(s *spi.Session) {
 	e.mu.Lock()
-	e.local[s.id] = s
+	e.local[SessionID(s.ID())] = s
 	e.fresh = true
-	e.maxTTL = max(e.maxTTL, s.ttl)
+	e.maxTTL = max(e.maxTTL, s.TTL())
 	e.mu.Unlock()
 }
 
-func (e *sessionEngine) remove(id SessionID) {
+// Adopt starts keeping s alive, unless a session of its ID is kept here
+// already; it reports whether it did.
+func (e *sessionEngine) Adopt(s *spi.Session) bool {
 	e.mu.Lock()
-	delete(e.local, id)
+	if _, ok := e.local[SessionID(s.ID())]; ok {
+		e.mu.Unlock()
+		return false
+	}
+	e.mu.Unlock()
+	// Between the look and the add a concurrent adopt of the same ID could
+	// slip in; both would then keep one session alive, which is harmless
+	// for the cell, and the map keeps one of them.
+	e.Add(s)
+	return true
+}
+
+// Remove stops keeping session id alive.
+func (e *sessionEngine) Remove(id int64) {
+	e.mu.Lock()
+	delete(e.local, SessionID(id))
 	e.mu.Unlock()
 }
 
@@ -183,7 +203,7 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 		}
 		l.Applied(created, out.SessionsEnded)
 	}
-	var ended []*Session
+	var ended []*spi.Session
 	for _, id := range out.SessionsEnded {
 		if s, ok := e.local[SessionID(id)]; ok {
 			ended = append(ended, s)
@@ -197,13 +217,10 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 
 // endedByCell ends a local session the cell ended, with one INFO line if
 // this is what ended it (not a Close from here, nor an earlier end).
-func (e *sessionEngine) endedByCell(s *Session, how string) {
-	if err := s.end(ErrSessionExpired); err == ErrSessionExpired {
-		s.mu.Lock()
-		lastAcked := s.lastAcked
-		s.mu.Unlock()
-		e.n.cfg.Logger.Info("session ended by the cell", "session", int64(s.id), "how", how,
-			"last_confirmed_ago", time.Since(lastAcked).Round(time.Millisecond), "ttl", s.ttl)
+func (e *sessionEngine) endedByCell(s *spi.Session, how string) {
+	if err := s.End(ErrSessionExpired); err == ErrSessionExpired {
+		e.n.cfg.Logger.Info("session ended by the cell", "session", s.ID(), "how", how,
+			"last_confirmed_ago", time.Since(s.LastAcked()).Round(time.Millisecond), "ttl", s.TTL())
 	}
 }
 
@@ -275,12 +292,12 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	var ids []SessionID
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range e.local {
-		if _, ok := e.urgent[id]; s.manual && !ok {
+		if _, ok := e.urgent[id]; s.Manual() && !ok {
 			continue
 		}
 		ids = append(ids, id)
-		interval = min(interval, s.ttl/sessions.KeepAliveDivisor)
-		if s.unconfirmed() {
+		interval = min(interval, s.TTL()/sessions.KeepAliveDivisor)
+		if s.Unconfirmed() {
 			interval = min(interval, e.et/4)
 		}
 	}
@@ -335,9 +352,7 @@ func (e *sessionEngine) sendLocked(st raftnode.Status, now time.Time, ids []Sess
 	}
 	for _, id := range ids {
 		if s, ok := e.local[id]; ok {
-			s.mu.Lock()
-			s.lastSent = now
-			s.mu.Unlock()
+			s.MarkSent(now)
 		}
 	}
 	e.mu.Unlock()
@@ -367,7 +382,7 @@ func (e *sessionEngine) handleAck(a *sessions.Ack) {
 	e.mu.Lock()
 	b, ok := e.sent[a.Seq]
 	delete(e.sent, a.Seq)
-	var alive, gone []*Session
+	var alive, gone []*spi.Session
 	if ok {
 		for _, id := range a.Alive {
 			if s, ok := e.local[SessionID(id)]; ok {
@@ -385,7 +400,7 @@ func (e *sessionEngine) handleAck(a *sessions.Ack) {
 		answerClients(b.waiters, a)
 	}
 	for _, s := range alive {
-		s.confirmed(b.at)
+		s.Confirmed(b.at)
 	}
 	for _, s := range gone {
 		e.endedByCell(s, "the leader no longer knows it")
@@ -400,34 +415,31 @@ func (e *sessionEngine) checkLocal(now time.Time) {
 	local := slices.Collect(mapValues(e.local))
 	e.mu.Unlock()
 	for _, s := range local {
-		if s.check(now) {
-			s.mu.Lock()
-			lastAcked := s.lastAcked
-			s.mu.Unlock()
-			e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", int64(s.id),
-				"last_confirmed_ago", now.Sub(lastAcked).Round(time.Millisecond), "ttl", s.ttl)
+		if s.Check(now) {
+			e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(),
+				"last_confirmed_ago", now.Sub(s.LastAcked()).Round(time.Millisecond), "ttl", s.TTL())
 			// The holder's own decision about its own session: valid in
 			// any term, so it carries none. It asks for the lock-delay of
 			// the locks the session holds, as the leader's expiry would.
-			e.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
-				Session: &command.Session{ID: int64(s.id), Expired: true, LockDelay: e.n.sessionLockDelayed(int64(s.id))}})
+			e.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
+				Session: &command.Session{ID: s.ID(), Expired: true, LockDelay: e.n.sessionLockDelayed(s.ID())}})
 		}
 	}
 }
 
 // renew sends a keep-alive for one session now and waits until one is
 // confirmed, resending every half election timeout.
-func (e *sessionEngine) renew(ctx context.Context, s *Session) (time.Time, error) {
+func (e *sessionEngine) Renew(ctx context.Context, s *spi.Session) (time.Time, error) {
 	t := time.NewTicker(e.et / 2)
 	defer t.Stop()
 	for {
-		acked := s.ackChan()
+		acked := s.AckChan()
 		// The next tick's batch carries s: renewals share one message, as
 		// keep-alives do. A message per renewal made a burst of slow
 		// creations (each confirmed by a renew) flood the leader's inbox,
 		// and dropped keep-alives left sessions unconfirmed for minutes.
 		e.mu.Lock()
-		e.urgent[s.id] = struct{}{}
+		e.urgent[SessionID(s.ID())] = struct{}{}
 		e.fresh = true
 		e.mu.Unlock()
 		select {
@@ -524,7 +536,7 @@ func (c leaderCell) ReadBarrier(ctx context.Context) error { return c.e.n.raft.R
 
 func (c leaderCell) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
 	res, err := c.e.n.raft.Propose(ctx, cmd)
-	c.e.n.sessionStats.countProposed(cmd, res, err) // the leader's expiries
+	countProposed(&c.e.n.sessionStats, cmd, res, err) // the leader's expiries
 	return res, err
 }
 
@@ -552,15 +564,15 @@ func (c leaderCell) Ack(to string, ack *sessions.Ack) {
 	}
 }
 
-// proposeAsync proposes a command without waiting: if it is lost, the
+// ProposeAsync proposes a command without waiting: if it is lost, the
 // holder's next tick proposes it again.
-func (e *sessionEngine) proposeAsync(cmd *command.Command) {
+func (e *sessionEngine) ProposeAsync(cmd *command.Command) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(e.life, 2*e.et)
 		defer cancel()
 		res, err := e.n.raft.Propose(ctx, cmd)
-		e.n.sessionStats.countProposed(cmd, res, err) // a local expiry
+		countProposed(&e.n.sessionStats, cmd, res, err) // a local expiry
 	})
 }

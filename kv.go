@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // SessionID identifies a session in the cell; unique forever.
@@ -31,23 +32,14 @@ func fromCmdKV(kv command.KV) KV {
 // ReadOption changes how Get and List read.
 type ReadOption func(*readOptions)
 
-type readOptions struct {
-	serializable bool
-	// limit and after page a List (Limit, After); 0 and "": the whole
-	// prefix.
-	limit int
-	after string
-}
-
-// paged reports whether o asks for a page of a prefix (Limit or After),
-// which only List takes.
-func (o readOptions) paged() bool { return o.limit != 0 || o.after != "" }
+// readOptions are spi's: the backends read them as they are.
+type readOptions = spi.ReadOptions
 
 // Serializable makes a read answer from this member's applied state
 // without confirming with the leader: faster, and available on a
 // minority side, but possibly stale.
 func Serializable() ReadOption {
-	return func(o *readOptions) { o.serializable = true }
+	return func(o *readOptions) { o.Serializable = true }
 }
 
 // Limit makes List return at most n keys: the first n under its prefix
@@ -78,7 +70,7 @@ func Serializable() ReadOption {
 // exactly once. To see a prefix at one revision, List it whole (within
 // Config.MaxReadBytes) or use ListWatch.
 func Limit(n int) ReadOption {
-	return func(o *readOptions) { o.limit = n }
+	return func(o *readOptions) { o.Limit = n }
 }
 
 // After makes List start strictly after key: it returns only the keys
@@ -87,7 +79,7 @@ func Limit(n int) ReadOption {
 // one after it leaves nothing). "" starts at the prefix, as without
 // After. See Limit for paging; Get takes no After (ErrInvalidArgument).
 func After(key string) ReadOption {
-	return func(o *readOptions) { o.after = key }
+	return func(o *readOptions) { o.After = key }
 }
 
 func readOpts(opts []ReadOption) readOptions {
@@ -144,9 +136,10 @@ func writeOpts(opts []WriteOption) writeOptions {
 // Get returns the key. It fails with ErrNotFound if the key does not
 // exist. By default the read is linearizable (it reflects every write
 // completed before the call, on any member); Serializable() reads this
-// member's state without asking the leader.
-func (n *Node) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
-	return getKey(ctx, n, key, opts)
+// member's state without asking the leader; through a Client, one of a
+// key under ClientConfig.Cache is answered from the client's memory.
+func (c *cellOps) Get(ctx context.Context, key string, opts ...ReadOption) (KV, error) {
+	return getKey(ctx, c, key, opts)
 }
 
 // List returns every key under prefix, in key order, and the revision
@@ -157,8 +150,14 @@ func (n *Node) Get(ctx context.Context, key string, opts ...ReadOption) (KV, err
 // List (or a page) that would return more than Config.MaxReadBytes fails
 // with ErrReadTooLarge, having read no more than that: page it, or raise
 // the bound.
-func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
-	return listPrefix(ctx, n, prefix, opts)
+//
+// Through a Client, a Serializable() List of a prefix under
+// ClientConfig.Cache is answered from the client's memory, with the
+// revision the cache was current to (and, costing the member nothing,
+// without its Config.MaxReadBytes); Limit and After need a member of this version or
+// later; an older one answers ErrInvalidArgument.
+func (c *cellOps) List(ctx context.Context, prefix string, opts ...ReadOption) ([]KV, int64, error) {
+	return listPrefix(ctx, c, prefix, opts)
 }
 
 // Put writes value under key and returns the key as written. With
@@ -171,26 +170,26 @@ func (n *Node) List(ctx context.Context, prefix string, opts ...ReadOption) ([]K
 // *AmbiguousError (ErrAmbiguous) means the call ended before its outcome
 // was known: Outcome(err.ID) settles it. ErrNoQuorum means it did not
 // happen.
-func (n *Node) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
-	return putKey(ctx, n, key, value, opts)
+func (c *cellOps) Put(ctx context.Context, key string, value []byte, opts ...WriteOption) (KV, error) {
+	return putKey(ctx, c, key, value, opts)
 }
 
 // Delete deletes key and returns the cell revision after the delete.
 // Deleting an absent key is not an error (the revision does not move).
 // With IfVersion(v) it deletes only at that version, else ErrConflict.
-func (n *Node) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
-	return deleteKey(ctx, n, key, opts)
+func (c *cellOps) Delete(ctx context.Context, key string, opts ...WriteOption) (int64, error) {
+	return deleteKey(ctx, c, key, opts)
 }
 
 // The KV calls, shared by every Cell: validation happens here, once,
 // whatever the backend.
 
-func getKey(ctx context.Context, b backend, key string, opts []ReadOption) (KV, error) {
-	if err := b.limits().checkKey(key); err != nil {
+func getKey(ctx context.Context, b *cellOps, key string, opts []ReadOption) (KV, error) {
+	if err := b.limits().CheckKey(key); err != nil {
 		return KV{}, err
 	}
 	o := readOpts(opts)
-	if o.paged() {
+	if o.Paged() {
 		return KV{}, fmt.Errorf("%w: Get(%q) with Limit or After: they page a List", ErrInvalidArgument, key)
 	}
 	kv, ok, err := b.get(ctx, key, o)
@@ -203,9 +202,9 @@ func getKey(ctx context.Context, b backend, key string, opts []ReadOption) (KV, 
 	return kv, nil
 }
 
-func listPrefix(ctx context.Context, b backend, prefix string, opts []ReadOption) ([]KV, int64, error) {
+func listPrefix(ctx context.Context, b *cellOps, prefix string, opts []ReadOption) ([]KV, int64, error) {
 	o := readOpts(opts)
-	if err := b.limits().checkList(prefix, o); err != nil {
+	if err := b.limits().CheckList(prefix, o); err != nil {
 		return nil, 0, err
 	}
 	return b.list(ctx, prefix, o)
@@ -213,7 +212,7 @@ func listPrefix(ctx context.Context, b backend, prefix string, opts []ReadOption
 
 // putKey and deleteKey are one-operation transactions, validated and
 // committed as Txn.Commit does.
-func putKey(ctx context.Context, b backend, key string, value []byte, opts []WriteOption) (KV, error) {
+func putKey(ctx context.Context, b *cellOps, key string, value []byte, opts []WriteOption) (KV, error) {
 	o := writeOpts(opts)
 	txn := &command.Txn{Then: []command.Op{{Type: command.OpPut, Key: key, Value: value, Session: o.session}}}
 	res, err := commitIfVersion(ctx, b, txn, key, o)
@@ -223,7 +222,7 @@ func putKey(ctx context.Context, b backend, key string, value []byte, opts []Wri
 	return fromCmdKV(res.Ops[0].KVs[0]), nil
 }
 
-func deleteKey(ctx context.Context, b backend, key string, opts []WriteOption) (int64, error) {
+func deleteKey(ctx context.Context, b *cellOps, key string, opts []WriteOption) (int64, error) {
 	txn := &command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: key}}}
 	res, err := commitIfVersion(ctx, b, txn, key, writeOpts(opts))
 	if err != nil {
@@ -234,7 +233,7 @@ func deleteKey(ctx context.Context, b backend, key string, opts []WriteOption) (
 
 // commitIfVersion commits txn, conditional on key's version when o says
 // so, and maps a failed condition to ErrConflict.
-func commitIfVersion(ctx context.Context, b backend, txn *command.Txn, key string, o writeOptions) (command.Result, error) {
+func commitIfVersion(ctx context.Context, b *cellOps, txn *command.Txn, key string, o writeOptions) (command.Result, error) {
 	if o.ifVersion != nil {
 		txn.If = []command.Compare{{Key: key, Target: command.TargetVersion, Op: command.Equal, Int: *o.ifVersion}}
 	}
@@ -254,14 +253,14 @@ func commitIfVersion(ctx context.Context, b backend, txn *command.Txn, key strin
 
 // commitTxn validates txn against the cell's limits and proposes it: the
 // one path of every write.
-func commitTxn(ctx context.Context, b backend, txn *command.Txn) (command.Result, error) {
+func commitTxn(ctx context.Context, b *cellOps, txn *command.Txn) (command.Result, error) {
 	return commitTxnAs(ctx, b, txn, nil)
 }
 
 // commitTxnAs is commitTxn with the proposer the caller asked for (an
 // idempotency key), nil for the backend's own.
-func commitTxnAs(ctx context.Context, b backend, txn *command.Txn, prop *command.Proposer) (command.Result, error) {
-	if err := b.limits().checkTxn(txn); err != nil {
+func commitTxnAs(ctx context.Context, b *cellOps, txn *command.Txn, prop *command.Proposer) (command.Result, error) {
+	if err := b.limits().CheckTxn(txn); err != nil {
 		return command.Result{}, err
 	}
 	return b.propose(ctx, &command.Command{Kind: command.KindTxn, Txn: txn, Proposer: prop})

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // Lease is a lease-style lock from Acquire: a hold on a lock with a
@@ -39,8 +41,8 @@ type Lease struct {
 // ctx's deadline bounds the wait: when it runs out first, Acquire returns
 // an error wrapping both ErrTimeout and context.DeadlineExceeded. Leases
 // and Mutexes on the same name exclude each other.
-func (n *Node) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	return acquireLease(ctx, n, name, ttl)
+func (c *cellOps) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
+	return acquireLease(ctx, c.self, name, ttl)
 }
 
 // acquireLease is Acquire through any Cell.
@@ -71,7 +73,7 @@ func (m *Mutex) lockRenewing(ctx context.Context, s *Session) (Token, error) {
 		for {
 			select {
 			case <-t.C:
-				_, _ = s.k.renew(rctx, s)
+				_, _ = s.k.Renew(rctx, s.live)
 			case <-rctx.Done():
 				return
 			}
@@ -99,7 +101,7 @@ func timeoutErr(ctx context.Context, name string, err error) error {
 // error (ErrSessionExpired) once the lease has expired, and with
 // ErrNotHeld if the lock's key was deleted.
 func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
-	until, err := l.s.k.renew(ctx, l.s)
+	until, err := l.s.k.Renew(ctx, l.s.live)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -140,32 +142,32 @@ func (l *Lease) Done() <-chan struct{} { return l.m.Done() }
 // with the lowest create revision under locks/{name}/; for an RWMutex or
 // a Semaphore every current holder's token passes. A t <= 0 gives
 // ErrInvalidToken.
-func (n *Node) CheckToken(ctx context.Context, name string, t Token) error {
-	return checkToken(ctx, n, name, t)
+func (c *cellOps) CheckToken(ctx context.Context, name string, t Token) error {
+	return checkToken(ctx, c, name, t)
 }
 
 // checkToken is CheckToken through any backend.
-func checkToken(ctx context.Context, b backend, name string, t Token) error {
+func checkToken(ctx context.Context, b *cellOps, name string, t Token) error {
 	if t <= 0 {
 		return fmt.Errorf("%w: %d is not positive", ErrInvalidToken, int64(t))
 	}
 	if name == "" {
 		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
 	}
-	prefix := lockPrefix(name)
+	prefix := lockq.LockPrefix(name)
 	kvs, rev, err := listPrefix(ctx, b, prefix, nil)
 	if err != nil {
 		return err
 	}
-	hs := holders(parseQueue(prefix, true, kvs))
+	hs := lockq.Holders(parseQueue(prefix, true, kvs))
 	for _, h := range hs {
-		if Token(h.kv.CreateRev) == t {
+		if Token(h.Rev) == t {
 			return nil
 		}
 	}
 	var cur []string
 	for _, h := range hs {
-		cur = append(cur, Token(h.kv.CreateRev).String())
+		cur = append(cur, Token(h.Rev).String())
 	}
 	holder := "none"
 	if len(cur) > 0 {

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/coordcell/coord/storage"
+	"github.com/coordcell/coord/internal/lockq"
 )
-
-// lockPrefix is the queue of lock name: locks/{name}/.
-func lockPrefix(name string) string { return "locks/" + name + "/" }
 
 // newLockQueue checks name and returns its queue for s.
 func newLockQueue(s *Session, name string) *queue {
-	q := newQueue(s, lockPrefix(name), true)
+	q := newQueue(s, lockq.LockPrefix(name), true)
 	if name == "" {
 		q.err = fmt.Errorf("%w: empty lock name", ErrInvalidKey)
 	}
@@ -58,7 +55,7 @@ func NewMutex(s *Session, name string, opts ...MutexOption) *Mutex {
 				m.q.err = fmt.Errorf("%w: lock-delay %v is outside (0, %v]", ErrInvalidArgument, o.delay, MaxLockDelay)
 			}
 		} else {
-			m.value = storage.LockDelayValue(o.delay)
+			m.value = lockq.DelayValue(o.delay)
 		}
 	}
 	return m
@@ -86,7 +83,7 @@ func (m *Mutex) Lock(ctx context.Context) (Token, error) {
 // lock is Lock without the ErrTimeout wrapping, for callers that wrap
 // the error themselves (Acquire).
 func (m *Mutex) lock(ctx context.Context) (Token, error) {
-	return m.q.acquire(ctx, kindMutex, m.value, false)
+	return m.q.acquire(ctx, lockq.KindMutex, m.value, false)
 }
 
 // TryLock takes the lock if nobody holds or waits for it, and otherwise
@@ -94,7 +91,7 @@ func (m *Mutex) lock(ctx context.Context) (Token, error) {
 // queue again). It also fails with ErrLocked while this Mutex already
 // holds or is acquiring.
 func (m *Mutex) TryLock(ctx context.Context) (Token, error) {
-	return m.q.acquire(ctx, kindMutex, m.value, true)
+	return m.q.acquire(ctx, lockq.KindMutex, m.value, true)
 }
 
 // Unlock releases the hold. The delete is guarded by the hold's token
@@ -109,7 +106,7 @@ func (m *Mutex) TryLock(ctx context.Context) (Token, error) {
 // on in the background until it succeeds or the session ends: the lock
 // may stay held in the cell until then.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	return m.q.release(ctx, kindMutex, ErrNotHeld)
+	return m.q.release(ctx, lockq.KindMutex, ErrNotHeld)
 }
 
 // Token returns the fencing token of the current hold, from Lock's

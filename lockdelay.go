@@ -7,12 +7,12 @@ package coord
 import (
 	"time"
 
+	"github.com/coordcell/coord/internal/lockq"
 	"github.com/coordcell/coord/internal/sessions"
-	"github.com/coordcell/coord/storage"
 )
 
 // MaxLockDelay is the longest lock-delay WithLockDelay accepts.
-const MaxLockDelay = storage.MaxLockDelay
+const MaxLockDelay = lockq.MaxLockDelay
 
 // MutexOption configures NewMutex (and NewLocker).
 type MutexOption func(*mutexOptions)

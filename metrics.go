@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coordcell/coord/internal/lockq"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -147,7 +148,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	// and with no read barrier: a scrape must stay cheap with a large
 	// keyspace and work on a member without a leader.
 	var all []KV
-	for _, p := range []string{"locks/", "elections/"} {
+	for _, p := range []string{lockq.LockSpace, lockq.ElectionSpace} {
 		kvs, _, err := n.sm.List(p)
 		if err != nil {
 			break

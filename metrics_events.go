@@ -1,9 +1,8 @@
 package coord
 
 import (
-	"sync/atomic"
-
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
 	"github.com/coordcell/coord/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,39 +11,8 @@ import (
 // The metrics that count events. Raft, the transport and the watch hub
 // count in atomics of their own (raftnode.Node.Metrics,
 // transport.StatsReporter, watch.Hub.Stats) and sessions in
-// sessionCounters; the collector reads them at scrape time, so the paths
+// spi.SessionStats; the collector reads them at scrape time, so the paths
 // that count pay an atomic add and allocate nothing.
-
-// sessionCounters counts session events on this member: created counts
-// the sessions created through it (its own NewSession and its clients',
-// as a client has no metrics), expired and jeopardy its own sessions'
-// local events, decided the expiries it decided (countDecided), and the
-// refused ones the creations it refused or saw refused: a TTL out of
-// bounds, a client identity at its session bound, the quota.
-type sessionCounters struct {
-	created  atomic.Uint64
-	expired  atomic.Uint64
-	jeopardy atomic.Uint64
-	decided  atomic.Uint64
-
-	refusedTTL, refusedLimit, refusedQuota atomic.Uint64
-}
-
-// sessionCountersOf returns the counters of the member behind b, or nil
-// when b is not a member.
-func sessionCountersOf(b backend) *sessionCounters {
-	if n, ok := b.(*Node); ok {
-		return &n.sessionStats
-	}
-	return nil
-}
-
-// count adds one to the counter pick chooses, if there are counters.
-func (c *sessionCounters) count(pick func(*sessionCounters) *atomic.Uint64) {
-	if c != nil {
-		pick(c).Add(1)
-	}
-}
 
 // countProposed counts what a command this member proposed did to
 // sessions, once it applied: a client's session created (a member's own
@@ -53,13 +21,13 @@ func (c *sessionCounters) count(pick func(*sessionCounters) *atomic.Uint64) {
 // tell an expiry from a close (the applied output does not say), and only
 // the first end of a session applies (res.SessionID names it; a later one
 // is a no-op), so each expiry is counted once in the cell.
-func (c *sessionCounters) countProposed(cmd *command.Command, res command.Result, err error) {
+func countProposed(c *spi.SessionStats, cmd *command.Command, res command.Result, err error) {
 	if err == nil && cmd.Kind == command.KindSessionCreate {
 		switch res.Status {
 		case command.StatusTooManySessions:
-			c.refusedLimit.Add(1)
+			c.RefusedLimit.Add(1)
 		case command.StatusQuotaExceeded:
-			c.refusedQuota.Add(1)
+			c.RefusedQuota.Add(1)
 		}
 	}
 	if err != nil || res.Status != command.StatusOK || cmd.Session == nil {
@@ -67,9 +35,9 @@ func (c *sessionCounters) countProposed(cmd *command.Command, res command.Result
 	}
 	switch {
 	case cmd.Kind == command.KindSessionCreate && cmd.Session.Owner != "":
-		c.created.Add(1)
+		c.Created.Add(1)
 	case cmd.Kind == command.KindSessionEnd && cmd.Session.Expired && res.SessionID == cmd.Session.ID:
-		c.decided.Add(1)
+		c.Decided.Add(1)
 	}
 }
 
@@ -161,13 +129,13 @@ func (e *eventDescs) collect(ch chan<- prometheus.Metric, n *Node) {
 	}
 
 	ss := &n.sessionStats
-	counter(e.sessCreated, ss.created.Load())
-	counter(e.sessExpired, ss.expired.Load())
-	counter(e.sessJeopardy, ss.jeopardy.Load())
-	counter(e.sessDecided, ss.decided.Load())
-	counter(e.sessRefused, ss.refusedTTL.Load(), "ttl")
-	counter(e.sessRefused, ss.refusedLimit.Load(), "client_limit")
-	counter(e.sessRefused, ss.refusedQuota.Load(), "quota")
+	counter(e.sessCreated, ss.Created.Load())
+	counter(e.sessExpired, ss.Expired.Load())
+	counter(e.sessJeopardy, ss.Jeopardy.Load())
+	counter(e.sessDecided, ss.Decided.Load())
+	counter(e.sessRefused, ss.RefusedTTL.Load(), "ttl")
+	counter(e.sessRefused, ss.RefusedLimit.Load(), "client_limit")
+	counter(e.sessRefused, ss.RefusedQuota.Load(), "quota")
 
 	hs := n.hub.Stats()
 	ch <- prometheus.MustNewConstMetric(e.watchers, prometheus.GaugeValue, float64(hs.Watchers))

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // Namespace returns a Cell whose key space is the keys of c under
@@ -60,8 +62,8 @@ func checkNamespace(prefix string) error {
 // which no namespace may reach.
 func recipeKeySpaces() []string {
 	return []string{
-		strings.TrimSuffix(lockPrefix(""), "/"),
-		strings.TrimSuffix(electionPrefix(""), "/"),
+		strings.TrimSuffix(lockq.LockSpace, "/"),
+		strings.TrimSuffix(lockq.ElectionSpace, "/"),
 	}
 }
 
@@ -90,7 +92,7 @@ func (ns *namespaceCell) check() error {
 	if ns.err != nil {
 		return ns.err
 	}
-	return ns.cellBackend().limits().checkPrefix(ns.prefix)
+	return ns.cell().limits().CheckPrefix(ns.prefix)
 }
 
 func (ns *namespaceCell) strip(kv KV) KV {
@@ -141,8 +143,8 @@ func (ns *namespaceCell) List(ctx context.Context, prefix string, opts ...ReadOp
 		return nil, 0, err
 	}
 	opts = append(slices.Clip(opts), func(o *readOptions) {
-		if o.after != "" {
-			o.after = ns.prefix + o.after
+		if o.After != "" {
+			o.After = ns.prefix + o.After
 		}
 	})
 	kvs, rev, err := ns.c.List(ctx, ns.prefix+prefix, opts...)
@@ -241,4 +243,4 @@ func (ns *namespaceCell) CheckToken(ctx context.Context, name string, t Token) e
 func (ns *namespaceCell) MinSessionTTL() time.Duration { return ns.c.MinSessionTTL() }
 
 // cellBackend is c's: the recipes work on absolute keys.
-func (ns *namespaceCell) cellBackend() backend { return ns.c.cellBackend() }
+func (ns *namespaceCell) cell() *cellOps { return ns.c.cell() }

@@ -122,11 +122,14 @@ type Outcome struct {
 // itself a write, so it needs a quorum, and it is safe to repeat.
 // ErrRetired means the cell no longer knows: the write's record was
 // retired (ARCHITECTURE.md, "Exactly-once writes").
-func (n *Node) Outcome(ctx context.Context, id WriteID) (Outcome, error) {
-	return settleOutcome(ctx, n, id)
+//
+// Through a Client it settles a write of this client, or of another
+// client of the same identity.
+func (c *cellOps) Outcome(ctx context.Context, id WriteID) (Outcome, error) {
+	return settleOutcome(ctx, c, id)
 }
 
-func settleOutcome(ctx context.Context, b backend, id WriteID) (Outcome, error) {
+func settleOutcome(ctx context.Context, b *cellOps, id WriteID) (Outcome, error) {
 	if id.IsZero() {
 		return Outcome{}, fmt.Errorf("%w: zero write ID", ErrInvalidArgument)
 	}

@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // The queue behind Mutex, RWMutex, Semaphore, Election and Acquire.
 //
 // Each acquisition is one ephemeral key of the holder's session under the
-// queue's prefix, named {kind}{16-hex session}{16-hex sequence}; the
-// kind is absent under elections/. The key is created by a transaction
-// that puts it only if absent and, in the same revision, reads the whole
-// prefix, so one round trip both joins the queue and shows it. Queue
+// queue's prefix, named as internal/lockq writes it (lockq.EntryKey).
+// The key is created by a transaction that puts it only if absent and,
+// in the same revision, reads the whole prefix, so one round trip both joins the queue and shows it. Queue
 // order is create revision (FIFO). Whether an entry holds depends only
 // on the entries before it (see blockers), so the holders at any
 // revision are a function of the keys at that revision, as the cell sees
@@ -22,18 +24,9 @@ import (
 // predecessor, for a Mutex) plus its own key; when a blocker goes it
 // re-reads the queue (linearizably) and either holds or finds what
 // blocks it now. The fencing token is the entry's create revision.
-
-// The kinds of queue entry, the first byte of a lock key's suffix.
-const (
-	kindMutex  = 'm' // Mutex and Acquire: exclusive
-	kindWriter = 'w' // RWMutex.Lock: exclusive
-	kindReader = 'r' // RWMutex.RLock: shared with other readers
-	kindSlot   = 's' // Semaphore: shared by up to its limit (the key's value)
-	kindLeader = 0   // Election: exclusive; election keys carry no kind byte
-	// kindDelay is a lock-delay marker, written by the cell (not by a
-	// recipe) when a holder's session expired: see WithLockDelay.
-	kindDelay = 'd'
-)
+//
+// Calls run one way: a queue starts a waiter per acquisition, and both
+// leave the queue through a remover; nothing below calls back up.
 
 // queue is one handle's place in the queue under prefix: at most one
 // acquisition at a time (slot), the current hold, if any (cur).
@@ -42,6 +35,7 @@ type queue struct {
 	prefix string
 	kinded bool
 	err    error // a bad name or limit, reported by every acquisition
+	rm     remover
 
 	// slot holds a token from the start of an acquisition until its
 	// release (or failure), so a second acquisition waits its turn.
@@ -51,7 +45,7 @@ type queue struct {
 }
 
 func newQueue(s *Session, prefix string, kinded bool) *queue {
-	return &queue{s: s, prefix: prefix, kinded: kinded, slot: make(chan struct{}, 1)}
+	return &queue{s: s, prefix: prefix, kinded: kinded, slot: make(chan struct{}, 1), rm: remover{s: s}}
 }
 
 // hold is one granted acquisition.
@@ -103,14 +97,7 @@ func (q *queue) done() <-chan struct{} {
 }
 
 func (q *queue) newKey(kind byte) string {
-	var b strings.Builder
-	b.Grow(len(q.prefix) + 33)
-	b.WriteString(q.prefix)
-	if q.kinded {
-		b.WriteByte(kind)
-	}
-	fmt.Fprintf(&b, "%016x%016x", uint64(q.s.id), q.s.keySeq.Add(1))
-	return b.String()
+	return lockq.EntryKey(q.prefix, q.kinded, kind, int64(q.s.id), q.s.keySeq.Add(1))
 }
 
 // acquire joins the queue with a new entry of kind holding value and
@@ -154,7 +141,7 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 	if key == "" {
 		key = q.newKey(kind)
 	}
-	w := &waiter{q: q, b: q.s.b, key: key}
+	w := &waiter{s: q.s, b: q.s.b, prefix: q.prefix, kinded: q.kinded, key: key, rm: q.rm}
 	// The hold's lifetime (its own-key watch and monitor) is the
 	// session's, not the caller's ctx, which may end right after Lock.
 	w.mctx, w.stop = context.WithCancel(q.s.Ctx())
@@ -168,6 +155,35 @@ func (q *queue) acquire(ctx context.Context, kind byte, value []byte, try bool) 
 	q.mu.Unlock()
 	granted = true
 	return h.token, nil
+}
+
+// resumedKey returns, for an acquisition of kind on a resumed session,
+// a key of this session's already in the queue that no other acquisition
+// has taken over; "" when there is none (then a new key is made).
+func (q *queue) resumedKey(ctx context.Context, kind byte) (string, error) {
+	s := q.s
+	if !s.resumed {
+		return "", nil
+	}
+	var kvs []KV
+	err := retry(ctx, s.b, s, retryable, func() (err error) {
+		kvs, _, err = listPrefix(ctx, s.b, q.prefix, nil)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	entries := parseQueue(q.prefix, q.kinded, kvs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(entries, func(e lockq.Waiter[KV]) bool {
+		return e.Item.Session == s.id && (!q.kinded || e.Kind == kind) && !s.adopted[e.Key]
+	})
+	if i < 0 {
+		return "", nil
+	}
+	s.adopted[entries[i].Key] = true
+	return entries[i].Key, nil
 }
 
 // release ends the current hold with a delete guarded by its create
@@ -210,7 +226,7 @@ func (q *queue) release(ctx context.Context, kind byte, notHeld error) error {
 		}
 		return fmt.Errorf("%w: %s: %w", notHeld, name, err)
 	}
-	q.removeLater(h.key, int64(h.token))
+	q.rm.removeLater(h.key, int64(h.token))
 	return err
 }
 
@@ -231,67 +247,9 @@ func (q *queue) drop(h *hold) {
 	<-q.slot
 }
 
-// remove deletes key, guarded by its create revision rev unless rev is 0.
-func (q *queue) remove(ctx context.Context, key string, rev int64) error {
-	if rev != 0 {
-		_, err := newTxn(ctx, q.s.b).If(CreateRev(key).Eq(rev)).Then(OpDelete(key)).Commit()
-		return err
-	}
-	_, err := deleteKey(ctx, q.s.b, key, nil)
-	return err
-}
-
-// removeLater keeps trying to remove key in the background while the cell
-// is unreachable, until it succeeds or the session ends (which removes
-// the key too).
-func (q *queue) removeLater(key string, rev int64) {
-	s := q.s
-	if s.Err() != nil {
-		return
-	}
-	go func() {
-		if backoff(s.Ctx(), s.b, s) != nil {
-			return
-		}
-		_ = retry(s.Ctx(), s.b, s, retryable, func() error {
-			ctx, cancel := context.WithTimeout(s.Ctx(), 2*s.b.electionTimeout())
-			defer cancel()
-			return q.remove(ctx, key, rev)
-		})
-	}()
-}
-
-// probeRegistry counts, per queue prefix, how often waiters start waiting
-// and wake up. Each Node has one; only the package's tests register
-// probes in it (export_test.go), to show that a release wakes one waiter,
-// not the herd. With none registered, noting costs one map lookup.
-type probeRegistry struct {
-	m sync.Map // prefix -> *queueProbe
-}
-
-type queueProbe struct {
-	mu      sync.Mutex
-	counts  [3]int // by probeEvent
-	changed chan struct{}
-}
-
-type probeEvent int
-
-const (
-	probeWait   probeEvent = iota // a waiter found itself blocked and began watching
-	probeWake                     // a watched blocker went, and the waiter re-read the queue
-	probeRelist                   // Observe's watch ended and it read the group again
-)
-
-func (r *probeRegistry) note(prefix string, ev probeEvent) {
-	v, ok := r.m.Load(prefix)
-	if !ok {
-		return
-	}
-	p := v.(*queueProbe)
-	p.mu.Lock()
-	p.counts[ev]++
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
+// parseQueue returns the well-formed entries of the queue under prefix
+// among kvs, oldest first (the grammar and the grant rules are
+// internal/lockq's).
+func parseQueue(prefix string, kinded bool, kvs []KV) []lockq.Waiter[KV] {
+	return lockq.Queue(prefix, kinded, kvs, func(kv *KV) (string, int64, []byte) { return kv.Key, kv.CreateRev, kv.Value })
 }

@@ -1,6 +1,10 @@
 package coord
 
-import "context"
+import (
+	"context"
+
+	"github.com/coordcell/coord/internal/lockq"
+)
 
 // RWMutex is a fair, fenced, cell-wide readers-writer lock held by a
 // session. Readers share it; a writer holds it alone. It is fair in
@@ -37,7 +41,7 @@ func NewRWMutex(s *Session, name string) *RWMutex {
 // the hold's token. Context, session and unreachable-cell behaviour are
 // as for Mutex.Lock.
 func (rw *RWMutex) RLock(ctx context.Context) (Token, error) {
-	t, err := rw.q.acquire(ctx, kindReader, nil, false)
+	t, err := rw.q.acquire(ctx, lockq.KindReader, nil, false)
 	if err != nil {
 		return 0, timeoutErr(ctx, rw.q.prefix, err)
 	}
@@ -47,13 +51,13 @@ func (rw *RWMutex) RLock(ctx context.Context) (Token, error) {
 // RUnlock releases a read hold, as Mutex.Unlock does; ErrNotHeld if this
 // RWMutex holds no read hold.
 func (rw *RWMutex) RUnlock(ctx context.Context) error {
-	return rw.q.release(ctx, kindReader, ErrNotHeld)
+	return rw.q.release(ctx, lockq.KindReader, ErrNotHeld)
 }
 
 // Lock waits until this RWMutex holds the lock for writing (alone) and
 // returns the hold's token, as Mutex.Lock does.
 func (rw *RWMutex) Lock(ctx context.Context) (Token, error) {
-	t, err := rw.q.acquire(ctx, kindWriter, nil, false)
+	t, err := rw.q.acquire(ctx, lockq.KindWriter, nil, false)
 	if err != nil {
 		return 0, timeoutErr(ctx, rw.q.prefix, err)
 	}
@@ -63,7 +67,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (Token, error) {
 // Unlock releases a write hold, as Mutex.Unlock does; ErrNotHeld if this
 // RWMutex holds no write hold.
 func (rw *RWMutex) Unlock(ctx context.Context) error {
-	return rw.q.release(ctx, kindWriter, ErrNotHeld)
+	return rw.q.release(ctx, lockq.KindWriter, ErrNotHeld)
 }
 
 // Token returns the current hold's token (read or write), 0 when none.

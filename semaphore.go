@@ -3,7 +3,8 @@ package coord
 import (
 	"context"
 	"fmt"
-	"strconv"
+
+	"github.com/coordcell/coord/internal/lockq"
 )
 
 // Semaphore is a fair, cell-wide counting semaphore: at most n holders at
@@ -42,7 +43,7 @@ func NewSemaphore(s *Session, name string, n int) *Semaphore {
 // the hold's token. Context, session and unreachable-cell behaviour are
 // as for Mutex.Lock.
 func (sm *Semaphore) Acquire(ctx context.Context) (Token, error) {
-	t, err := sm.q.acquire(ctx, kindSlot, []byte(strconv.Itoa(sm.n)), false)
+	t, err := sm.q.acquire(ctx, lockq.KindSlot, lockq.SlotValue(sm.n), false)
 	if err != nil {
 		return 0, timeoutErr(ctx, sm.q.prefix, err)
 	}
@@ -52,7 +53,7 @@ func (sm *Semaphore) Acquire(ctx context.Context) (Token, error) {
 // Release gives the place up, as Mutex.Unlock does; ErrNotHeld if this
 // Semaphore holds none.
 func (sm *Semaphore) Release(ctx context.Context) error {
-	return sm.q.release(ctx, kindSlot, ErrNotHeld)
+	return sm.q.release(ctx, lockq.KindSlot, ErrNotHeld)
 }
 
 // Token returns the current hold's token, 0 when none.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // DefaultSessionTTL is the TTL of a session made without WithTTL.
@@ -56,33 +57,12 @@ const DefaultMaxSessionTTL = time.Hour
 //
 // A Session is safe for concurrent use.
 type Session struct {
-	c      Cell    // the way in that made it
-	b      backend // c's backend
-	k      keeper  // b's keep-alive engine
-	id     SessionID
-	ttl    time.Duration
-	manual bool // kept alive only by renew (leases)
-	// stats are the member's session counters; nil for a client's.
-	stats *sessionCounters
-
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	mu        sync.Mutex
-	err       error     // why it ended; nil while alive
-	until     time.Time // conservative local deadline (monotonic)
-	lastSent  time.Time // when its last keep-alive left this member
-	lastAcked time.Time // the send time of the last confirmed keep-alive
-	inJeopard bool
-	jeopardy  chan struct{} // closed while in jeopardy
-	healthy   chan struct{} // closed while healthy
-	acked     chan struct{} // closed (and replaced) at each confirmed keep-alive
-	closing   bool
-	orphaned  bool // ended locally by Orphan, perhaps alive in the cell
-	// confirming is set while NewSession confirms a session whose
-	// creation took long: nobody holds it yet, so its deadline, which
-	// may already have passed, is not acted on until the confirmation.
-	confirming bool
+	c  Cell     // the way in that made it
+	b  *cellOps // c's
+	k  spi.Keeper
+	id SessionID
+	// live is the session's liveness: its deadline, jeopardy, its end.
+	live *spi.Session
 
 	// keySeq numbers the session's queue acquisitions. Session IDs are
 	// unique in the cell forever, so session plus sequence names each
@@ -95,6 +75,7 @@ type Session struct {
 	// over. adopted names the keys already taken over, under mu, so two
 	// acquisitions never share one.
 	resumed bool
+	mu      sync.Mutex
 	adopted map[string]bool
 }
 
@@ -128,41 +109,25 @@ func WithTTL(d time.Duration) SessionOption {
 // in 18 leader changes at 3, 3.5 and 4 election timeouts; before
 // keep-alives were answered after one read barrier, 16 of 144 sessions
 // expired at 3.)
-func (n *Node) MinSessionTTL() time.Duration { return minSessionTTL(n) }
-
-func minSessionTTL(b backend) time.Duration { return 4 * b.electionTimeout() }
-
-// checkSessionTTL refuses a TTL below min or above max (0 = no maximum).
-func checkSessionTTL(ttl, min, max time.Duration) error {
-	switch {
-	case ttl < min:
-		return fmt.Errorf("%w: %v is below the minimum %v (four election timeouts)", ErrInvalidTTL, ttl, min)
-	case max > 0 && ttl > max:
-		return fmt.Errorf("%w: %v is above the maximum %v (Config.MaxSessionTTL)", ErrInvalidTTL, ttl, max)
-	}
-	return nil
-}
-
-// checkSessionTTL refuses, and counts, a TTL this member does not accept.
-func (n *Node) checkSessionTTL(ttl time.Duration) error {
-	err := checkSessionTTL(ttl, n.MinSessionTTL(), n.cfg.MaxSessionTTL)
-	if err != nil {
-		n.sessionStats.refusedTTL.Add(1)
-	}
-	return err
-}
+//
+// Through a Client it is the cell's minimum, as the member said.
+func (c *cellOps) MinSessionTTL() time.Duration { return spi.MinSessionTTL(c.electionTimeout()) }
 
 // NewSession creates a session in the cell (one log entry) and keeps it
 // alive from this member until Close, Orphan, or expiry. Its TTL (WithTTL)
 // is at least MinSessionTTL; the cell never ends it earlier than TTL
 // after the send of its last confirmed keep-alive (see Session). With
 // WithSessionID it creates nothing: it adopts a live session instead.
-func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+//
+// Through a Client the session is kept alive by the client's batched
+// keep-alive, and survives the client's move to another member within
+// its TTL.
+func (c *cellOps) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{ttl: DefaultSessionTTL}
 	for _, f := range opts {
 		f(&o)
 	}
-	return newSession(ctx, n, o)
+	return newSession(ctx, c.self, o)
 }
 
 // newSession creates a session through c, kept alive by c's keeper.
@@ -170,12 +135,12 @@ func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error)
 	if o.resume != 0 {
 		return resumeSession(ctx, c, o)
 	}
-	b := c.cellBackend()
+	b := c.cell()
 	k := b.keeper()
 	// A client does not know its member's maximum (0 here): the member
 	// checks it.
-	if err := checkSessionTTL(o.ttl, minSessionTTL(b), b.limits().maxSessionTTL); err != nil {
-		sessionCountersOf(b).count(func(c *sessionCounters) *atomic.Uint64 { return &c.refusedTTL })
+	if err := spi.CheckSessionTTL(o.ttl, b.MinSessionTTL(), b.limits().MaxSessionTTL); err != nil {
+		b.b.Stats().Count(func(c *spi.SessionStats) *atomic.Uint64 { return &c.RefusedTTL })
 		return nil, err
 	}
 	sent := time.Now()
@@ -184,16 +149,6 @@ func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{c: c, b: b, k: k, id: SessionID(res.SessionID), ttl: o.ttl, manual: o.manual,
-		stats:    sessionCountersOf(b),
-		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{})}
-	s.stats.count(func(c *sessionCounters) *atomic.Uint64 { return &c.created })
-	close(s.healthy)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	// The creation committed after sent, and every leader grants a new
-	// session a full TTL from its creation or election.
-	s.until = sent.Add(o.ttl - k.margin(o.ttl))
-	s.lastSent, s.lastAcked = sent, sent
 	// A creation that took long (a loaded machine, a change of leader)
 	// leaves the holder's deadline near or past: the cell granted the TTL
 	// from when its leader applied the creation, later than sent, but the
@@ -201,23 +156,24 @@ func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error)
 	// keep-alive before handing it out, so that it starts healthy rather
 	// than expiring at its first check.
 	slow := time.Since(sent) > o.ttl/4
-	s.confirming = slow
-	k.add(s)
+	stats := b.b.Stats()
+	stats.Count(func(c *spi.SessionStats) *atomic.Uint64 { return &c.Created })
+	// The creation committed after sent, and every leader grants a new
+	// session a full TTL from its creation or election.
+	s := &Session{c: c, b: b, k: k, id: SessionID(res.SessionID),
+		live: spi.NewSession(res.SessionID, o.ttl, o.manual, k, stats, sent, slow)}
+	k.Add(s.live)
 	if slow {
-		if _, err := k.renew(ctx, s); err != nil {
-			s.mu.Lock()
-			s.confirming = false
-			s.mu.Unlock()
+		if _, err := k.Renew(ctx, s.live); err != nil {
+			s.live.SetConfirming(false)
 			// Nobody will hold it: end it in the cell rather than leave it
 			// to expire.
-			k.proposeAsync(&command.Command{Kind: command.KindSessionEnd,
+			k.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
 				Session: &command.Session{ID: int64(s.id)}})
-			s.end(ErrSessionClosed)
+			s.live.End(ErrSessionClosed)
 			return nil, fmt.Errorf("session %d created but not confirmed, so ended: %w", s.id, err)
 		}
-		s.mu.Lock()
-		s.confirming = false
-		s.mu.Unlock()
+		s.live.SetConfirming(false)
 	}
 	return s, nil
 }
@@ -226,15 +182,12 @@ func newSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error)
 func (s *Session) ID() SessionID { return s.id }
 
 // TTL returns the session's time to live.
-func (s *Session) TTL() time.Duration { return s.ttl }
+func (s *Session) TTL() time.Duration { return s.live.TTL() }
 
 // Node returns the member the session lives on: the Node it was made
 // with. It is nil for a session made through a Cell that is not a
 // member (a client); Cell works for both.
-func (s *Session) Node() *Node {
-	n, _ := s.b.(*Node)
-	return n
-}
+func (s *Session) Node() *Node { return s.b.node }
 
 // Cell returns the Cell the session was made with, and through which its
 // recipes reach the cell.
@@ -242,78 +195,72 @@ func (s *Session) Cell() Cell { return s.c }
 
 // Done is closed when the session has ended: expired, closed, or its
 // member closed. Err then says which.
-func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+func (s *Session) Done() <-chan struct{} { return s.live.Done() }
 
 // Ctx returns a context cancelled when the session ends: pass it to work
 // that must stop when the session (and so every lock it holds) is gone.
-func (s *Session) Ctx() context.Context { return s.ctx }
+func (s *Session) Ctx() context.Context { return s.live.Ctx() }
 
 // Err returns nil while the session lives, then ErrSessionExpired,
 // ErrSessionClosed or ErrClosed.
-func (s *Session) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
+func (s *Session) Err() error { return s.live.Err() }
 
 // Until returns the holder's conservative deadline: the session certainly
 // lives in the cell until then (unless closed). It moves forward with each
 // confirmed keep-alive.
-func (s *Session) Until() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.until
-}
+func (s *Session) Until() time.Time { return s.live.Until() }
 
 // Jeopardy returns a channel that is closed while the session is in
 // jeopardy: keep-alives are not being confirmed, so the cell may expire it
 // soon. Side effects that depend on the session should pause. A new
 // channel is returned once the session is healthy again.
-func (s *Session) Jeopardy() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.jeopardy
-}
+func (s *Session) Jeopardy() <-chan struct{} { return s.live.Jeopardy() }
 
 // Healthy returns a channel that is closed while the session is healthy
 // (keep-alives confirmed). A new channel is returned once it enters
 // jeopardy; it is never closed after the session ended.
-func (s *Session) Healthy() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.healthy
+func (s *Session) Healthy() <-chan struct{} { return s.live.Healthy() }
+
+// TimeToLive returns how long the cell would still wait before expiring
+// the session if it heard nothing more from its holder: the time left on
+// the leader's deadline for it, read from the leader now (etcd's
+// Lease.TimeToLive). It is the cell's view, not the holder's: Until is
+// the holder's conservative local deadline, earlier by at least its
+// margin; TimeToLive is what a keep-alive extends and what a stopped
+// holder (Orphan, a crash) runs down. A new leader grants every live
+// session a full TTL from its election, so the value never drops across
+// a change of leader faster than time passes.
+//
+// It asks the leader (through this member, or a client's member), waits
+// for one that has loaded its table, and confirms that leadership after
+// reading it; ctx bounds the wait. A session the cell has ended gives
+// an error wrapping ErrSessionExpired, also after Close or Orphan here
+// once the cell has ended it: a session orphaned but not yet expired
+// still reports its time left. It changes nothing in the cell.
+func (s *Session) TimeToLive(ctx context.Context) (time.Duration, error) {
+	return s.b.b.TimeToLive(ctx, int64(s.id))
 }
 
 // Close ends the session in the cell: one committed change deletes all
 // its ephemeral keys (and so releases its locks). Close is idempotent.
 func (s *Session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.err != nil && !s.orphaned {
-		err := s.err
-		s.mu.Unlock()
+	if err, ok := s.live.StartClose(); !ok {
 		if err == ErrSessionClosed {
 			return nil
 		}
 		return err
 	}
-	s.closing = true
-	s.mu.Unlock()
 	_, err := s.b.propose(ctx, &command.Command{Kind: command.KindSessionEnd,
 		Session: &command.Session{ID: int64(s.id)}})
 	if err != nil {
 		if !errors.Is(err, ErrAmbiguous) {
 			// It certainly did not end; if it did end after all, the
 			// end arrives as an expiry and is reported as a close.
-			s.mu.Lock()
-			s.closing = false
-			s.mu.Unlock()
+			s.live.CloseFailed()
 		}
 		return err
 	}
-	s.mu.Lock()
-	s.orphaned = false
-	s.mu.Unlock()
-	s.end(ErrSessionClosed)
+	s.live.Closed()
 	return nil
 }
 
@@ -321,101 +268,4 @@ func (s *Session) Close(ctx context.Context) error {
 // expires it after its TTL, so its locks pass on only then. Locally it
 // ends at once (ErrSessionClosed). Close after Orphan still ends it in the
 // cell.
-func (s *Session) Orphan() {
-	s.k.remove(s.id)
-	s.mu.Lock()
-	s.orphaned = s.err == nil
-	s.mu.Unlock()
-	s.end(ErrSessionClosed)
-}
-
-// end records why the session ended and releases everything waiting on
-// it. It returns the reason recorded, or nil if the session had already
-// ended.
-func (s *Session) end(err error) error {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return nil
-	}
-	if s.closing && err == ErrSessionExpired {
-		err = ErrSessionClosed
-	}
-	s.err = err
-	if err == ErrSessionExpired {
-		s.stats.count(func(c *sessionCounters) *atomic.Uint64 { return &c.expired })
-	}
-	if !s.inJeopard {
-		s.healthy = make(chan struct{}) // never closed: it will not be healthy again
-		if err == ErrSessionExpired {
-			// However the holder learns of an expiry (its own deadline,
-			// or the cell's word after a pause), jeopardy is closed no
-			// later than Done, so code that waits on Jeopardy stops.
-			s.inJeopard = true
-			close(s.jeopardy)
-		}
-	}
-	s.mu.Unlock()
-	s.k.remove(s.id)
-	s.cancel()
-	return err
-}
-
-// confirmed records a keep-alive sent at sent and confirmed by the leader.
-func (s *Session) confirmed(sent time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return
-	}
-	if u := sent.Add(s.ttl - s.k.margin(s.ttl)); u.After(s.until) {
-		s.until = u
-	}
-	if sent.After(s.lastAcked) {
-		s.lastAcked = sent
-	}
-	close(s.acked)
-	s.acked = make(chan struct{})
-	if s.inJeopard && time.Now().Before(s.until) {
-		s.inJeopard = false
-		close(s.healthy)
-		s.jeopardy = make(chan struct{})
-	}
-}
-
-// unconfirmed reports whether its last keep-alive is still unanswered.
-func (s *Session) unconfirmed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lastAcked.Before(s.lastSent)
-}
-
-func (s *Session) ackChan() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.acked
-}
-
-// check updates jeopardy and local expiry at now; it returns true if the
-// session expired locally.
-func (s *Session) check(now time.Time) bool {
-	s.mu.Lock()
-	if s.err != nil || s.confirming {
-		s.mu.Unlock()
-		return false
-	}
-	expired := !now.Before(s.until)
-	// Jeopardy: nothing confirmed for half a TTL, so keep-alives in a row
-	// went unanswered (they go out every quarter TTL, or faster).
-	if !s.inJeopard && (expired || now.Sub(s.lastAcked) > s.ttl/2) {
-		s.inJeopard = true
-		s.stats.count(func(c *sessionCounters) *atomic.Uint64 { return &c.jeopardy })
-		close(s.jeopardy)
-		s.healthy = make(chan struct{})
-	}
-	s.mu.Unlock()
-	if expired {
-		s.end(ErrSessionExpired)
-	}
-	return expired
-}
+func (s *Session) Orphan() { s.live.Orphan() }

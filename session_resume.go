@@ -6,8 +6,8 @@ package coord
 import (
 	"context"
 	"fmt"
-	"slices"
-	"time"
+
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // WithSessionID makes NewSession adopt the live session id instead of
@@ -46,151 +46,38 @@ func WithSessionID(id SessionID) SessionOption {
 	return func(o *sessionOptions) { o.resume = id }
 }
 
-// resumeSession adopts the live session o.resume through c.
+// resumeSession adopts the live session o.resume through c: its backend
+// says whether it may (a member: a session of its own, owner "", alive
+// after a read barrier; a client: one of its identity, whose TTL its
+// member tells), and its keeper takes it over.
 func resumeSession(ctx context.Context, c Cell, o sessionOptions) (*Session, error) {
 	id := o.resume
 	if id < 0 {
 		return nil, fmt.Errorf("%w: session ID %d", ErrInvalidArgument, int64(id))
 	}
-	switch b := c.cellBackend().(type) {
-	case *Node:
-		return resumeOnMember(ctx, c, b, id)
-	case *Client:
-		return resumeOnClient(ctx, c, b, id)
-	}
-	return nil, fmt.Errorf("%w: resuming session %d: this cell cannot resume a session by ID", ErrInvalidArgument, int64(id))
-}
-
-// resumeOnMember adopts a member's own session (owner "") into n's
-// engine. The session's Cell is c, as for a session created through c.
-func resumeOnMember(ctx context.Context, c Cell, n *Node, id SessionID) (*Session, error) {
-	// A linearizable look: a session the state does not have after the
-	// read barrier has ended (IDs are log indexes, never reused).
-	if err := n.readBarrier(ctx, readOptions{}); err != nil {
+	b := c.cell()
+	ttl, rev, err := b.b.Resumable(ctx, int64(id))
+	if err != nil {
 		return nil, err
 	}
-	info, found, err := n.sm.Session(int64(id))
-	if err != nil {
-		return nil, n.stateErr(err)
-	}
-	rev := n.sm.Revision()
-	switch {
-	case !found:
-		return nil, fmt.Errorf("%w: session %d is not alive in the cell", ErrSessionExpired, int64(id))
-	case info.Owner != "":
-		return nil, fmt.Errorf("%w: session %d belongs to %s: only it may resume it", ErrInvalidArgument, int64(id), info.Owner)
-	}
-	s := resumed(c, n, n.keeper(), id, time.Duration(info.TTL), rev)
-	if !n.sessions.adopt(s) {
-		return nil, fmt.Errorf("%w: session %d is already kept alive by this process", ErrInvalidArgument, int64(id))
-	}
-	return confirmResumed(ctx, s)
-}
-
-// resumeOnClient adopts one of cl's own sessions into its keep-alive
-// engine. The member checks the owner: it tells the TTL (and so lets the
-// resume go on) only for a session of this client's identity, so another
-// client's session, or a member's, is ErrForbidden and nothing changes.
-func resumeOnClient(ctx context.Context, c Cell, cl *Client, id SessionID) (*Session, error) {
-	ttl, err := cl.ka.grantedTTL(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
-	}
-	// A linearizable read for a revision at least that of every key the
-	// earlier holder made (see resumed); the prefix is one no recipe uses,
-	// so the read returns next to nothing.
-	_, rev, err := cl.list(ctx, resumeRevProbe, readOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
-	}
-	s := resumed(c, cl, cl.ka, id, ttl, rev)
-	if !cl.ka.adopt(s) {
-		return nil, fmt.Errorf("%w: session %d is already kept alive by this client", ErrInvalidArgument, int64(id))
-	}
-	return confirmResumed(ctx, s)
-}
-
-// resumeRevProbe is the prefix a client reads to learn a current
-// revision.
-const resumeRevProbe = "\x00coord/resume/"
-
-// resumed makes the Session that adopts id, not yet kept alive.
-func resumed(c Cell, b backend, k keeper, id SessionID, ttl time.Duration, rev int64) *Session {
-	s := &Session{c: c, b: b, k: k, id: id, ttl: ttl, stats: sessionCountersOf(b),
-		jeopardy: make(chan struct{}), healthy: make(chan struct{}), acked: make(chan struct{}),
-		resumed: true, adopted: make(map[string]bool), confirming: true}
-	close(s.healthy)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	// Until stays at now until the first confirmation: nothing is known
-	// of the deadline the cell gives the session before that.
-	now := time.Now()
-	s.until, s.lastSent, s.lastAcked = now, now, now
+	k := b.keeper()
+	s := &Session{c: c, b: b, k: k, id: id, live: spi.NewResumed(int64(id), ttl, k, b.b.Stats()),
+		resumed: true, adopted: make(map[string]bool)}
 	// The earlier holder numbered its keys from 1; start far above
 	// anything it (or an earlier resume, at a lower revision) could
 	// have reached, so a new key never has an old key's name.
 	s.keySeq.Store(uint64(rev) << 20)
-	return s
-}
-
-// confirmResumed waits for one confirmed keep-alive of s, already adopted
-// by its keeper, so that it is handed out healthy.
-func confirmResumed(ctx context.Context, s *Session) (*Session, error) {
-	if _, err := s.k.renew(ctx, s); err != nil {
+	if !k.Adopt(s.live) {
+		return nil, fmt.Errorf("%w: session %d is already kept alive by this process", ErrInvalidArgument, int64(id))
+	}
+	// Wait for one confirmed keep-alive, so that it is handed out healthy.
+	if _, err := k.Renew(ctx, s.live); err != nil {
 		// Not resumed: stop keeping it alive here, but end nothing in the
 		// cell (an ended session's error is already ErrSessionExpired).
-		s.mu.Lock()
-		s.confirming = false
-		s.mu.Unlock()
-		s.end(ErrSessionClosed)
-		return nil, fmt.Errorf("resuming session %d: %w", int64(s.id), err)
+		s.live.SetConfirming(false)
+		s.live.End(ErrSessionClosed)
+		return nil, fmt.Errorf("resuming session %d: %w", int64(id), err)
 	}
-	s.mu.Lock()
-	s.confirming = false
-	s.mu.Unlock()
+	s.live.SetConfirming(false)
 	return s, nil
-}
-
-// adopt starts keeping s alive, unless a session of its ID is kept here
-// already; it reports whether it did.
-func (e *sessionEngine) adopt(s *Session) bool {
-	e.mu.Lock()
-	if _, ok := e.local[s.id]; ok {
-		e.mu.Unlock()
-		return false
-	}
-	e.mu.Unlock()
-	// Between the look and the add a concurrent adopt of the same ID could
-	// slip in; both would then keep one session alive, which is harmless
-	// for the cell, and the map keeps one of them.
-	e.add(s)
-	return true
-}
-
-// resumedKey returns, for an acquisition of kind on a resumed session,
-// a key of this session's already in the queue that no other acquisition
-// has taken over; "" when there is none (then a new key is made).
-func (q *queue) resumedKey(ctx context.Context, kind byte) (string, error) {
-	s := q.s
-	if !s.resumed {
-		return "", nil
-	}
-	var kvs []KV
-	err := retry(ctx, s.b, s, retryable, func() (err error) {
-		kvs, _, err = listPrefix(ctx, s.b, q.prefix, nil)
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	entries := parseQueue(q.prefix, q.kinded, kvs)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i := slices.IndexFunc(entries, func(e entry) bool {
-		return e.kv.Session == s.id && (!q.kinded || e.kind == kind) && !s.adopted[e.kv.Key]
-	})
-	if i < 0 {
-		return "", nil
-	}
-	s.adopted[entries[i].kv.Key] = true
-	return entries[i].kv.Key, nil
 }

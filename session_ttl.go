@@ -10,35 +10,6 @@ import (
 	"github.com/coordcell/coord/internal/sessions"
 )
 
-// TimeToLive returns how long the cell would still wait before expiring
-// the session if it heard nothing more from its holder: the time left on
-// the leader's deadline for it, read from the leader now (etcd's
-// Lease.TimeToLive). It is the cell's view, not the holder's: Until is
-// the holder's conservative local deadline, earlier by at least its
-// margin; TimeToLive is what a keep-alive extends and what a stopped
-// holder (Orphan, a crash) runs down. A new leader grants every live
-// session a full TTL from its election, so the value never drops across
-// a change of leader faster than time passes.
-//
-// It asks the leader (through this member, or a client's member), waits
-// for one that has loaded its table, and confirms that leadership after
-// reading it; ctx bounds the wait. A session the cell has ended gives
-// an error wrapping ErrSessionExpired, also after Close or Orphan here
-// once the cell has ended it: a session orphaned but not yet expired
-// still reports its time left. It changes nothing in the cell.
-func (s *Session) TimeToLive(ctx context.Context) (time.Duration, error) {
-	a, ok := s.k.(ttlAsker)
-	if !ok {
-		return 0, fmt.Errorf("%w: this session's cell cannot report its time to live", ErrInternal)
-	}
-	return a.timeToLive(ctx, s.id)
-}
-
-// ttlAsker is a keeper that can ask the leader for a session's time left.
-type ttlAsker interface {
-	timeToLive(ctx context.Context, id SessionID) (time.Duration, error)
-}
-
 // maxTTLServing bounds the time-to-live questions from other members that
 // the leader answers at once: each holds a goroutine for up to an
 // election timeout, so a member asking in a loop cannot grow them without

@@ -25,7 +25,7 @@ import (
 //		Else(coord.OpGet("config")).
 //		Commit()
 type Txn struct {
-	b   backend
+	b   *cellOps
 	ctx context.Context
 	txn command.Txn
 	err error // the first invalid operation added, reported by Commit
@@ -36,9 +36,9 @@ type Txn struct {
 }
 
 // Txn starts a transaction bound to ctx.
-func (n *Node) Txn(ctx context.Context) *Txn { return newTxn(ctx, n) }
+func (c *cellOps) Txn(ctx context.Context) *Txn { return newTxn(ctx, c) }
 
-func newTxn(ctx context.Context, b backend) *Txn { return &Txn{b: b, ctx: ctx} }
+func newTxn(ctx context.Context, b *cellOps) *Txn { return &Txn{b: b, ctx: ctx} }
 
 // If adds comparisons; all must hold for Then to run.
 func (t *Txn) If(cmps ...Cmp) *Txn {

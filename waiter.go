@@ -13,14 +13,21 @@ import (
 	"sync"
 
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 )
 
-// waiter is one acquisition on its way to holding.
+// waiter is one acquisition on its way to holding: of session s, in the
+// queue under prefix (kinded: a lock's). It leaves the queue through rm,
+// never through the queue that started it.
 type waiter struct {
-	q   *queue
-	b   backend
-	key string
-	rev int64 // our key's create revision, once known
+	s      *Session
+	b      *cellOps
+	prefix string
+	kinded bool
+	rm     remover
+	key    string
+	rev    int64 // our key's create revision, once known
 	// maybe is set when a create attempt's outcome was unknown, so the
 	// key may exist although no attempt saw it.
 	maybe bool
@@ -34,24 +41,23 @@ type waiter struct {
 // run creates the key and waits until it holds. On failure it has left
 // the queue (or will, in the background, if the cell is unreachable now).
 func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*hold, error) {
-	q := w.q
 	list, rev, err := w.create(ctx, value)
 	if err != nil {
-		if w.maybe && q.s.Err() == nil {
+		if w.maybe && w.s.Err() == nil {
 			w.abandon()
 		}
 		return nil, err
 	}
 	w.own = w.watch(w.mctx, w.key, rev)
 	for {
-		entries := parseQueue(q.prefix, q.kinded, list)
-		i := slices.IndexFunc(entries, func(e entry) bool { return e.kv.Key == w.key })
+		entries := parseQueue(w.prefix, w.kinded, list)
+		i := slices.IndexFunc(entries, func(e lockq.Waiter[KV]) bool { return e.Key == w.key })
 		if i < 0 {
 			return nil, w.lost(ctx)
 		}
-		wait := blockers(entries, i)
+		wait := lockq.Blockers(entries, i)
 		if wait == nil {
-			if err := q.s.Err(); err != nil {
+			if err := w.s.Err(); err != nil {
 				return nil, err
 			}
 			h := &hold{key: w.key, kind: kind, token: Token(w.rev), done: make(chan struct{}), stop: w.stop}
@@ -60,13 +66,13 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 		}
 		if try {
 			w.abandon()
-			return nil, fmt.Errorf("%w: %s", ErrLocked, strings.TrimSuffix(q.prefix, "/"))
+			return nil, fmt.Errorf("%w: %s", ErrLocked, strings.TrimSuffix(w.prefix, "/"))
 		}
-		w.b.queueProbes().note(q.prefix, probeWait)
+		w.b.queueProbes().Note(w.prefix, spi.ProbeWait)
 		if err := w.await(ctx, wait, rev); err != nil {
 			return nil, err
 		}
-		w.b.queueProbes().note(q.prefix, probeWake)
+		w.b.queueProbes().Note(w.prefix, spi.ProbeWake)
 		if list, rev, err = w.reread(ctx); err != nil {
 			return nil, err
 		}
@@ -78,22 +84,21 @@ func (w *waiter) run(ctx context.Context, kind byte, value []byte, try bool) (*h
 // so it is retried while the outcome is unknown or the cell unreachable:
 // a retry after an unseen success finds the key and reads it back.
 func (w *waiter) create(ctx context.Context, value []byte) ([]KV, int64, error) {
-	q := w.q
 	var res TxnResult
-	err := retry(ctx, w.b, q.s, func(err error) bool {
+	err := retry(ctx, w.b, w.s, func(err error) bool {
 		w.maybe = w.maybe || errors.Is(err, ErrAmbiguous)
 		return retryable(err)
 	}, func() (err error) {
 		res, err = newTxn(ctx, w.b).If(Version(w.key).Eq(0)).
-			Then(OpPut(w.key, value, Ephemeral(q.s)), OpGetPrefix(q.prefix)).
-			Else(OpGet(w.key), OpGetPrefix(q.prefix)).
+			Then(OpPut(w.key, value, Ephemeral(w.s)), OpGetPrefix(w.prefix)).
+			Else(OpGet(w.key), OpGetPrefix(w.prefix)).
 			Commit()
 		return err
 	})
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(res.Results[0].KVs) != 1 || res.Results[0].KVs[0].Session != q.s.id {
+	if len(res.Results[0].KVs) != 1 || res.Results[0].KVs[0].Session != w.s.id {
 		return nil, 0, fmt.Errorf("%w: queue key %q is not this session's", errs.Internal, w.key)
 	}
 	w.rev = res.Results[0].KVs[0].CreateRev
@@ -108,7 +113,7 @@ func (w *waiter) create(ctx context.Context, value []byte) ([]KV, int64, error) 
 // only makes us wait on a key that is already gone: its watch, from the
 // view's revision, reports the delete at once.)
 func (w *waiter) reread(ctx context.Context) ([]KV, int64, error) {
-	kvs, rev, err := listPrefix(ctx, w.b, w.q.prefix, []ReadOption{Serializable()})
+	kvs, rev, err := listPrefix(ctx, w.b, w.prefix, []ReadOption{Serializable()})
 	if err != nil {
 		return w.relist(ctx)
 	}
@@ -117,8 +122,8 @@ func (w *waiter) reread(ctx context.Context) ([]KV, int64, error) {
 
 // relist reads the queue again, linearizably.
 func (w *waiter) relist(ctx context.Context) (kvs []KV, rev int64, err error) {
-	err = retry(ctx, w.b, w.q.s, retryable, func() (err error) {
-		kvs, rev, err = listPrefix(ctx, w.b, w.q.prefix, nil)
+	err = retry(ctx, w.b, w.s, retryable, func() (err error) {
+		kvs, rev, err = listPrefix(ctx, w.b, w.prefix, nil)
 		return err
 	})
 	if err != nil {
@@ -149,8 +154,8 @@ func (w *waiter) await(ctx context.Context, keys []string, rev int64) error {
 		case <-ctx.Done():
 			w.giveUp(ctx)
 			return ctx.Err()
-		case <-w.q.s.Done():
-			return w.q.s.Err()
+		case <-w.s.Done():
+			return w.s.Err()
 		case ev, ok := <-w.own.Events():
 			if !ok {
 				// Our own watch ended (history compacted, member closing):
@@ -210,7 +215,7 @@ func (w *waiter) lost(ctx context.Context) error {
 	// until the change that deleted the key has been fully applied here
 	// so the session's state is current.
 	w.b.settle(context.WithoutCancel(ctx))
-	if err := w.q.s.Err(); err != nil {
+	if err := w.s.Err(); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: queue key %q was deleted while waiting", ErrNotHeld, w.key)
@@ -218,7 +223,7 @@ func (w *waiter) lost(ctx context.Context) error {
 
 // giveUp leaves the queue after the caller's ctx ended.
 func (w *waiter) giveUp(ctx context.Context) {
-	if ctx.Err() != nil && w.q.s.Err() == nil {
+	if ctx.Err() != nil && w.s.Err() == nil {
 		w.abandon()
 	}
 }
@@ -228,12 +233,11 @@ func (w *waiter) giveUp(ctx context.Context) {
 // alone). It tries for a bounded time in the caller's goroutine, then
 // keeps trying in the background until the session ends.
 func (w *waiter) abandon() {
-	s := w.q.s
-	ctx, cancel := context.WithTimeout(s.Ctx(), 2*w.b.electionTimeout())
-	err := w.q.remove(ctx, w.key, w.rev)
+	ctx, cancel := context.WithTimeout(w.s.Ctx(), 2*w.b.electionTimeout())
+	err := w.rm.remove(ctx, w.key, w.rev)
 	cancel()
 	if err != nil && retryable(err) {
-		w.q.removeLater(w.key, w.rev)
+		w.rm.removeLater(w.key, w.rev)
 	}
 }
 
@@ -273,7 +277,7 @@ func (w *waiter) stillHeld(ctx context.Context) (int64, bool) {
 		kvs []KV
 		rev int64
 	)
-	err := retry(ctx, w.b, w.q.s, notClosed, func() (err error) {
+	err := retry(ctx, w.b, w.s, notClosed, func() (err error) {
 		kvs, rev, err = listPrefix(ctx, w.b, w.key, nil)
 		return err
 	})
@@ -281,4 +285,38 @@ func (w *waiter) stillHeld(ctx context.Context) (int64, bool) {
 		return 0, false
 	}
 	return rev, slices.ContainsFunc(kvs, func(kv KV) bool { return kv.Key == w.key && kv.CreateRev == w.rev })
+}
+
+// remover takes a session's entries out of a queue: the queue's release
+// and its waiters' retreats alike.
+type remover struct{ s *Session }
+
+// remove deletes key, guarded by its create revision rev unless rev is 0.
+func (r remover) remove(ctx context.Context, key string, rev int64) error {
+	if rev != 0 {
+		_, err := newTxn(ctx, r.s.b).If(CreateRev(key).Eq(rev)).Then(OpDelete(key)).Commit()
+		return err
+	}
+	_, err := deleteKey(ctx, r.s.b, key, nil)
+	return err
+}
+
+// removeLater keeps trying to remove key in the background while the cell
+// is unreachable, until it succeeds or the session ends (which removes
+// the key too).
+func (r remover) removeLater(key string, rev int64) {
+	s := r.s
+	if s.Err() != nil {
+		return
+	}
+	go func() {
+		if backoff(s.Ctx(), s.b, s) != nil {
+			return
+		}
+		_ = retry(s.Ctx(), s.b, s, retryable, func() error {
+			ctx, cancel := context.WithTimeout(s.Ctx(), 2*s.b.electionTimeout())
+			defer cancel()
+			return r.remove(ctx, key, rev)
+		})
+	}()
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lockq"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -290,7 +291,7 @@ func (a *applier) getKV(key string, wantValue bool) (kv command.KV, size int64, 
 // working tree.
 func (a *applier) setKV(kv *command.KV) {
 	a.mem.keys.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(*kv)})
-	if IsLockDelayMarker(kv.Key) {
+	if lockq.IsDelayMarker(kv.Key) {
 		a.mem.delays.ReplaceOrInsert(kv.Key)
 	}
 }

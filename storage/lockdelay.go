@@ -5,10 +5,10 @@ package storage
 // resources that cannot check a fencing token.
 //
 // The holder's key under locks/{name}/ carries the delay in its value
-// (LockDelayValue). When an expiry flagged LockDelay (the proposer saw
+// (lockq.DelayValue). When an expiry flagged LockDelay (the proposer saw
 // such a key: SessionLockDelayed) deletes such a key and the key held
 // its lock (it was the head of the lock's queue), the same revision puts
-// a delay marker under the lock's queue: locks/{name}/d{32 hex}, with the
+// a delay marker under the lock's queue (lockq's Entry.Marker), with the
 // same value and no session. The recipes' grant rule treats a marker as a
 // holder that blocks every entry of the queue, older or newer. The
 // sessions leader deletes it after the delay (LockDelays lists them).
@@ -18,81 +18,11 @@ package storage
 // rather than diverge.
 
 import (
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lockq"
 )
-
-// MaxLockDelay bounds a lock-delay: a value asking for more is not one,
-// so a stray or hostile key cannot keep a lock from being granted for
-// long.
-const MaxLockDelay = 60 * time.Second
-
-// lockDelayTag starts a lock-delay value: no semaphore limit (digits
-// only) and no empty mutex value begins with it.
-const lockDelayTag = "lock-delay:"
-
-// lockQueuePrefix is where lock queues live; markers are written only
-// there.
-const lockQueuePrefix = "locks/"
-
-// lockEntryLen is the length of a queue entry's name after its lock's
-// prefix: the kind byte, then 32 hex digits (session, sequence).
-const lockEntryLen = 33
-
-// kindDelay is the kind byte of a delay marker.
-const kindDelay = 'd'
-
-// LockDelayValue returns the value of a lock key whose hold is followed
-// by a delay of d when its session expires.
-func LockDelayValue(d time.Duration) []byte {
-	return strconv.AppendInt([]byte(lockDelayTag), int64(d), 10)
-}
-
-// ParseLockDelay returns the delay a lock key's value asks for; ok is
-// false when the value asks for none, or for one outside (0, MaxLockDelay].
-func ParseLockDelay(v []byte) (d time.Duration, ok bool) {
-	rest, found := strings.CutPrefix(string(v), lockDelayTag)
-	if !found || len(rest) == 0 || len(rest) > 19 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil || n <= 0 || time.Duration(n) > MaxLockDelay || strconv.FormatInt(n, 10) != rest {
-		return 0, false
-	}
-	return time.Duration(n), true
-}
-
-// lockEntry splits a key under locks/ into its queue prefix and entry
-// name; ok is false for keys of another shape.
-func lockEntry(key string) (prefix, name string, ok bool) {
-	if !strings.HasPrefix(key, lockQueuePrefix) || len(key) < len(lockQueuePrefix)+1+lockEntryLen {
-		return "", "", false
-	}
-	prefix, name = key[:len(key)-lockEntryLen], key[len(key)-lockEntryLen:]
-	if !strings.HasSuffix(prefix, "/") || len(prefix) <= len(lockQueuePrefix)+1 {
-		return "", "", false
-	}
-	switch name[0] {
-	case 'm', 'w', 'r', 's', kindDelay:
-	default:
-		return "", "", false
-	}
-	for _, c := range name[1:] {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return "", "", false
-		}
-	}
-	return prefix, name, true
-}
-
-// IsLockDelayMarker reports whether key is a delay marker's name.
-func IsLockDelayMarker(key string) bool {
-	_, name, ok := lockEntry(key)
-	return ok && name[0] == kindDelay
-}
 
 // SessionLockDelayed reports whether session id owns, in the applied
 // state, a lock key that asks for a lock-delay: then its expiry is
@@ -108,11 +38,11 @@ func (sm *StateMachine) SessionLockDelayed(id int64) (bool, error) {
 		if o.session != id {
 			return false
 		}
-		if _, _, ok := lockEntry(o.key); !ok {
+		if !lockq.IsLockEntry(o.key) {
 			return true
 		}
 		if it, ok := v.keys.Get(kvItem{key: o.key}); ok {
-			_, delayed = ParseLockDelay(it.kv.Value)
+			_, delayed = lockq.ParseDelay(it.kv.Value)
 		}
 		return !delayed
 	})
@@ -141,11 +71,7 @@ func (sm *StateMachine) LockDelays() ([]LockDelay, error) {
 		if !ok {
 			return true
 		}
-		d, ok := ParseLockDelay(it.kv.Value)
-		if !ok {
-			d = MaxLockDelay
-		}
-		out = append(out, LockDelay{Key: key, CreateRev: it.kv.CreateRev, Delay: d})
+		out = append(out, LockDelay{Key: key, CreateRev: it.kv.CreateRev, Delay: lockq.MarkerDelay(it.kv.Value)})
 		return true
 	})
 	return out, nil
@@ -159,31 +85,31 @@ func (sm *StateMachine) LockDelays() ([]LockDelay, error) {
 func (a *applier) expiryMarkers(id int64, owned []string) []command.KV {
 	var out []command.KV
 	for _, key := range owned {
-		prefix, name, ok := lockEntry(key)
-		if !ok || name[0] == kindDelay {
+		e, ok := lockq.ParseKey(key)
+		if !ok || e.Election() || e.Kind == lockq.KindDelay {
 			continue
 		}
 		it, found := a.mem.keys.Get(kvItem{key: key})
 		if !found || it.kv.Session != id {
 			continue
 		}
-		if _, ok := ParseLockDelay(it.kv.Value); !ok {
+		if _, ok := lockq.ParseDelay(it.kv.Value); !ok {
 			continue
 		}
 		head := true
-		a.mem.ascendPrefix(prefix, func(o kvItem) bool {
-			oprefix, oname, ok := lockEntry(o.key)
-			if !ok || oprefix != prefix || o.key == key {
+		a.mem.ascendPrefix(e.Prefix, func(o kvItem) bool {
+			kind, ok := lockq.InQueue(e.Prefix, true, o.key)
+			if !ok || o.key == key {
 				return true
 			}
-			if oname[0] == kindDelay || o.kv.CreateRev < it.kv.CreateRev {
+			if kind == lockq.KindDelay || o.kv.CreateRev < it.kv.CreateRev {
 				head = false
 				return false
 			}
 			return true
 		})
 		if head {
-			out = append(out, command.KV{Key: prefix + string(kindDelay) + name[1:], Value: it.kv.Value})
+			out = append(out, command.KV{Key: e.Marker(), Value: it.kv.Value})
 		}
 	}
 	return out

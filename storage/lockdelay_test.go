@@ -1,41 +1,28 @@
 package storage
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lockq"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // lockKey is a queue entry of kind under locks/{name}/ for session id.
 func lockKey(name string, kind byte, id int64, seq int) string {
-	return fmt.Sprintf("locks/%s/%c%016x%016x", name, kind, uint64(id), seq)
+	return lockq.EntryKey(lockq.LockPrefix(name), true, kind, id, uint64(seq))
 }
 
 func expire(id int64) *command.Command {
 	return &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: id, Expired: true, LockDelay: true}}
 }
 
-func TestLockDelayValue(t *testing.T) {
-	for _, d := range []time.Duration{1, time.Second, MaxLockDelay} {
-		got, ok := ParseLockDelay(LockDelayValue(d))
-		require.True(t, ok, d)
-		require.Equal(t, d, got)
-	}
-	for _, v := range []string{"", "3", "lock-delay:", "lock-delay:0", "lock-delay:-5", "lock-delay:01",
-		"lock-delay:1x", "lock-delay:99999999999999999999", string(LockDelayValue(MaxLockDelay + 1))} {
-		_, ok := ParseLockDelay([]byte(v))
-		require.False(t, ok, v)
-	}
-}
-
 func TestLockDelayMarkerOnExpiry(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
 	holder, waiter := ts.newSession(), ts.newSession()
-	delay := string(LockDelayValue(5 * time.Second))
+	delay := string(lockq.DelayValue(5 * time.Second))
 	hk, wk := lockKey("a", 'm', holder, 1), lockKey("a", 'm', waiter, 1)
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(hk, delay, holder)}})
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(wk, delay, waiter)}})
@@ -85,7 +72,7 @@ func TestLockDelayMarkerOnExpiry(t *testing.T) {
 
 func TestLockDelayNoMarker(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
-	delay := string(LockDelayValue(time.Second))
+	delay := string(lockq.DelayValue(time.Second))
 	cases := map[string]func(id int64) *command.Command{
 		// A Close is the holder letting go: no delay.
 		"close": func(id int64) *command.Command {
@@ -133,7 +120,7 @@ func TestLockDelaySnapshot(t *testing.T) {
 	a := openTestSM(t, nil, Options{})
 	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	id := a.newSession()
-	a.txn(command.Txn{Then: []command.Op{ephemeralPut(lockKey("s", 'm', id, 1), string(LockDelayValue(time.Second)), id)}})
+	a.txn(command.Txn{Then: []command.Op{ephemeralPut(lockKey("s", 'm', id, 1), string(lockq.DelayValue(time.Second)), id)}})
 	a.apply(expire(id))
 	snap, err := a.snapshot()
 	require.NoError(t, err)
@@ -152,13 +139,13 @@ func TestSessionLockDelayed(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
 	id := ts.newSession()
 	ts.txn(command.Txn{Then: []command.Op{
-		ephemeralPut("plain", string(LockDelayValue(time.Second)), id), // not a lock key
+		ephemeralPut("plain", string(lockq.DelayValue(time.Second)), id), // not a lock key
 		ephemeralPut(lockKey("x", 'm', id, 1), "", id),
 	}})
 	delayed, err := ts.SessionLockDelayed(id)
 	require.NoError(t, err)
 	require.False(t, delayed)
-	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(lockKey("y", 'm', id, 2), string(LockDelayValue(time.Second)), id)}})
+	ts.txn(command.Txn{Then: []command.Op{ephemeralPut(lockKey("y", 'm', id, 2), string(lockq.DelayValue(time.Second)), id)}})
 	delayed, err = ts.SessionLockDelayed(id)
 	require.NoError(t, err)
 	require.True(t, delayed)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lockq"
 	"github.com/google/btree"
 )
 
@@ -253,7 +254,7 @@ func (s *memState) add(k, val []byte) error {
 		}
 		kv.Key = string(k[1:])
 		s.keys.ReplaceOrInsert(kvItem{key: kv.Key, kv: storedKV(kv)})
-		if IsLockDelayMarker(kv.Key) {
+		if lockq.IsDelayMarker(kv.Key) {
 			s.delays.ReplaceOrInsert(kv.Key)
 		}
 	case prefixSession:

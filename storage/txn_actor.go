@@ -1,6 +1,9 @@
 package storage
 
-import "github.com/coordcell/coord/internal/command"
+import (
+	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/lockq"
+)
 
 // A client's transaction carries its actor (command.Txn.Actor: the owner
 // name its sessions carry), so that the rule "a client writes for, and
@@ -58,7 +61,7 @@ func (a *applier) actorMay(t *command.Txn, ops []command.Op) bool {
 // another owns. A key whose session is unknown (which the state never
 // holds: an ended session's keys go with it) counts as another's.
 func (a *applier) foreignKey(key string, session int64, actor string) bool {
-	if IsLockDelayMarker(key) {
+	if lockq.IsDelayMarker(key) {
 		return true
 	}
 	if session == 0 {

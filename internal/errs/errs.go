@@ -65,3 +65,18 @@ var (
 var (
 	Removed = errors.New("coord: member removed from the cell")
 )
+
+// Clients and the members serving them (internal/client, internal/member).
+var (
+	Forbidden       = errors.New("coord: not allowed for this client")
+	Overloaded      = errors.New("coord: member overloaded; request refused")
+	TooManySessions = errors.New("coord: too many sessions for this client identity")
+	Unauthenticated = errors.New("coord: TLS authentication with the member failed")
+)
+
+// Operations: readiness and backups (internal/member).
+var (
+	NotReady      = errors.New("coord: member not ready")
+	BadBackup     = errors.New("coord: bad backup")
+	BackupVersion = errors.New("coord: unknown backup format")
+)

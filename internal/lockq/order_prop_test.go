@@ -1,4 +1,4 @@
-package coord
+package lockq
 
 import (
 	"fmt"
@@ -16,31 +16,39 @@ import (
 
 const propRounds = 3000
 
-func randomQueue(r *rand.Rand, prefix string) []KV {
-	kinds := []byte{kindMutex, kindWriter, kindReader, kindReader, kindSlot, kindSlot}
+type kv struct {
+	key   string
+	rev   int64
+	value []byte
+}
+
+func fields(k *kv) (string, int64, []byte) { return k.key, k.rev, k.value }
+
+func randomQueue(r *rand.Rand, prefix string) []kv {
+	kinds := []byte{KindMutex, KindWriter, KindReader, KindReader, KindSlot, KindSlot}
 	n := r.IntN(12)
-	kvs := make([]KV, 0, n)
+	kvs := make([]kv, 0, n)
 	limit := 1 + r.IntN(4) // one limit per name, as Semaphore keeps it
 	for i := range n {
 		kind := kinds[r.IntN(len(kinds))]
-		kv := KV{Key: fmt.Sprintf("%s%c%032x", prefix, kind, i), CreateRev: int64(r.IntN(1000)*16 + i)}
-		if kind == kindSlot {
-			kv.Value = []byte(strconv.Itoa(limit))
+		k := kv{key: fmt.Sprintf("%s%c%032x", prefix, kind, i), rev: int64(r.IntN(1000)*16 + i)}
+		if kind == KindSlot {
+			k.value = []byte(strconv.Itoa(limit))
 		}
-		kvs = append(kvs, kv)
+		kvs = append(kvs, k)
 	}
 	r.Shuffle(len(kvs), func(i, j int) { kvs[i], kvs[j] = kvs[j], kvs[i] })
 	return kvs
 }
 
-func exclusive(k byte) bool { return k == kindMutex || k == kindWriter || k == kindLeader }
+func exclusive(k byte) bool { return k == KindMutex || k == KindWriter || k == KindLeader }
 
 func TestQueueOrderProperties(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 0))
 	for round := range propRounds {
-		q := parseQueue("locks/x/", true, randomQueue(r, "locks/x/"))
+		q := Queue("locks/x/", true, randomQueue(r, "locks/x/"), fields)
 		checkQueue(t, round, q)
 	}
 }
@@ -50,32 +58,32 @@ func TestElectionQueueOrderProperties(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
 	for round := range propRounds {
-		var kvs []KV
+		var kvs []kv
 		for i := range r.IntN(8) {
-			kvs = append(kvs, KV{Key: fmt.Sprintf("elections/g/%032x", i), CreateRev: int64(r.IntN(1000)*16 + i)})
+			kvs = append(kvs, kv{key: fmt.Sprintf("elections/g/%032x", i), rev: int64(r.IntN(1000)*16 + i)})
 		}
-		q := parseQueue("elections/g/", false, kvs)
-		h := holders(q)
-		if len(q) > 0 && (len(h) != 1 || h[0].kv.Key != q[0].kv.Key) {
+		q := Queue("elections/g/", false, kvs, fields)
+		h := Holders(q)
+		if len(q) > 0 && (len(h) != 1 || h[0].Key != q[0].Key) {
 			t.Fatalf("round %d: election holders %v, want the oldest entry alone", round, keys(h))
 		}
 		checkQueue(t, round, q)
 	}
 }
 
-func checkQueue(t *testing.T, round int, q []entry) {
+func checkQueue(t *testing.T, round int, q []Waiter[kv]) {
 	t.Helper()
 	holds := make([]bool, len(q))
 	var nExcl, nSlots, nHold int
 	for i := range q {
-		b := blockers(q, i)
+		b := Blockers(q, i)
 		holds[i] = b == nil
 		if !holds[i] {
 			// Every blocker is an earlier entry of the queue.
 			for _, k := range b {
 				found := false
 				for j := 0; j < i; j++ {
-					found = found || q[j].kv.Key == k
+					found = found || q[j].Key == k
 				}
 				if !found {
 					t.Fatalf("round %d: entry %d blocked by %q, not an earlier entry", round, i, k)
@@ -84,25 +92,25 @@ func checkQueue(t *testing.T, round int, q []entry) {
 			continue
 		}
 		nHold++
-		if exclusive(q[i].kind) {
+		if exclusive(q[i].Kind) {
 			nExcl++
 		}
-		if q[i].kind == kindSlot {
+		if q[i].Kind == KindSlot {
 			nSlots++
-			if nSlots > q[i].limit {
-				t.Fatalf("round %d: %d slots held, limit %d", round, nSlots, q[i].limit)
+			if nSlots > q[i].Limit {
+				t.Fatalf("round %d: %d slots held, limit %d", round, nSlots, q[i].Limit)
 			}
 		}
 		for j := 0; j < i; j++ {
-			if q[i].kind == kindReader && !exclusive(q[j].kind) && q[j].kind != kindReader {
+			if q[i].Kind == KindReader && !exclusive(q[j].Kind) && q[j].Kind != KindReader {
 				t.Fatalf("round %d: reader %d holds behind a slot %d", round, i, j)
 			}
-			if q[i].kind == kindReader && exclusive(q[j].kind) {
+			if q[i].Kind == KindReader && exclusive(q[j].Kind) {
 				t.Fatalf("round %d: reader %d holds behind an earlier writer %d", round, i, j)
 			}
 			// FIFO among equals: nobody holds while an earlier entry of
 			// its own kind waits.
-			if q[j].kind == q[i].kind && !holds[j] {
+			if q[j].Kind == q[i].Kind && !holds[j] {
 				t.Fatalf("round %d: entry %d holds while earlier %d of its kind waits", round, i, j)
 			}
 		}
@@ -115,10 +123,10 @@ func checkQueue(t *testing.T, round int, q []entry) {
 	}
 }
 
-func keys(es []entry) []string {
+func keys(es []Waiter[kv]) []string {
 	out := make([]string, len(es))
 	for i, e := range es {
-		out[i] = e.kv.Key
+		out[i] = e.Key
 	}
 	return out
 }

@@ -1,0 +1,168 @@
+// Package spi is the interface between the user's API (the root package:
+// the Cell methods, Session and the recipes) and the two ways a process
+// reaches a cell: as a member (internal/member) and as a client
+// (internal/client). It is database/sql/driver to the root's
+// database/sql: the root validates input, builds commands and runs the
+// recipes once, over a Backend; a backend carries commands, reads and
+// watches to the cell and keeps sessions alive, and knows nothing of the
+// root.
+//
+// It speaks the cell's own vocabulary: commands and results
+// (internal/command), keys as command.KV, and event streams (Event, fed
+// into a Sink). Besides the interfaces it holds what both sides share
+// so that it is written once: the input limits and their checks, the map
+// from the state machine's status to the package's errors, a session's
+// liveness as its holder sees it (Session), the retry rule, and
+// ListWatch.
+package spi
+
+import (
+	"context"
+	"time"
+
+	"github.com/coordcell/coord/internal/command"
+)
+
+// Backend is a process's way into the cell. A member is one (its own
+// Raft node and state); a client's forwards to the member it is
+// connected to. Input reaching a backend has been validated against its
+// Limits; a backend only carries the request.
+type Backend interface {
+	// Propose runs cmd through the cell (a transaction that writes
+	// nothing is served as a read) and maps the state machine's status to
+	// the package's errors (ResultErr).
+	Propose(ctx context.Context, cmd *command.Command) (command.Result, error)
+	// Get reads one key; ok is false when it does not exist.
+	Get(ctx context.Context, key string, o ReadOptions) (kv command.KV, ok bool, err error)
+	// List reads the keys under prefix, in key order (the page o asks
+	// for, already validated), and the revision read at.
+	List(ctx context.Context, prefix string, o ReadOptions) ([]command.KV, int64, error)
+	// Watch starts a watch of prefix with o, already validated, feeding
+	// sink until it ends (sink.End), and returns at once. o.FromSet
+	// false means from the backend's current revision, o.MaxLagSet false
+	// its default lag. The watch ends when ctx does.
+	Watch(ctx context.Context, prefix string, o WatchOptions, sink Sink)
+	// Settle waits (briefly, bounded) until every change the backend has
+	// delivered to watchers has also reached its sessions, so a session
+	// ended by a change a watcher saw knows it has ended.
+	Settle(ctx context.Context)
+	// ElectionTimeout is the cell's election timeout: the unit of every
+	// retry and session bound.
+	ElectionTimeout() time.Duration
+	// Limits are the cell's input limits.
+	Limits() Limits
+	// Keeper keeps this process's sessions alive.
+	Keeper() Keeper
+	// Probes counts queue waits for the root's tests; never nil.
+	Probes() *Probes
+	// Stats are the member's session counters; nil for a client.
+	Stats() *SessionStats
+	// Resumable looks up session id for a holder that adopts it
+	// (WithSessionID): its TTL, and a revision at least that of every
+	// key its earlier holder made. A session the cell does not have is
+	// ErrSessionExpired; one this side may not resume ErrInvalidArgument
+	// or ErrForbidden.
+	Resumable(ctx context.Context, id int64) (ttl time.Duration, rev int64, err error)
+	// TimeToLive asks the cell's leader for session id's time left.
+	TimeToLive(ctx context.Context, id int64) (time.Duration, error)
+}
+
+// Keeper is the keep-alive engine behind sessions: a member batches its
+// sessions' keep-alives to the leader; a client's folds them into its
+// member's batch.
+type Keeper interface {
+	// Add starts keeping s alive (unless s is manual: renew only).
+	Add(s *Session)
+	// Adopt is Add unless a session of s's ID is kept here already; it
+	// reports whether it added s.
+	Adopt(s *Session) bool
+	// Remove stops keeping the session alive.
+	Remove(id int64)
+	// Renew sends a keep-alive for s now and waits until one is
+	// confirmed; it returns s's new Until.
+	Renew(ctx context.Context, s *Session) (time.Time, error)
+	// Margin is how much earlier than the cell the holder counts a
+	// session of this TTL as expired.
+	Margin(ttl time.Duration) time.Duration
+	// ProposeAsync proposes cmd (a session's end) without waiting.
+	ProposeAsync(cmd *command.Command)
+}
+
+// ReadOptions are a read's options, as the root's ReadOption sets them.
+type ReadOptions struct {
+	Serializable bool
+	// Limit and After page a List; 0 and "": the whole prefix.
+	Limit int
+	After string
+}
+
+// Paged reports whether o asks for a page of a prefix (Limit or After),
+// which only List takes.
+func (o ReadOptions) Paged() bool { return o.Limit != 0 || o.After != "" }
+
+// WatchOptions are a watch's options, as the root's WatchOption sets
+// them.
+type WatchOptions struct {
+	FromRev    int64
+	FromSet    bool
+	PrevKV     bool
+	Puts, Dels bool // filters: which types to deliver (both = all)
+	Progress   time.Duration
+	MaxLag     int64
+	MaxLagSet  bool
+	// ChannelSize is the buffer of the consumer's channel.
+	ChannelSize int
+}
+
+// Wants reports whether a watch with o delivers events of type t.
+func (o *WatchOptions) Wants(t EventType) bool {
+	return (t == EventPut && o.Puts) || (t == EventDelete && o.Dels)
+}
+
+// EventType says what happened to a key; the values are the root's.
+type EventType int
+
+// The event types.
+const (
+	EventPut EventType = iota + 1
+	EventDelete
+	EventProgress
+)
+
+// Event is one change to one key, or a progress report, as a backend
+// delivers it.
+type Event struct {
+	Type EventType
+	KV   command.KV
+	// Prev is the key before the change, set only for a watch that asked
+	// (WatchOptions.PrevKV) and a change that had one.
+	Prev     *command.KV
+	Rev      int64
+	EndOfRev bool
+}
+
+// Sink is a watch's consumer end: the root's Watcher, which a backend
+// feeds. Its methods are safe for concurrent use.
+type Sink interface {
+	// Send delivers ev. It waits for the consumer until ev is taken
+	// (true), poll fires or stop closes (false, nil: the caller looks at
+	// its own state and calls again or ends), or ctx ends (ctx's error).
+	// poll and stop may be nil.
+	Send(ctx context.Context, ev Event, poll <-chan time.Time, stop <-chan struct{}) (bool, error)
+	// TrySend delivers ev if the consumer has room now.
+	TrySend(ev Event) bool
+	// ProgressRequests carries the consumer's RequestProgress (one at a
+	// time: its buffer is 1). A backend may put a request of its own.
+	ProgressRequests() chan struct{}
+	// TakeAsked reports, and clears, whether the consumer asked for a
+	// progress report since the last call.
+	TakeAsked() bool
+	// LastRev is the last complete revision delivered, or the start.
+	LastRev() int64
+	// SetLastRev moves LastRev.
+	SetLastRev(rev int64)
+	// MarkReady says the watch is established (Watcher.Ready).
+	MarkReady()
+	// End ends the watch with err: once, after which nothing is sent.
+	End(err error)
+}
