@@ -59,7 +59,8 @@ func (c *cellOps) cell() *cellOps { return c }
 // The backend as the recipes use it, in the root's types.
 
 func (c *cellOps) propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
-	return c.b.Propose(ctx, cmd)
+	res, err := c.b.Propose(ctx, cmd)
+	return res, ambiguousOf(err)
 }
 
 func (c *cellOps) electionTimeout() time.Duration { return c.b.ElectionTimeout() }

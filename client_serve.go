@@ -288,7 +288,7 @@ func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 			HandshakeTimeout: max(time.Until(p.at.Add(n.cfg.ClientHandshakeTimeout)), time.Millisecond),
 			IdleTimeout:      n.cfg.ClientIdleTimeout,
 			IOTimeout:        n.cfg.ClientIOTimeout,
-			ErrorCode:        codeFromErr,
+			ErrorCode:        clientwire.CodeOf,
 			Logger:           n.cfg.Logger,
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/raftnode"
 )
 
@@ -88,13 +89,23 @@ func (e *AmbiguousError) Error() string {
 // Unwrap returns ErrAmbiguous and the cause.
 func (e *AmbiguousError) Unwrap() []error { return []error{ErrAmbiguous, e.Err} }
 
-// ambiguous maps raftnode's ambiguous error to the package's.
+// ambiguous maps raftnode's ambiguous error to the backends' (spi's).
 func ambiguous(err error) error {
 	var amb *raftnode.AmbiguousError
 	if errors.As(err, &amb) {
 		p := amb.Proposer
 		p.Floor = 0 // the proposer's, not the write's
-		return &AmbiguousError{ID: WriteID{p: p}, Err: amb.Err}
+		return &spi.AmbiguousError{Proposer: p, Err: amb.Err}
+	}
+	return err
+}
+
+// ambiguousOf is a backend's ambiguous error as the package's own: the
+// one place a user's *AmbiguousError is made.
+func ambiguousOf(err error) error {
+	var amb *spi.AmbiguousError
+	if errors.As(err, &amb) {
+		return &AmbiguousError{ID: WriteID{p: amb.Proposer}, Err: amb.Err}
 	}
 	return err
 }

@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -189,33 +188,4 @@ func (h *clientHandler) TimeToLive(ctx context.Context, _ string, q *clientwire.
 	}
 	// The granted TTL too: a client resuming the session by ID learns it here.
 	return &clientwire.TimeToLiveResult{Left: left, TTL: owned[SessionID(q.SessionID)]}, nil
-}
-
-// timeToLive asks the client's member, which asks the leader; a member
-// lost meanwhile is asked again through the next one.
-func (k *clientKeeper) timeToLive(ctx context.Context, id SessionID) (time.Duration, error) {
-	for {
-		conn, err := k.c.current(ctx)
-		if err != nil {
-			return 0, err
-		}
-		left, err := conn.TimeToLive(ctx, int64(id))
-		if err == nil {
-			return left, nil
-		}
-		var we *clientwire.Error
-		switch {
-		case errors.As(err, &we) && !memberClosing(err):
-			return 0, errFromCode(we.Code, we.Message)
-		case errors.Is(err, clientwire.ErrVersion):
-			return 0, fmt.Errorf("coord: the client's member is too old to report a time to live: %w", err)
-		case ctx.Err() != nil:
-			return 0, ctx.Err()
-		}
-		select {
-		case <-conn.Done(): // the next current() waits for the next member
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
 }

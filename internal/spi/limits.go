@@ -126,3 +126,12 @@ func CheckSessionTTL(ttl, min, max time.Duration) error {
 // MinSessionTTL is the shortest session TTL for election timeout et:
 // four election timeouts (see the root's MinSessionTTL).
 func MinSessionTTL(et time.Duration) time.Duration { return 4 * et }
+
+// Margin is how much earlier than the cell a holder counts a session of
+// ttl as expired, for election timeout et: 2% of the TTL for the
+// difference in clock rates between machines, and a quarter election
+// timeout because the holder looks at its deadline once per tick (so
+// Done closes at most a tick after Until). One rule for a member's
+// sessions and a client's alike: a client's send precedes the leader's
+// receipt, so the same bound holds one hop further out.
+func Margin(et, ttl time.Duration) time.Duration { return et/4 + ttl/50 }

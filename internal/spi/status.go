@@ -44,3 +44,53 @@ func ResultErr(cmd *command.Command, res command.Result) error {
 	}
 	return fmt.Errorf("%w: the cell refused the command (status %d)", errs.Internal, res.Status)
 }
+
+// AmbiguousError is a write whose call ended (its context did, or the way
+// into the cell closed) before the write was seen to apply: Proposer
+// names it (its floor cleared: that is the proposer's, not the write's),
+// and the root hands it out as its own *AmbiguousError, whose ID
+// Outcome settles. Backends return it; a member maps raftnode's to it.
+type AmbiguousError struct {
+	Proposer command.Proposer
+	Err      error
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("%v: %v", errs.Ambiguous, e.Err)
+}
+
+// Unwrap makes the error both ErrAmbiguous and its cause.
+func (e *AmbiguousError) Unwrap() []error { return []error{errs.Ambiguous, e.Err} }
+
+// CompactedError says a watch needed revisions older than the retained
+// history. It matches ErrCompacted with errors.Is.
+type CompactedError struct {
+	// Oldest is the oldest revision still available: a watch may resume
+	// from Oldest-1 or later.
+	Oldest int64
+}
+
+// Error says which revision is the oldest still available.
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("%v: the oldest revision still available is %d", errs.Compacted, e.Oldest)
+}
+
+// Is makes errors.Is(err, errs.Compacted) hold.
+func (e *CompactedError) Is(target error) bool { return target == errs.Compacted }
+
+// SlowError ends a watcher whose consumer fell too far behind.
+type SlowError struct {
+	// LastRev is the revision of the last event delivered: resume with a
+	// watch from it.
+	LastRev int64
+	// Lag is how many revisions behind the member's head it was.
+	Lag int64
+}
+
+// Error says how far behind the watch was and where to resume.
+func (e *SlowError) Error() string {
+	return fmt.Sprintf("%v: %d revisions behind; resume from revision %d", errs.SlowWatcher, e.Lag, e.LastRev)
+}
+
+// Is makes errors.Is(err, errs.SlowWatcher) hold.
+func (e *SlowError) Is(target error) bool { return target == errs.SlowWatcher }

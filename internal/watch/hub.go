@@ -20,13 +20,13 @@ package watch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/storage"
 )
 
@@ -37,38 +37,12 @@ type History interface {
 	Revision() int64
 }
 
-// CompactedError says a watch needed revisions older than the retained
-// history. It matches errs.Compacted with errors.Is.
-type CompactedError struct {
-	// Oldest is the oldest revision still available: a watch may resume
-	// from Oldest-1 or later.
-	Oldest int64
-}
-
-// Error says which revision is the oldest still available.
-func (e *CompactedError) Error() string {
-	return fmt.Sprintf("%v: the oldest revision still available is %d", errs.Compacted, e.Oldest)
-}
-
-// Is makes errors.Is(err, errs.Compacted) hold.
-func (e *CompactedError) Is(target error) bool { return target == errs.Compacted }
-
-// SlowError ends a watcher whose consumer fell too far behind.
-type SlowError struct {
-	// LastRev is the revision of the last event delivered: resume with a
-	// watch from it.
-	LastRev int64
-	// Lag is how many revisions behind the member's head it was.
-	Lag int64
-}
-
-// Error says how far behind the watch was and where to resume.
-func (e *SlowError) Error() string {
-	return fmt.Sprintf("%v: %d revisions behind; resume from revision %d", errs.SlowWatcher, e.Lag, e.LastRev)
-}
-
-// Is makes errors.Is(err, errs.SlowWatcher) hold.
-func (e *SlowError) Is(target error) bool { return target == errs.SlowWatcher }
+// CompactedError and SlowError are spi's, so that every backend ends a
+// watch with the same values.
+type (
+	CompactedError = spi.CompactedError
+	SlowError      = spi.SlowError
+)
 
 // group is every watcher of one prefix.
 type group struct {

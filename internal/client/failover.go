@@ -1,4 +1,4 @@
-package coord
+package client
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 			// leader yet) refuse until one is elected, and the sessions'
 			// keep-alives wait for this.
 			select {
-			case <-time.After(c.electionTimeout() / 4):
+			case <-time.After(c.ElectionTimeout() / 4):
 			case <-c.life.Done():
 				return
 			}
@@ -67,7 +67,7 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 // expire unless the client moves now (clientKeeper.endangered), or at
 // Close. It looks every quarter election timeout.
 func (c *Client) monitor(conn *clientwire.ClientConn) {
-	et := c.electionTimeout()
+	et := c.ElectionTimeout()
 	t := time.NewTicker(et / 4)
 	defer t.Stop()
 	var pinged chan error

@@ -1,4 +1,4 @@
-package coord
+package client
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/spi"
 )
 
@@ -59,24 +60,24 @@ func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn
 		}
 		var we *clientwire.Error
 		switch {
-		case errors.As(err, &we) && !memberClosing(err):
-			return errFromCode(we.Code, we.Message)
+		case errors.As(err, &we) && !clientwire.MemberClosing(err):
+			return clientwire.ErrorOf(we.Code, we.Message)
 		case errors.Is(err, clientwire.ErrVersion):
 			// Asked nothing of the member, which cannot serve it.
-			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			return fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 		case ctx.Err() != nil:
-			return fmt.Errorf("%w: %w", ErrNoQuorum, ctx.Err())
+			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 		case attempt > 0:
-			return fmt.Errorf("%w: connection to member ended: %w", ErrNoQuorum, err)
+			return fmt.Errorf("%w: connection to member ended: %w", errs.NoQuorum, err)
 		}
 		// Ended or closing: the next current() waits for the next member.
 		if err := waitConnEnd(ctx, conn); err != nil {
-			return fmt.Errorf("%w: %w", ErrNoQuorum, err)
+			return fmt.Errorf("%w: %w", errs.NoQuorum, err)
 		}
 	}
 }
 
-func (c *Client) get(ctx context.Context, key string, o readOptions) (command.KV, bool, error) {
+func (c *Client) Get(ctx context.Context, key string, o spi.ReadOptions) (command.KV, bool, error) {
 	if o.Serializable {
 		if kv, ok, hit := c.cache.get(ctx, key); hit {
 			return kv, ok, nil
@@ -94,7 +95,7 @@ func (c *Client) get(ctx context.Context, key string, o readOptions) (command.KV
 	return command.KV{}, false, nil
 }
 
-func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]command.KV, int64, error) {
+func (c *Client) List(ctx context.Context, prefix string, o spi.ReadOptions) ([]command.KV, int64, error) {
 	if o.Serializable {
 		if kvs, rev, hit := c.cache.list(ctx, prefix, o); hit {
 			return kvs, rev, nil
@@ -106,4 +107,16 @@ func (c *Client) list(ctx context.Context, prefix string, o readOptions) ([]comm
 		return nil, 0, err
 	}
 	return res.KVs, res.Rev, nil
+}
+
+// waitConnEnd waits until conn ends (a closing member closes every
+// client connection), so that the next Client.current returns the next
+// member's; it returns ctx's error if ctx ends first.
+func waitConnEnd(ctx context.Context, conn *clientwire.ClientConn) error {
+	select {
+	case <-conn.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -1,4 +1,4 @@
-package coord
+package client
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/spi"
-	"github.com/coordcell/coord/internal/watch"
 )
 
 // A client's watches are merged: a watch whose prefix lies under an open
@@ -69,7 +69,7 @@ type downstream struct {
 	ctx    context.Context // the watch's, ended by the client's Close too
 	cancel context.CancelFunc
 	prefix string
-	o      watchOptions
+	o      spi.WatchOptions
 	maxLag int64
 
 	mu    sync.Mutex
@@ -93,7 +93,7 @@ type dsItem struct {
 
 // watch starts a watcher feeding sink, on a shared upstream if one
 // covers it.
-func (c *Client) watch(ctx context.Context, prefix string, o watchOptions, sink spi.Sink) {
+func (c *Client) Watch(ctx context.Context, prefix string, o spi.WatchOptions, sink spi.Sink) {
 	m := c.watches
 	if !o.FromSet {
 		if m.join(ctx, prefix, o, sink) {
@@ -124,7 +124,7 @@ func startKey(prefix string) string {
 
 // join attaches a watcher to an open upstream that covers it, and
 // reports whether it did.
-func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions, sink spi.Sink) bool {
+func (m *watchMerger) join(ctx context.Context, prefix string, o spi.WatchOptions, sink spi.Sink) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -156,11 +156,11 @@ func (m *watchMerger) join(ctx context.Context, prefix string, o watchOptions, s
 }
 
 // start opens a new upstream from o.FromRev for one watcher.
-func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions, sink spi.Sink) {
+func (m *watchMerger) start(ctx context.Context, prefix string, o spi.WatchOptions, sink spi.Sink) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		sink.End(ErrClosed)
+		sink.End(errs.Closed)
 		return
 	}
 	up := &upstream{m: m, prefix: prefix, prevKV: o.PrevKV, pos: o.FromRev, downs: map[*downstream]struct{}{},
@@ -173,7 +173,7 @@ func (m *watchMerger) start(ctx context.Context, prefix string, o watchOptions, 
 	m.runDownstream(up, d)
 }
 
-func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o watchOptions, from int64, sink spi.Sink) *downstream {
+func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o spi.WatchOptions, from int64, sink spi.Sink) *downstream {
 	maxLag := int64(clientMaxLag)
 	if o.MaxLagSet && o.MaxLag > 0 {
 		maxLag = min(o.MaxLag, clientMaxLag)
@@ -266,7 +266,7 @@ func (up *upstream) run() {
 		from := up.pos + 1
 		up.mu.Unlock()
 		cw, err := conn.Watch(up.ctx, &clientwire.WatchStart{Prefix: up.prefix, FromRev: from, PrevKV: up.prevKV,
-			ProgressInterval: c.electionTimeout()})
+			ProgressInterval: c.ElectionTimeout()})
 		if err != nil {
 			var we *clientwire.Error
 			switch {
@@ -274,7 +274,7 @@ func (up *upstream) run() {
 				up.end(c.closedOr(up.ctx, up.ctx.Err()))
 				return
 			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
-				up.end(errFromCode(we.Code, we.Message))
+				up.end(clientwire.ErrorOf(we.Code, we.Message))
 				return
 			}
 			continue // the connection ended (or its member is closing): the next one
@@ -316,10 +316,10 @@ func (up *upstream) run() {
 			}
 			continue
 		case clientwire.CodeCompacted:
-			up.end(&watch.CompactedError{Oldest: end.CompactRev})
+			up.end(&spi.CompactedError{Oldest: end.CompactRev})
 			return
 		default:
-			up.end(errFromCode(end.Code, end.Message))
+			up.end(clientwire.ErrorOf(end.Code, end.Message))
 			return
 		}
 	}
@@ -372,7 +372,7 @@ func (up *upstream) askProgress(d *downstream) {
 			return // the watcher is ending; nobody waits for the answer
 		}
 		select {
-		case <-time.After(c.electionTimeout() / 2):
+		case <-time.After(c.ElectionTimeout() / 2):
 		case <-d.ctx.Done():
 			return
 		}
@@ -414,7 +414,7 @@ func (d *downstream) push(it dsItem, head int64) {
 	}
 	if int64(len(d.queue)) > d.maxLag {
 		d.dead = true
-		d.err = &watch.SlowError{LastRev: d.w.LastRev(), Lag: head - d.w.LastRev()}
+		d.err = &spi.SlowError{LastRev: d.w.LastRev(), Lag: head - d.w.LastRev()}
 		d.queue = nil
 		close(d.kill)
 		return
@@ -513,7 +513,7 @@ func (d *downstream) run(c *Client) error {
 		case <-d.ctx.Done():
 			return c.closedOr(d.ctx, d.ctx.Err())
 		case <-c.life.Done():
-			return ErrClosed
+			return errs.Closed
 		}
 	}
 }
@@ -562,10 +562,10 @@ func (d *downstream) send(c *Client, ev spi.Event) error {
 	return nil
 }
 
-// closedOr is ErrClosed once the client is closed, else err.
+// closedOr is errs.Closed once the client is closed, else err.
 func (c *Client) closedOr(ctx context.Context, err error) error {
 	if c.life.Err() != nil {
-		return ErrClosed
+		return errs.Closed
 	}
 	return err
 }
@@ -586,7 +586,7 @@ func (c *Client) currentAfter(ctx context.Context, old *clientwire.ClientConn) (
 		// The supervisor replaces an ended connection as soon as it sees
 		// it end; until then current still returns it.
 		select {
-		case <-time.After(c.electionTimeout() / 20):
+		case <-time.After(c.ElectionTimeout() / 20):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

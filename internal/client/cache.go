@@ -1,4 +1,4 @@
-package coord
+package client
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/spi"
 )
 
@@ -29,9 +30,6 @@ import (
 // It never answers while it holds nothing it can vouch for: before its
 // first listing, and after it gave up (over its byte bound, or its watch
 // refused), reads go to the member.
-
-// DefaultCacheMaxBytes is ClientConfig.CacheMaxBytes when it is zero.
-const DefaultCacheMaxBytes = 64 << 20
 
 // cacheEntryOverhead is what a cached key costs beyond its key and value
 // bytes (map slot, KV struct, sorted-key slot), counted against the bound
@@ -82,16 +80,16 @@ var errCacheOverflow = errors.New("coord: cache over ClientConfig.CacheMaxBytes"
 // newClientCache checks the prefixes and returns the cache, or nil when
 // cfg caches nothing. Prefixes under another cached prefix are dropped:
 // the outer cache answers for them.
-func newClientCache(c *Client, cfg ClientConfig) (*clientCache, error) {
+func newClientCache(c *Client, cfg Config) (*clientCache, error) {
 	if cfg.CacheMaxBytes < 0 {
-		return nil, fmt.Errorf("%w: ClientConfig.CacheMaxBytes %d is negative", ErrInvalidConfig, cfg.CacheMaxBytes)
+		return nil, fmt.Errorf("%w: ClientConfig.CacheMaxBytes %d is negative", errs.InvalidConfig, cfg.CacheMaxBytes)
 	}
 	if len(cfg.Cache) == 0 {
 		return nil, nil
 	}
 	cc := &clientCache{c: c, maxBytes: cfg.CacheMaxBytes}
 	if cc.maxBytes == 0 {
-		cc.maxBytes = DefaultCacheMaxBytes
+		return nil, fmt.Errorf("%w: Config.CacheMaxBytes is zero (the root sets its default)", errs.InvalidConfig)
 	}
 	ps := slices.Clone(cfg.Cache)
 	slices.Sort(ps) // an outer prefix sorts before every prefix under it
@@ -100,7 +98,7 @@ func newClientCache(c *Client, cfg ClientConfig) (*clientCache, error) {
 			continue
 		}
 		cc.prefixes = append(cc.prefixes, &prefixCache{cc: cc, prefix: p, moved: make(chan struct{}),
-			err: fmt.Errorf("%w: the cache of %q has not listed yet", ErrNotReady, p)})
+			err: fmt.Errorf("%w: the cache of %q has not listed yet", errs.NotReady, p)})
 	}
 	return cc, nil
 }
@@ -145,7 +143,7 @@ func (cc *clientCache) get(ctx context.Context, key string) (kv command.KV, ok, 
 // list answers a serializable List (the page o asks for) from the cache,
 // with the revision the cache is current to; hit is false when the
 // member must answer.
-func (cc *clientCache) list(ctx context.Context, prefix string, o readOptions) (kvs []command.KV, rev int64, hit bool) {
+func (cc *clientCache) list(ctx context.Context, prefix string, o spi.ReadOptions) (kvs []command.KV, rev int64, hit bool) {
 	p := cc.covering(prefix)
 	if p == nil {
 		return nil, 0, false
@@ -211,7 +209,7 @@ func (p *prefixCache) current(ctx context.Context) bool {
 	if p.gaveUp.Load() >= need {
 		return false
 	}
-	t := time.NewTimer(p.cc.c.electionTimeout())
+	t := time.NewTimer(p.cc.c.ElectionTimeout())
 	defer t.Stop()
 	for {
 		select {
@@ -299,14 +297,14 @@ func changes(cmd *command.Command, res command.Result, prefix string) bool {
 // wait that doubles each time up to cacheMaxBackoff election timeouts.
 func (p *prefixCache) feed() {
 	c := p.cc.c
-	et := c.electionTimeout()
+	et := c.ElectionTimeout()
 	wait := et
 	for {
 		o := spi.DefaultWatch()
 		o.Progress = et / 2
-		err := spi.ListWatch(c.life, clientBackend{c}, p.prefix, p.onList, p.onEvent, o)
+		err := spi.ListWatch(c.life, c, p.prefix, p.onList, p.onEvent, o)
 		if c.life.Err() != nil {
-			p.stop(ErrClosed)
+			p.stop(errs.Closed)
 			return
 		}
 		if errors.Is(err, errCacheOverflow) {
@@ -360,7 +358,7 @@ func (p *prefixCache) onList(kvs []command.KV, rev int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if size > p.cc.maxBytes {
-		p.err = fmt.Errorf("%w: %d keys of %d bytes at revision %d, bound %d: %w", ErrQuotaExceeded,
+		p.err = fmt.Errorf("%w: %d keys of %d bytes at revision %d, bound %d: %w", errs.QuotaExceeded,
 			len(kvs), size, rev, p.cc.maxBytes, errCacheOverflow)
 		return errCacheOverflow
 	}
@@ -395,7 +393,7 @@ func (p *prefixCache) onEvent(ev spi.Event) error {
 	p.rev = ev.Rev
 	p.advance()
 	if p.size > p.cc.maxBytes {
-		p.err = fmt.Errorf("%w: %d keys of %d bytes at revision %d, bound %d: %w", ErrQuotaExceeded,
+		p.err = fmt.Errorf("%w: %d keys of %d bytes at revision %d, bound %d: %w", errs.QuotaExceeded,
 			len(p.keys), p.size, p.rev, p.cc.maxBytes, errCacheOverflow)
 		return errCacheOverflow
 	}
@@ -438,15 +436,15 @@ func entrySize(kv command.KV) int64 {
 // cell by the time a change takes to reach the client, and, while the
 // client is between members, by as long as that lasts.
 //
-// It fails with ErrInvalidArgument when no cache covers prefix; with
-// ErrNotReady before the cache's first listing; with ErrQuotaExceeded
+// It fails with errs.InvalidArgument when no cache covers prefix; with
+// errs.NotReady before the cache's first listing; with errs.QuotaExceeded
 // while the prefix is larger than ClientConfig.CacheMaxBytes (the cache
 // lists again later, with growing waits, and serves once it fits). While
 // it fails, Serializable() reads under prefix are answered by the member.
 func (c *Client) CacheRevision(prefix string) (int64, error) {
 	p := c.cache.covering(prefix)
 	if p == nil {
-		return 0, fmt.Errorf("%w: no cache holds %q (ClientConfig.Cache)", ErrInvalidArgument, prefix)
+		return 0, fmt.Errorf("%w: no cache holds %q (ClientConfig.Cache)", errs.InvalidArgument, prefix)
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()

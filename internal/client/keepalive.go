@@ -1,9 +1,10 @@
-package coord
+package client
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/sessions"
 	"github.com/coordcell/coord/internal/spi"
 )
@@ -34,15 +36,15 @@ type clientKeeper struct {
 	ids   atomic.Int64
 
 	mu    sync.Mutex
-	local map[SessionID]*spi.Session
+	local map[int64]*spi.Session
 	// fresh asks for a keep-alive of every session at the next tick (the
 	// client moved to another member).
 	fresh bool
 	// urgent holds the sessions a renew waits on, added the sessions new
 	// since the last keep-alive: the next tick sends a keep-alive of
 	// these alone (urgent ones even if manual), off the regular phase.
-	urgent map[SessionID]struct{}
-	added  map[SessionID]struct{}
+	urgent map[int64]struct{}
+	added  map[int64]struct{}
 	seq    uint64
 	sent   map[uint64]sentBatch
 	maxTTL time.Duration
@@ -59,10 +61,16 @@ type clientKeeper struct {
 	pendingW sync.WaitGroup // proposeAsync's goroutines
 }
 
+// sentBatch is a keep-alive sent and not yet answered.
+type sentBatch struct {
+	at  time.Time
+	ids []int64
+}
+
 func newClientKeeper(c *Client) *clientKeeper {
-	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[SessionID]*spi.Session),
+	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[int64]*spi.Session),
 		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{}),
-		urgent: make(map[SessionID]struct{}), added: make(map[SessionID]struct{})}
+		urgent: make(map[int64]struct{}), added: make(map[int64]struct{})}
 }
 
 func (k *clientKeeper) nudge() {
@@ -76,12 +84,12 @@ func (k *clientKeeper) nudge() {
 // send time precedes the leader's receipt, so the same bound holds one
 // hop further out.
 func (k *clientKeeper) Margin(ttl time.Duration) time.Duration {
-	return holderMargin(k.c.electionTimeout(), ttl)
+	return spi.Margin(k.c.ElectionTimeout(), ttl)
 }
 
 // Add starts keeping s alive.
 func (k *clientKeeper) Add(s *spi.Session) {
-	id := SessionID(s.ID())
+	id := s.ID()
 	k.mu.Lock()
 	k.local[id] = s
 	if !s.Manual() {
@@ -94,7 +102,7 @@ func (k *clientKeeper) Add(s *spi.Session) {
 // Remove stops keeping session id alive.
 func (k *clientKeeper) Remove(id int64) {
 	k.mu.Lock()
-	delete(k.local, SessionID(id))
+	delete(k.local, id)
 	k.mu.Unlock()
 }
 
@@ -114,7 +122,7 @@ func (k *clientKeeper) reconnected() {
 // batch that carries it (clientFold): half an interval, an eighth of an
 // election timeout, and the member's tick.
 func (k *clientKeeper) foldWait(interval time.Duration) time.Duration {
-	et := k.c.electionTimeout()
+	et := k.c.ElectionTimeout()
 	return interval/2 + et/8 + et/4
 }
 
@@ -126,7 +134,7 @@ func (k *clientKeeper) foldWait(interval time.Duration) time.Duration {
 func (k *clientKeeper) stalled(now time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return !k.oldest.IsZero() && now.Sub(k.oldest) > k.foldWait(k.interval)+2*k.c.electionTimeout()
+	return !k.oldest.IsZero() && now.Sub(k.oldest) > k.foldWait(k.interval)+2*k.c.ElectionTimeout()
 }
 
 // moveLead is how long before a session's Until the client leaves a
@@ -148,13 +156,13 @@ func moveLead(et time.Duration) time.Duration { return et * 5 / 4 }
 // client whose sessions are that close to expiry: the next member
 // serves them as soon as the new leader is known.
 func (k *clientKeeper) endangered(now time.Time) bool {
-	et := k.c.electionTimeout()
+	et := k.c.ElectionTimeout()
 	k.mu.Lock()
 	if k.oldest.IsZero() || now.Sub(k.oldest) < et/2 {
 		k.mu.Unlock()
 		return false
 	}
-	local := slices.Collect(mapValues(k.local))
+	local := slices.Collect(maps.Values(k.local))
 	k.mu.Unlock()
 	lead := moveLead(et)
 	for _, s := range local {
@@ -169,7 +177,7 @@ func (k *clientKeeper) endangered(now time.Time) bool {
 }
 
 func (k *clientKeeper) run() {
-	et := k.c.electionTimeout()
+	et := k.c.ElectionTimeout()
 	tick := time.NewTicker(max(et/4, time.Millisecond))
 	defer tick.Stop()
 	due := time.NewTimer(time.Hour)
@@ -202,7 +210,7 @@ func (k *clientKeeper) run() {
 // CPU starvation, enough to make every keep-alive late.
 func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	k.mu.Lock()
-	var all, some []SessionID
+	var all, some []int64
 	interval := time.Duration(1<<63 - 1)
 	for id, s := range k.local {
 		_, urgent := k.urgent[id]
@@ -235,7 +243,7 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	}
 	seq, ok := k.send(now, ids)
 	if !ok {
-		return now.Add(k.c.electionTimeout() / 4)
+		return now.Add(k.c.ElectionTimeout() / 4)
 	}
 	if !full {
 		// The regular phase is set by regular keep-alives only.
@@ -266,11 +274,11 @@ func (k *clientKeeper) nextDueLocked(interval time.Duration) time.Time {
 	if k.ackAt.IsZero() {
 		return k.lastAt.Add(interval)
 	}
-	return k.ackAt.Add(interval - 3*k.c.electionTimeout()/8)
+	return k.ackAt.Add(interval - 3*k.c.ElectionTimeout()/8)
 }
 
 // send sends one KeepAlive for ids and returns its sequence number.
-func (k *clientKeeper) send(now time.Time, ids []SessionID) (uint64, bool) {
+func (k *clientKeeper) send(now time.Time, ids []int64) (uint64, bool) {
 	k.c.mu.Lock()
 	conn := k.c.conn
 	k.c.mu.Unlock()
@@ -284,7 +292,7 @@ func (k *clientKeeper) send(now time.Time, ids []SessionID) (uint64, bool) {
 	for s, b := range k.sent {
 		// As on a member: a late ack still confirms its send time plus
 		// the TTL, so a batch is kept as long as the longest TTL.
-		if now.Sub(b.at) > max(4*k.c.electionTimeout()+time.Second, k.maxTTL) {
+		if now.Sub(b.at) > max(4*k.c.ElectionTimeout()+time.Second, k.maxTTL) {
 			delete(k.sent, s)
 		}
 	}
@@ -326,12 +334,12 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 	var alive, gone []*spi.Session
 	if ok {
 		for _, id := range a.Confirmed {
-			if s, ok := k.local[SessionID(id)]; ok {
+			if s, ok := k.local[id]; ok {
 				alive = append(alive, s)
 			}
 		}
 		for _, g := range a.Gone {
-			if s, ok := k.local[SessionID(g.ID)]; ok {
+			if s, ok := k.local[g.ID]; ok {
 				gone = append(gone, s)
 			}
 		}
@@ -348,7 +356,7 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 		s.Confirmed(b.at)
 	}
 	for _, s := range gone {
-		if s.End(ErrSessionExpired) == ErrSessionExpired {
+		if s.End(errs.SessionExpired) == errs.SessionExpired {
 			k.c.log.Info("session ended by the cell", "session", s.ID(), "ttl", s.TTL())
 		}
 	}
@@ -362,7 +370,7 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 // a client may not propose an expiry).
 func (k *clientKeeper) checkLocal(now time.Time) {
 	k.mu.Lock()
-	local := slices.Collect(mapValues(k.local))
+	local := slices.Collect(maps.Values(k.local))
 	k.mu.Unlock()
 	for _, s := range local {
 		if s.Check(now) {
@@ -379,12 +387,12 @@ func (k *clientKeeper) checkLocal(now time.Time) {
 // message per renewal would flood the member when many sessions renew
 // at once (a burst of slow creations).
 func (k *clientKeeper) Renew(ctx context.Context, s *spi.Session) (time.Time, error) {
-	t := time.NewTicker(k.c.electionTimeout() / 2)
+	t := time.NewTicker(k.c.ElectionTimeout() / 2)
 	defer t.Stop()
 	for {
 		acked := s.AckChan()
 		k.mu.Lock()
-		k.urgent[SessionID(s.ID())] = struct{}{}
+		k.urgent[s.ID()] = struct{}{}
 		k.mu.Unlock()
 		select {
 		case <-acked:
@@ -394,7 +402,7 @@ func (k *clientKeeper) Renew(ctx context.Context, s *spi.Session) (time.Time, er
 		case <-s.Done():
 			return time.Time{}, s.Err()
 		case <-k.c.life.Done():
-			return time.Time{}, ErrClosed
+			return time.Time{}, errs.Closed
 		case <-t.C:
 		}
 	}
@@ -405,7 +413,7 @@ func (k *clientKeeper) Renew(ctx context.Context, s *spi.Session) (time.Time, er
 // cell had ended when the leader heard it knows it has ended.
 func (k *clientKeeper) sync(ctx context.Context) {
 	k.mu.Lock()
-	ids := slices.Collect(func(yield func(SessionID) bool) {
+	ids := slices.Collect(func(yield func(int64) bool) {
 		for id := range k.local {
 			if !yield(id) {
 				return
@@ -442,22 +450,22 @@ func (k *clientKeeper) ProposeAsync(cmd *command.Command) {
 		return
 	}
 	k.pendingW.Go(func() {
-		ctx, cancel := context.WithTimeout(k.c.life, 2*k.c.electionTimeout())
+		ctx, cancel := context.WithTimeout(k.c.life, 2*k.c.ElectionTimeout())
 		defer cancel()
-		_, _ = k.c.propose(ctx, cmd)
+		_, _ = k.c.Propose(ctx, cmd)
 	})
 }
 
-// close ends every session locally with ErrClosed, once the client's
+// close ends every session locally with errs.Closed, once the client's
 // goroutines have stopped.
 func (k *clientKeeper) close() {
 	k.mu.Lock()
 	k.closed = true
-	local := slices.Collect(mapValues(k.local))
+	local := slices.Collect(maps.Values(k.local))
 	k.mu.Unlock()
 	k.pendingW.Wait()
 	for _, s := range local {
-		s.End(ErrClosed)
+		s.End(errs.Closed)
 	}
 }
 
@@ -465,7 +473,7 @@ func (k *clientKeeper) close() {
 // its ID already; it reports whether it did.
 func (k *clientKeeper) Adopt(s *spi.Session) bool {
 	k.mu.Lock()
-	if _, ok := k.local[SessionID(s.ID())]; ok {
+	if _, ok := k.local[s.ID()]; ok {
 		k.mu.Unlock()
 		return false
 	}
@@ -479,9 +487,9 @@ func (k *clientKeeper) Adopt(s *spi.Session) bool {
 // grantedTTL asks the client's member for the TTL the cell granted one of
 // this client's sessions (the member's TimeToLive answer carries it); a
 // member lost meanwhile is asked again through the next one. Another
-// client's (or a member's) session is ErrForbidden, one the cell has
-// ended ErrSessionExpired.
-func (k *clientKeeper) grantedTTL(ctx context.Context, id SessionID) (time.Duration, error) {
+// client's (or a member's) session is errs.Forbidden, one the cell has
+// ended errs.SessionExpired.
+func (k *clientKeeper) grantedTTL(ctx context.Context, id int64) (time.Duration, error) {
 	for {
 		conn, err := k.c.current(ctx)
 		if err != nil {
@@ -490,21 +498,50 @@ func (k *clientKeeper) grantedTTL(ctx context.Context, id SessionID) (time.Durat
 		res, err := conn.AskTimeToLive(ctx, int64(id))
 		if err == nil {
 			if res.TTL <= 0 {
-				return 0, fmt.Errorf("%w: the client's member does not report a session's TTL, needed to resume it", ErrInvalidArgument)
+				return 0, fmt.Errorf("%w: the client's member does not report a session's TTL, needed to resume it", errs.InvalidArgument)
 			}
 			return res.TTL, nil
 		}
 		var we *clientwire.Error
 		switch {
-		case errors.As(err, &we) && !memberClosing(err):
-			return 0, errFromCode(we.Code, we.Message)
+		case errors.As(err, &we) && !clientwire.MemberClosing(err):
+			return 0, clientwire.ErrorOf(we.Code, we.Message)
 		case errors.Is(err, clientwire.ErrVersion):
-			return 0, fmt.Errorf("%w: the client's member is too old to resume a session: %w", ErrInvalidArgument, err)
+			return 0, fmt.Errorf("%w: the client's member is too old to resume a session: %w", errs.InvalidArgument, err)
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
 		}
 		select {
 		case <-conn.Done():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// timeToLive asks the client's member, which asks the leader; a member
+// lost meanwhile is asked again through the next one.
+func (k *clientKeeper) timeToLive(ctx context.Context, id int64) (time.Duration, error) {
+	for {
+		conn, err := k.c.current(ctx)
+		if err != nil {
+			return 0, err
+		}
+		left, err := conn.TimeToLive(ctx, int64(id))
+		if err == nil {
+			return left, nil
+		}
+		var we *clientwire.Error
+		switch {
+		case errors.As(err, &we) && !clientwire.MemberClosing(err):
+			return 0, clientwire.ErrorOf(we.Code, we.Message)
+		case errors.Is(err, clientwire.ErrVersion):
+			return 0, fmt.Errorf("coord: the client's member is too old to report a time to live: %w", err)
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		}
+		select {
+		case <-conn.Done(): // the next current() waits for the next member
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
