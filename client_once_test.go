@@ -66,20 +66,23 @@ func TestClientOutcome(t *testing.T) {
 	cl, m := connectOffLeader(t, c)
 	other := connect(t, c)
 	ctx := context.Background()
-	c.Isolate(m)
+	// The member hears the leader (so it keeps serving its clients) but
+	// its forwards are lost: the write is in the cell's hands, unseen.
+	lead := c.LeaderIndex()
+	c.Network().Block(c.Name(m), c.Name(lead))
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err := cl.Put(short, "job", []byte("done"))
 	var amb *coord.AmbiguousError
 	require.ErrorAs(t, err, &amb, "seed %d", c.Seed())
 	require.ErrorIs(t, err, coord.ErrAmbiguous)
+	c.Network().Unblock(c.Name(m), c.Name(lead))
 
 	// Another client naming the same ID settles its own (empty) record.
 	out, err := other.Outcome(ctx, amb.ID)
 	require.NoError(t, err)
 	require.False(t, out.Applied)
 
-	c.Heal()
 	out, err = cl.Outcome(ctx, amb.ID)
 	require.NoError(t, err, "seed %d", c.Seed())
 	kv, err := c.Leader().Get(ctx, "job")

@@ -79,9 +79,14 @@ type applySide struct {
 	jobs chan applyJob
 	// queued counts the jobs handed to the apply loop and not yet done.
 	queued atomic.Int64
-	// lastCompact is the applied index of the last log compaction; only
-	// the holder of the apply side touches it.
+	// lastCompact is the applied index of the last log compaction, and
+	// answers the buffer the answers of an applied batch are gathered
+	// in; only the holder of the apply side touches them.
 	lastCompact uint64
+	answers     []answer
+	// inlineCooldown counts down the batches that go to the apply loop
+	// after a slow inline apply; the raft loop's.
+	inlineCooldown int
 }
 
 func (a *applySide) init(applied uint64) {
@@ -164,14 +169,18 @@ func (n *Node) apply(job applyJob, budget int64) (ok, spent bool) {
 			n.fail(err)
 			return false, false
 		}
+		as := n.applySide.answers[:0]
 		if out.MembersChanged {
 			n.reloadMembers()
-			n.confs.applied(job.ents)
+			as = n.c.ConfApplied(job.ents, as)
 		}
 		if n.cfg.OnApply != nil {
 			n.cfg.OnApply(out)
 		}
-		n.waiters.deliverApplied(out.Results)
+		as = n.c.Applied(out.Results, as)
+		deliverAll(as)
+		clear(as)
+		n.applySide.answers = as[:0]
 		last := job.ents[len(job.ents)-1].GetIndex()
 		n.applied.set(last)
 		if last-n.applySide.lastCompact >= n.cfg.CompactEvery {
@@ -224,9 +233,9 @@ const (
 // applyInline applies job on the raft goroutine if it qualifies. It
 // returns handled=false when the job must be handed over instead, and
 // ok=false when the node must stop.
-func (n *Node) applyInline(ls *loopState, job applyJob) (handled, ok bool) {
-	if ls.inlineCooldown > 0 {
-		ls.inlineCooldown--
+func (n *Node) applyInline(job applyJob) (handled, ok bool) {
+	if n.applySide.inlineCooldown > 0 {
+		n.applySide.inlineCooldown--
 		return false, true
 	}
 	if !n.applySide.idle() || !inlineable(job) {
@@ -241,7 +250,7 @@ func (n *Node) applyInline(ls *loopState, job applyJob) (handled, ok bool) {
 		return false, true
 	}
 	if took := time.Since(start); took > n.cfg.TickInterval {
-		ls.inlineCooldown = inlineCooldown
+		n.applySide.inlineCooldown = inlineCooldown
 		n.log.Debug("slow inline apply; handing batches to the apply loop for a while", "took", took, "entries", len(job.ents))
 	}
 	return true, true

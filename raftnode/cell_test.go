@@ -191,7 +191,12 @@ func (c *testCell) deliver(i int, env transport.Envelope) {
 	done := make(chan struct{})
 	n.runOnLoop(func() {
 		defer close(done)
-		n.handleEnvelope(env)
+		n.c.Step(env)
+		for n.c.HasReady() {
+			if !n.handleReady(n.c.Ready()) {
+				return
+			}
+		}
 	})
 	select {
 	case <-done:
@@ -218,4 +223,24 @@ func (c *testCell) requireRunning() {
 	for i, n := range c.nodes {
 		require.NoError(c.t, n.Err(), "member %d", i)
 	}
+}
+
+// onLoop runs f on member n's raft loop, as the core's driver, and waits
+// for it (or for the member to stop).
+func onLoop(n *Node, f func()) {
+	done := make(chan struct{})
+	n.runOnLoop(func() {
+		defer close(done)
+		f()
+	})
+	select {
+	case <-done:
+	case <-n.Done():
+	}
+}
+
+// checkRaft runs member n's wire checks on m, on its raft loop.
+func checkRaft(n *Node, from string, m *pb.Message) (err error) {
+	onLoop(n, func() { err = n.c.checkRaft(from, m) })
+	return err
 }

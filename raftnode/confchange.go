@@ -1,10 +1,11 @@
 package raftnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
-	"time"
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
@@ -16,33 +17,45 @@ import (
 // Membership changes. Raft may drop a proposed conf change silently: it
 // turns one into an empty entry when another is pending (etcd-io/raft#354)
 // and ProposeConfChange does not report drops (etcd-io/raft#43). So each
-// change carries a request ID in its context, and the proposer waits for
-// the change with that ID to apply, proposing again when it does not.
+// change carries a request ID in its context, and the core proposes it
+// again every two election timeouts until the change with that ID
+// applies or its caller gives up. A duplicate that applies twice changes
+// nothing the second time.
 
-// confWaiters maps request IDs to proposers waiting for their change.
+// confWaiter is one caller waiting for its membership change.
+type confWaiter struct {
+	req  uint64
+	cc   *pb.ConfChangeV2
+	done chan struct{} // closed when the change applied
+	// sentTick is the core's: when the change was last proposed.
+	sentTick uint64
+}
+
+// confWaiters maps request IDs to the callers waiting for their change.
 type confWaiters struct {
 	mu sync.Mutex
-	m  map[uint64]chan struct{}
+	m  map[uint64]*confWaiter
 }
 
-func (c *confWaiters) init() { c.m = make(map[uint64]chan struct{}) }
+func (cw *confWaiters) init() { cw.m = make(map[uint64]*confWaiter) }
 
-func (c *confWaiters) add(req uint64) chan struct{} {
-	ch := make(chan struct{})
-	c.mu.Lock()
-	c.m[req] = ch
-	c.mu.Unlock()
-	return ch
+func (cw *confWaiters) add(w *confWaiter) {
+	cw.mu.Lock()
+	cw.m[w.req] = w
+	cw.mu.Unlock()
 }
 
-func (c *confWaiters) remove(req uint64) {
-	c.mu.Lock()
-	delete(c.m, req)
-	c.mu.Unlock()
+func (cw *confWaiters) remove(req uint64) {
+	cw.mu.Lock()
+	delete(cw.m, req)
+	cw.mu.Unlock()
 }
 
-// applied wakes the proposer of each conf change among ents.
-func (c *confWaiters) applied(ents []*pb.Entry) {
+// ConfApplied appends to buf the answers of the callers whose changes
+// are among ents, which just applied. The apply side calls it; it
+// touches only the waiter table.
+func (c *core) ConfApplied(ents []*pb.Entry, buf []answer) []answer {
+	cw := &c.confs
 	for _, e := range ents {
 		if e.GetType() != pb.EntryConfChangeV2 {
 			continue
@@ -55,12 +68,43 @@ func (c *confWaiters) applied(ents []*pb.Entry) {
 		if err != nil {
 			continue
 		}
-		c.mu.Lock()
-		if ch, ok := c.m[m.Req]; ok {
-			close(ch)
-			delete(c.m, m.Req)
+		cw.mu.Lock()
+		if w, ok := cw.m[m.Req]; ok {
+			delete(cw.m, m.Req)
+			buf = append(buf, answer{conf: w})
 		}
-		c.mu.Unlock()
+		cw.mu.Unlock()
+	}
+	return buf
+}
+
+// ProposeConfChange proposes w's change, which its caller added to the
+// waiter table, and keeps proposing it (retryConfChanges) until it
+// applies or the caller gives up.
+func (c *core) ProposeConfChange(w *confWaiter) {
+	w.sentTick = c.tick
+	if err := c.rn.ProposeConfChange(w.cc); err != nil {
+		c.log.Debug("conf change not proposed", "err", err)
+	}
+}
+
+// retryConfChanges proposes again every change not seen to apply within
+// two election timeouts: dropped, or still on its way.
+func (c *core) retryConfChanges() {
+	cw := &c.confs
+	after := 2 * uint64(c.cfg.ElectionTicks)
+	var due []*confWaiter
+	cw.mu.Lock()
+	for _, w := range cw.m {
+		if c.tick-w.sentTick >= after {
+			due = append(due, w)
+		}
+	}
+	cw.mu.Unlock()
+	// In request order, so that two cores driven alike propose alike.
+	slices.SortFunc(due, func(a, b *confWaiter) int { return cmp.Compare(a.req, b.req) })
+	for _, w := range due {
+		c.ProposeConfChange(w)
 	}
 }
 
@@ -69,41 +113,34 @@ func (c *confWaiters) applied(ents []*pb.Entry) {
 // applied on this member. m names the member (and its address, for an
 // addition); its Req is set here.
 func (n *Node) ChangeMembership(ctx context.Context, typ pb.ConfChangeType, id uint64, m command.Member) error {
-	m.Req = n.waiters.newID()
+	m.Req = n.c.waiters.newID()
 	data, err := command.EncodeMember(&m)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errs.Internal, err)
 	}
-	cc := &pb.ConfChangeV2{
-		Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(id)}},
-		Context: data,
+	w := &confWaiter{
+		req: m.Req,
+		cc: &pb.ConfChangeV2{
+			Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(id)}},
+			Context: data,
+		},
+		done: make(chan struct{}),
 	}
-	done := n.confs.add(m.Req)
-	defer n.confs.remove(m.Req)
-	retry := time.NewTicker(2 * n.electTTL)
-	defer retry.Stop()
-	for {
-		n.runOnLoop(func() {
-			if err := n.rn.ProposeConfChange(cc); err != nil {
-				n.log.Debug("conf change not proposed", "err", err)
-			}
-		})
+	n.c.confs.add(w)
+	defer n.c.confs.remove(m.Req)
+	n.runOnLoop(func() { n.c.ProposeConfChange(w) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errs.Ambiguous, ctx.Err())
+	case <-n.stopc:
 		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errs.Ambiguous, ctx.Err())
-		case <-n.stopc:
-			select {
-			case <-done:
-				return nil // it applied, and stopped the member: its own removal
-			default:
-			}
-			return n.errStopped()
-		case <-retry.C:
-			// Dropped, or still on its way: propose again. A duplicate
-			// that applies twice changes nothing the second time.
+		case <-w.done:
+			return nil // it applied, and stopped the member: its own removal
+		default:
 		}
+		return n.errStopped()
 	}
 }
 
@@ -124,17 +161,9 @@ func (n *Node) Replication(ctx context.Context) (prs map[uint64]Progress, last u
 	}
 	resc := make(chan result, 1)
 	n.runOnLoop(func() {
-		st := n.rn.Status()
-		if st.RaftState != raft.StateLeader {
-			resc <- result{}
-			return
-		}
-		out := make(map[uint64]Progress, len(st.Progress))
-		for id, pr := range st.Progress {
-			out[id] = Progress{Match: pr.Match, RecentActive: pr.RecentActive || id == n.id, Learner: pr.IsLearner}
-		}
+		prs, ok := n.c.replication()
 		last, _ := n.store.RaftLog().LastIndex()
-		resc <- result{out, last, true}
+		resc <- result{prs, last, ok}
 	})
 	select {
 	case r := <-resc:
@@ -144,4 +173,18 @@ func (n *Node) Replication(ctx context.Context) (prs map[uint64]Progress, last u
 	case <-n.stopc:
 		return nil, 0, false, n.errStopped()
 	}
+}
+
+// replication returns the leader's view of every member's replication;
+// ok is false on a follower.
+func (c *core) replication() (map[uint64]Progress, bool) {
+	st := c.rn.Status()
+	if st.RaftState != raft.StateLeader {
+		return nil, false
+	}
+	out := make(map[uint64]Progress, len(st.Progress))
+	for id, pr := range st.Progress {
+		out[id] = Progress{Match: pr.Match, RecentActive: pr.RecentActive || id == c.id, Learner: pr.IsLearner}
+	}
+	return out, true
 }

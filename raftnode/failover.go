@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"math/rand/v2"
 	"slices"
 
 	"github.com/coordcell/coord/transport"
@@ -10,7 +9,7 @@ import (
 
 // Failover faster than timeouts. A crashed process's connections close at
 // once, long before a follower's election timeout runs out. A transport
-// that can tell (transport.PeerWatcher) lets the raft loop act on it: when
+// that can tell (transport.PeerWatcher) lets the core act on it: when
 // a connection with the leader is closed by the leader's side, and the
 // transport still has no connection with the leader a few heartbeats
 // later, the follower campaigns (a pre-vote) instead of waiting out a
@@ -39,7 +38,7 @@ import (
 // closed sends again within one, after a short redial backoff.
 const lossWait = 2
 
-// leaderLoss is the raft loop's record of a leader whose connection was
+// leaderLoss is the core's record of a leader whose connection was
 // closed by its side.
 type leaderLoss struct {
 	name  string // "" = none
@@ -58,7 +57,6 @@ func (n *Node) watchPeers() {
 	if !ok {
 		return
 	}
-	n.peerWatch = w
 	w.OnPeerDown(func(peer string) {
 		select {
 		case n.peerDownc <- peer:
@@ -69,30 +67,31 @@ func (n *Node) watchPeers() {
 	})
 }
 
-// peerDown notes that a connection with peer was closed by its side; it
-// matters only if peer leads.
-func (n *Node) peerDown(ls *loopState, peer string) {
-	if ls.lead == 0 || ls.lead == n.id || ls.loss.name == peer {
+// PeerDown notes that a connection with peer was closed by its side; it
+// matters only if peer leads, and only if the transport can tell
+// whether it reconnected (coreConfig.Connected).
+func (c *core) PeerDown(peer string) {
+	if c.cfg.Connected == nil || c.lead == 0 || c.lead == c.id || c.loss.name == peer {
 		return
 	}
-	name, ok := n.MemberName(ls.lead)
+	name, ok := c.book.name(c.lead)
 	if !ok || name != peer {
 		return
 	}
-	rank, _ := n.survivorRank(ls.lead)
+	rank, _ := c.survivorRank(c.lead)
 	if rank < 0 {
 		return // a learner never stands
 	}
-	hb := n.heartbeat()
-	ls.loss = leaderLoss{name: peer, id: ls.lead, first: ls.tick, at: ls.tick + hb*uint64(lossWait+rank)}
-	n.log.Info("the leader closed its connection; standing unless it reconnects",
-		"leader", peer, "in_ticks", ls.loss.at-ls.tick)
+	hb := c.heartbeat()
+	c.loss = leaderLoss{name: peer, id: c.lead, first: c.tick, at: c.tick + hb*uint64(lossWait+rank)}
+	c.log.Info("the leader closed its connection; standing unless it reconnects",
+		"leader", peer, "in_ticks", c.loss.at-c.tick)
 }
 
 // survivorRank returns this member's place among the voters other than
 // lead, ordered by ID, and their number; -1 if it is not a voter.
-func (n *Node) survivorRank(lead uint64) (rank, others int) {
-	voters := n.sm.ConfState().GetVoters()
+func (c *core) survivorRank(lead uint64) (rank, others int) {
+	voters := c.sm.ConfState().GetVoters()
 	ids := make([]uint64, 0, len(voters))
 	for _, id := range voters {
 		if id != lead {
@@ -100,55 +99,55 @@ func (n *Node) survivorRank(lead uint64) (rank, others int) {
 		}
 	}
 	slices.Sort(ids)
-	return slices.Index(ids, n.id), len(ids)
+	return slices.Index(ids, c.id), len(ids)
 }
 
-func (n *Node) heartbeat() uint64 { return uint64(max(n.cfg.HeartbeatTicks, 1)) }
+func (c *core) heartbeat() uint64 { return uint64(max(c.cfg.HeartbeatTicks, 1)) }
 
 // checkLeaderLoss runs on each tick: while the lost leader has no
 // connection with this member and nobody else leads, it campaigns in
 // this member's turns.
-func (n *Node) checkLeaderLoss(ls *loopState) {
-	loss := &ls.loss
+func (c *core) checkLeaderLoss() {
+	loss := &c.loss
 	if loss.name == "" {
 		return
 	}
 	switch {
-	case ls.lead != 0 && ls.lead != loss.id:
-		ls.loss = leaderLoss{} // a new leader
+	case c.lead != 0 && c.lead != loss.id:
+		c.loss = leaderLoss{} // a new leader
 		return
-	case n.peerWatch.Connected(loss.name):
+	case c.cfg.Connected(loss.name):
 		// Redialled, or still delivering: the leader's process lives.
-		n.log.Info("the leader's connection is back; not standing", "leader", loss.name)
-		ls.loss = leaderLoss{}
+		c.log.Info("the leader's connection is back; not standing", "leader", loss.name)
+		c.loss = leaderLoss{}
 		return
-	case ls.tick-loss.first > 2*uint64(n.cfg.ElectionTicks):
-		ls.loss = leaderLoss{} // Raft's own timeout has had its turn
+	case c.tick-loss.first > 2*uint64(c.cfg.ElectionTicks):
+		c.loss = leaderLoss{} // Raft's own timeout has had its turn
 		return
-	case ls.tick < loss.at:
+	case c.tick < loss.at:
 		return
 	}
-	rank, others := n.survivorRank(loss.id)
+	rank, others := c.survivorRank(loss.id)
 	if rank < 0 {
-		ls.loss = leaderLoss{}
+		c.loss = leaderLoss{}
 		return
 	}
-	hb := n.heartbeat()
-	period := hb*uint64(others) + rand.Uint64N(hb+1)
-	loss.at = ls.tick + period
-	bs := n.rn.BasicStatus()
+	hb := c.heartbeat()
+	period := hb*uint64(others) + c.rnd.Uint64N(hb+1)
+	loss.at = c.tick + period
+	bs := c.rn.BasicStatus()
 	term := bs.HardState.GetTerm()
-	if v := bs.HardState.GetVote(); ls.lead == 0 && bs.RaftState == raft.StateFollower &&
-		v != 0 && v != n.id && v != loss.id && loss.patient != term {
+	if v := bs.HardState.GetVote(); c.lead == 0 && bs.RaftState == raft.StateFollower &&
+		v != 0 && v != c.id && v != loss.id && loss.patient != term {
 		// Another survivor campaigns with this member's vote: let it
 		// finish before standing against it. (A vote for the lost leader
 		// is the one that elected it.)
 		loss.patient = term
 		return
 	}
-	n.log.Info("the leader's connection closed and it has not come back; campaigning",
-		"leader", loss.name, "ticks_since_report", ls.tick-loss.first)
-	if err := n.rn.Campaign(); err != nil {
-		n.log.Warn("early campaign", "err", err)
+	c.log.Info("the leader's connection closed and it has not come back; campaigning",
+		"leader", loss.name, "ticks_since_report", c.tick-loss.first)
+	if err := c.rn.Campaign(); err != nil {
+		c.log.Warn("early campaign", "err", err)
 	}
 }

@@ -58,7 +58,7 @@ func newSlowElectionCell(t *testing.T) (*testCell, []*downReporter) {
 		reps = append(reps, r)
 		cfg.Transport = r
 	})
-	c.nodes[0].runOnLoop(func() { require.NoError(t, c.nodes[0].rn.Campaign()) })
+	c.nodes[0].runOnLoop(func() { require.NoError(t, c.nodes[0].c.rn.Campaign()) })
 	require.Equal(t, 0, c.leader())
 	c.put(1, "k", "v")
 	return c, reps
@@ -170,7 +170,7 @@ func newTCPSlowElectionCell(t *testing.T) (*testCell, []*transport.TCP) {
 		cfg.Transport = trs[slices.Index(c3names, cfg.Name)]
 		cfg.Logger = log.With("node", cfg.Name)
 	})
-	c.nodes[0].runOnLoop(func() { require.NoError(t, c.nodes[0].rn.Campaign()) })
+	c.nodes[0].runOnLoop(func() { require.NoError(t, c.nodes[0].c.rn.Campaign()) })
 	require.Equal(t, 0, c.leader())
 	// Through the leader: a write forwarded over a connection still being
 	// dialled could be lost, and is retried only after a grace period

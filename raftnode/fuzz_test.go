@@ -57,7 +57,7 @@ func (f *wireFuzzer) frame(to, sender int, kind wireKind, body []byte) {
 // member to holds, were its sender lying (see wireFuzzer).
 func (f *wireFuzzer) trustedLie(to int, from string, m *pb.Message) bool {
 	n := f.c.nodes[to]
-	if n.checkRaft(from, m) != nil {
+	if checkRaft(n, from, m) != nil {
 		return false
 	}
 	switch m.GetType() {

@@ -57,12 +57,12 @@ func TestEnvelopesFromAnotherIncarnationAreDropped(t *testing.T) {
 func TestJoinerLearnsTheCellID(t *testing.T) {
 	c := newTestCell(t, 1, nil)
 	n := c.nodes[0]
-	n.ident.cell.Store(0)
-	require.True(t, n.admitCell("m0", 0xabc))
+	n.c.ident.cell.Store(0)
+	require.True(t, n.c.admitCell("m0", 0xabc))
 	require.Equal(t, uint64(0xabc), n.CellID())
 	id, ok, err := n.store.Identity()
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, uint64(0xabc), id.CellID)
-	require.False(t, n.admitCell("m0", 0xabd), "once learned, another cell is refused")
+	require.False(t, n.c.admitCell("m0", 0xabd), "once learned, another cell is refused")
 }

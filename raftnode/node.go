@@ -3,17 +3,24 @@
 // often it is resent, resend.go), batched read-index, snapshot streaming,
 // log compaction and leadership hand-over on close.
 //
-// Three goroutines do the work. The raft loop owns the RawNode: it ticks,
-// steps incoming messages, turns queued proposals into one MsgProp per
-// wake-up, and handles each Ready: a leader's messages out, the Ready's
-// log entries and hard state written with one fsync (persist.go), a
-// follower's messages out (they promise durability), committed entries
-// handed on. The apply loop applies committed entries to the state
-// machine in order and wakes the callers waiting on them; small batches
-// the raft loop applies itself while the apply loop is idle (inline
-// applies, apply.go), so OnApply runs on either, never both at once. A
-// receiver goroutine stages incoming snapshot chunks so Pebble writes
-// never stall the raft loop.
+// It is split in two. The consensus core (core.go) holds the RawNode and
+// all the bookkeeping around it, with no goroutine, no I/O of its own and
+// ticks for a clock: it is driven by its caller and says in each Ready
+// what to persist, send, apply and answer, so a test drives several
+// cores tick by tick (core_test.go, testdata). The Node drives it with
+// the real clock, transport and store.
+//
+// Three goroutines do the driving. The raft loop owns the core: it
+// ticks, steps incoming messages, hands queued proposals over once per
+// wake-up, and carries out each Ready: a leader's messages out, the
+// Ready's log entries and hard state written with one fsync
+// (persist.go), a follower's messages out (they promise durability),
+// committed entries handed on. The apply loop applies committed entries
+// to the state machine in order and wakes the callers waiting on them;
+// small batches the raft loop applies itself while the apply loop is
+// idle (inline applies, apply.go), so OnApply runs on either, never both
+// at once. A receiver goroutine stages incoming snapshot chunks so
+// Pebble writes never stall the raft loop.
 package raftnode
 
 import (
@@ -23,6 +30,7 @@ import (
 	"iter"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,7 +40,6 @@ import (
 	"github.com/coordcell/coord/storage"
 	"github.com/coordcell/coord/transport"
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/tracker"
 )
 
 // IDFromName derives a member's Raft ID from its stable name, so every
@@ -131,7 +138,9 @@ type Status struct {
 	Dropped uint64
 }
 
-// Node runs one member. Its methods are safe for concurrent use.
+// Node runs one member: the driver of its consensus core (core.go),
+// which carries out what the core asks with the real clock, transport
+// and store. Its methods are safe for concurrent use.
 type Node struct {
 	cfg   Config
 	id    uint64
@@ -139,47 +148,36 @@ type Node struct {
 	store *storage.Store
 	sm    *storage.StateMachine
 	tr    transport.Transport
-	rn    *raft.RawNode // owned by the raft loop
+	c     *core // driven by the raft loop
 
 	propc chan *proposal
 	readc chan *readRequest
 	runc  chan func() // closures run on the raft loop (reports from other goroutines)
-	// peerDownc carries the transport's reports of closed connections;
-	// peerWatch is the transport that makes them, nil if it cannot
+	// peerDownc carries the transport's reports of closed connections
 	// (failover.go).
 	peerDownc chan string
-	peerWatch transport.PeerWatcher
 	// applySide is the state machine's side of the node, which the raft
 	// loop and the apply loop take turns to hold (apply.go).
 	applySide applySide
 	persist   persister
-	// refused and loopTick belong to the raft loop (transfer.go).
-	refused  refusedProps
-	loopTick uint64
-	chunkc   chan *chunk
-	stopc    chan struct{} // closed when the node starts stopping (Stop or failure)
-	stopped  sync.Once
-	failed   atomic.Pointer[error]
-	wg       sync.WaitGroup
+	chunkc    chan *chunk
+	stopc     chan struct{} // closed when the node starts stopping (Stop or failure)
+	stopped   sync.Once
+	failed    atomic.Pointer[error]
+	wg        sync.WaitGroup
 
-	waiters  waiters
-	confs    confWaiters
-	memMu    sync.RWMutex
-	members  map[uint64]storage.MemberInfo
-	byName   map[string]uint64
 	applied  appliedIndex
-	status   atomic.Pointer[Status]
 	senders  snapshotSenders
 	syncs    atomic.Uint64 // fsyncs of the raft log
 	synced   atomic.Uint64 // entries made durable by them
-	drops    atomic.Uint64 // messages refused by the checks in validate.go
 	counters counters      // events for metrics (metrics.go)
-	dropLog  rateLimit
-	loss     lossReports
 	electTTL time.Duration // one election timeout, wall time
 	gate     pauseGate
-	ident    identity
-	stand    standing // removal and contact (standing.go)
+	// contactBase and contactAt say when the core last said it was in
+	// contact (LastContact): contactAt nanoseconds after contactBase, 0
+	// for never.
+	contactBase time.Time
+	contactAt   atomic.Int64
 }
 
 // Start opens the member on cfg.Store (which must be bootstrapped or hold
@@ -189,24 +187,26 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		cfg:       cfg,
-		id:        cmp.Or(cfg.ID, IDFromName(cfg.Name)),
-		log:       cfg.Logger,
-		store:     cfg.Store,
-		sm:        cfg.Store.StateMachine(),
-		tr:        cfg.Transport,
-		propc:     make(chan *proposal, 4096),
-		readc:     make(chan *readRequest, 4096),
-		runc:      make(chan func(), 64),
-		peerDownc: make(chan string, 16),
-		chunkc:    make(chan *chunk, 16),
-		stopc:     make(chan struct{}),
-		electTTL:  time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
+		cfg:         cfg,
+		id:          cmp.Or(cfg.ID, IDFromName(cfg.Name)),
+		log:         cfg.Logger,
+		store:       cfg.Store,
+		sm:          cfg.Store.StateMachine(),
+		tr:          cfg.Transport,
+		propc:       make(chan *proposal, 4096),
+		readc:       make(chan *readRequest, 4096),
+		runc:        make(chan func(), 64),
+		peerDownc:   make(chan string, 16),
+		chunkc:      make(chan *chunk, 16),
+		stopc:       make(chan struct{}),
+		electTTL:    time.Duration(cfg.ElectionTicks) * cfg.TickInterval,
+		contactBase: time.Now(),
 	}
 	if err := cfg.Store.Fault(); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
-	if err := n.initIdentity(); err != nil {
+	peers, err := n.store.PeerIncarnations()
+	if err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
 	if removed, err := n.sm.WasRemoved(n.id); err != nil || removed {
@@ -216,11 +216,37 @@ func Start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: member %q was removed; its name cannot be used again: "+
 			"add the process back under a new name with an empty data directory", errs.Removed, cfg.Name)
 	}
-	n.initStanding()
-	n.waiters.init()
-	n.confs.init()
-	n.members = make(map[uint64]storage.MemberInfo)
-	n.byName = make(map[string]uint64)
+	var connected func(string) bool
+	if w, ok := cfg.Transport.(transport.PeerWatcher); ok {
+		connected = w.Connected
+	}
+	n.c, err = newCore(coreConfig{
+		ID: n.id, Name: cfg.Name, Identity: cfg.Identity, Peers: peers,
+		ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
+		LogEveryTicks:    uint64(max(dropLogEvery/max(cfg.TickInterval, 1), 1)),
+		MaxProposalBytes: cfg.MaxProposalBytes,
+		Logger:           cfg.Logger,
+		Log:              cfg.Store.RaftLog(),
+		Store:            cfg.Store,
+		State:            n.sm,
+		Connected:        connected,
+		Seed:             rand.Uint64(),
+		Counters:         &n.counters,
+		Raft: raft.Config{
+			Applied:                   n.sm.AppliedIndex(),
+			MaxSizePerMsg:             cfg.MaxSizePerMsg,
+			MaxCommittedSizePerReady:  64 << 20,
+			MaxUncommittedEntriesSize: 256 << 20,
+			MaxInflightMsgs:           256,
+			CheckQuorum:               true,
+			PreVote:                   true,
+			ReadOnlyOption:            raft.ReadOnlySafe,
+			StepDownOnRemoval:         true,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
 	n.setMembers(maps.Values(cfg.Members))
 	n.applied.init(n.sm.AppliedIndex())
 	n.applySide.init(n.sm.AppliedIndex())
@@ -231,27 +257,6 @@ func Start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
 	n.persist.init(last)
-	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                        n.id,
-		ElectionTick:              cfg.ElectionTicks,
-		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   cfg.Store.RaftLog(),
-		Applied:                   n.sm.AppliedIndex(),
-		MaxSizePerMsg:             cfg.MaxSizePerMsg,
-		MaxCommittedSizePerReady:  64 << 20,
-		MaxUncommittedEntriesSize: 256 << 20,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		StepDownOnRemoval:         true,
-		Logger:                    raftLogger{cfg.Logger.With("component", "raft")},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: %w", err)
-	}
-	n.rn = rn
-	n.publishStatus()
 	n.watchPeers()
 	if f, ok := cfg.Transport.(transport.Freezer); ok {
 		n.wg.Add(1)
@@ -268,38 +273,20 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) ID() uint64 { return n.id }
 
 // MemberName returns the name of the member with Raft ID id.
-func (n *Node) MemberName(id uint64) (string, bool) {
-	n.memMu.RLock()
-	defer n.memMu.RUnlock()
-	m, ok := n.members[id]
-	return m.Name, ok
-}
+func (n *Node) MemberName(id uint64) (string, bool) { return n.c.book.name(id) }
 
 // MemberID returns the Raft ID of the member named name.
-func (n *Node) MemberID(name string) (uint64, bool) {
-	n.memMu.RLock()
-	defer n.memMu.RUnlock()
-	id, ok := n.byName[name]
-	return id, ok
-}
+func (n *Node) MemberID(name string) (uint64, bool) { return n.c.book.id(name) }
 
 // setMembers adds members to the address book and tells the transport
 // their addresses.
 func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
-	adder, _ := n.tr.(transport.PeerAdder)
-	n.memMu.Lock()
-	defer n.memMu.Unlock()
-	for m := range ms {
-		if old, ok := n.members[m.ID]; ok && old == m {
-			continue
-		}
-		if old, ok := n.members[m.ID]; ok && n.byName[old.Name] == m.ID {
-			delete(n.byName, old.Name)
-		}
-		n.members[m.ID] = m
-		n.byName[m.Name] = m.ID
-		if adder != nil && m.Name != n.cfg.Name && m.Addr != "" {
-			adder.AddPeer(m.Name, m.Addr)
+	changed := n.c.book.set(ms)
+	if adder, ok := n.tr.(transport.PeerAdder); ok {
+		for _, m := range changed {
+			if m.Name != n.cfg.Name && m.Addr != "" {
+				adder.AddPeer(m.Name, m.Addr)
+			}
 		}
 	}
 }
@@ -323,20 +310,9 @@ func (n *Node) reloadMembers() {
 	for _, m := range ms {
 		keep[m.ID] = true
 	}
-	var gone []removedPeer
-	n.memMu.Lock()
-	for id, m := range n.members {
-		if !keep[id] && m.Name != n.cfg.Name {
-			delete(n.members, id)
-			if n.byName[m.Name] == id {
-				delete(n.byName, m.Name)
-			}
-			gone = append(gone, removedPeer{name: m.Name, id: id})
-		}
-	}
-	n.memMu.Unlock()
+	gone := n.c.book.keepOnly(keep, n.cfg.Name)
 	n.setMembers(slices.Values(ms))
-	drop := n.rememberRemoved(gone, func(name string) bool {
+	drop := n.c.rememberRemoved(gone, func(name string) bool {
 		_, ok := n.MemberID(name)
 		return ok
 	})
@@ -352,7 +328,7 @@ func (n *Node) reloadMembers() {
 // SendApp sends an application message to member to, delivered to its
 // Config.OnMessage. Like every message, it may be lost.
 func (n *Node) SendApp(to string, data []byte) error {
-	return n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.hdr().encodeApp(data)}})
+	return n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.c.hdr().encodeApp(data)}})
 }
 
 // guard runs a goroutine and turns a panic (raft's invariants, Pebble
@@ -407,7 +383,7 @@ func (n *Node) Stop(graceful bool) {
 	n.stop()
 	n.wg.Wait()
 	n.senders.wait()
-	n.waiters.failAll(errs.Closed)
+	n.c.FailCallers(errs.Closed)
 }
 
 func (n *Node) transferLeadership() {
@@ -416,23 +392,7 @@ func (n *Node) transferLeadership() {
 		return
 	}
 	transferring := make(chan bool, 1)
-	n.runOnLoop(func() {
-		var best, bestMatch uint64
-		for id, pr := range n.rn.Status().Progress {
-			// Only a voter that is in touch can take over; with none (the
-			// last member of a cell closing) there is nobody to wait for.
-			// (RecentActive alone is cleared every election timeout, so a
-			// follower that is replicating counts too.)
-			inTouch := pr.RecentActive || pr.State == tracker.StateReplicate
-			if id != n.id && !pr.IsLearner && inTouch && pr.Match >= bestMatch {
-				best, bestMatch = id, pr.Match
-			}
-		}
-		if best != 0 {
-			n.rn.TransferLeader(best)
-		}
-		transferring <- best != 0
-	})
+	n.runOnLoop(func() { transferring <- n.c.transferTarget() })
 	select {
 	case ok := <-transferring:
 		if !ok {
@@ -472,10 +432,10 @@ func (n *Node) runOnLoop(f func()) {
 
 // Status returns the member's current status.
 func (n *Node) Status() Status {
-	st := *n.status.Load()
+	st := *n.c.status.Load()
 	st.Applied = n.applied.get()
 	st.LogSyncs, st.LogEntries = n.syncs.Load(), n.synced.Load()
-	st.Dropped = n.drops.Load()
+	st.Dropped = n.c.drops.Load()
 	// Read the log's end now: the status is published before some
 	// appends, so an idle member would report a stale one.
 	st.LastIndex, _ = n.store.RaftLog().LastIndex()
@@ -485,16 +445,6 @@ func (n *Node) Status() Status {
 	cs := n.sm.ConfState()
 	st.Voters, st.Learners = cs.GetVoters(), cs.GetLearners()
 	return st
-}
-
-// publishStatus runs on the raft loop (or before it starts).
-func (n *Node) publishStatus() {
-	bs := n.rn.BasicStatus()
-	last, _ := n.cfg.Store.RaftLog().LastIndex()
-	n.status.Store(&Status{
-		ID: n.id, Name: n.cfg.Name, Role: roleOf(bs.RaftState), Leader: bs.Lead,
-		Term: bs.HardState.GetTerm(), Commit: bs.HardState.GetCommit(), LastIndex: last,
-	})
 }
 
 // errStopped is what callers get once the node is stopping.

@@ -26,11 +26,11 @@ type proposal struct {
 	// numbers the waiters hand out and release.
 	own  bool
 	resc chan proposalResult // buffered 1; written once, by whoever removes the waiter
-	// handed is set once the raft loop gave the command to Raft: from then
+	// handed is set once the core gave the command to Raft: from then
 	// on its outcome is unknown until it applies (ErrAmbiguous), before
 	// then it certainly did not happen.
 	handed atomic.Bool
-	// sentTick and backoff belong to the raft loop: when the command was
+	// sentTick and backoff belong to the core's driver: when the command was
 	// last handed to Raft, and how many ticks to wait before handing it
 	// again should it not have applied (resend.go).
 	sentTick, backoff uint64
@@ -120,17 +120,10 @@ func (w *waiters) take(id uint64) *proposal {
 	return p
 }
 
-func (w *waiters) deliver(id uint64, r proposalResult) {
-	if p := w.take(id); p != nil {
-		p.resc <- r
-	}
-}
-
-// deliverApplied wakes the callers of the commands of one applied batch,
-// taking the lock once for the batch rather than once per command. The
-// sends cannot block under it: a waiter's channel has room for the one
-// result, and only whoever removed the waiter writes it.
-func (w *waiters) deliverApplied(applied []storage.Applied) {
+// applied removes the waiters of the commands of one applied batch and
+// appends their answers to buf, taking the lock once for the batch
+// rather than once per command.
+func (w *waiters) applied(applied []storage.Applied, buf []answer) []answer {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range applied {
@@ -140,9 +133,10 @@ func (w *waiters) deliverApplied(applied []storage.Applied) {
 		}
 		if p := w.m[a.ID]; p != nil {
 			w.removeLocked(p, false)
-			p.resc <- proposalResult{res: a.Result}
+			buf = append(buf, answer{prop: p, res: a.Result})
 		}
 	}
+	return buf
 }
 
 // failAll ends every waiter with err (or, for commands already handed
@@ -158,33 +152,6 @@ func (w *waiters) failAll(err error) {
 			e = &AmbiguousError{Proposer: p.prop, Err: err}
 		}
 		p.resc <- proposalResult{err: e}
-	}
-}
-
-// endCoveredBySnapshot answers the waiters a snapshot may have
-// overtaken. It runs on the raft loop once the snapshot at index replaced
-// the state machine, so every entry committed before it either applied
-// (and woke its waiter) or is inside the snapshot. The proposer table is
-// in the snapshot too: a command inside it has its result there, which
-// its caller gets now. The others were not inside it; they apply later
-// or are handed to Raft again (resend.go), and never apply twice.
-func (n *Node) endCoveredBySnapshot() {
-	n.waiters.mu.Lock()
-	var found []*proposal
-	var results []command.Result
-	for _, p := range n.waiters.m {
-		if !p.handed.Load() {
-			continue
-		}
-		if res, ok := n.sm.ProposerResult(&p.prop); ok {
-			n.waiters.removeLocked(p, false)
-			found = append(found, p)
-			results = append(results, res)
-		}
-	}
-	n.waiters.mu.Unlock()
-	for i, p := range found {
-		p.resc <- proposalResult{res: results[i]}
 	}
 }
 
@@ -211,21 +178,21 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 		return command.Result{}, n.errStopped()
 	default:
 	}
-	p := n.waiters.stamp(cmd, n.applied.get())
+	p := n.c.waiters.stamp(cmd, n.applied.get())
 	data, err := command.Encode(cmd)
 	if err != nil {
-		n.waiters.release(p)
+		n.c.waiters.release(p)
 		return command.Result{}, fmt.Errorf("%w: encode command: %v", errs.Internal, err)
 	}
 	p.data = data
-	n.waiters.add(p)
+	n.c.waiters.add(p)
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
-		n.waiters.release(p)
+		n.c.waiters.release(p)
 		return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 	case <-n.stopc:
-		n.waiters.release(p)
+		n.c.waiters.release(p)
 		return command.Result{}, n.errStopped()
 	}
 	select {
@@ -240,7 +207,7 @@ func (n *Node) propose(ctx context.Context, cmd *command.Command) (command.Resul
 
 // abandon stops waiting for p, unless its result raced in.
 func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
-	waiting, handed := n.waiters.giveUp(p)
+	waiting, handed := n.c.waiters.giveUp(p)
 	if !waiting {
 		r := <-p.resc
 		return r.res, r.err
@@ -310,4 +277,4 @@ func (w *waiters) keepWaiting(ps []*proposal, hand bool) []*proposal {
 
 // NewRequestID returns an ID unique to this member's incarnation, for
 // requests that need to match their answers.
-func (n *Node) NewRequestID() uint64 { return n.waiters.newID() }
+func (n *Node) NewRequestID() uint64 { return n.c.waiters.newID() }

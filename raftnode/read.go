@@ -73,55 +73,61 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 // AppliedIndex returns the index of the last entry this member applied.
 func (n *Node) AppliedIndex() uint64 { return n.applied.get() }
 
-// readState is the raft loop's bookkeeping of read-index rounds.
+// readState is the core's bookkeeping of read-index rounds.
 type readState struct {
 	queued   []*readRequest
 	inflight *readBatch
 	nextCtx  uint64
 }
 
-// issue starts a round for every queued request if none is in flight.
-func (n *Node) issueReads(rs *readState, tick uint64) {
+// issueReads starts a round for every queued request if none is in
+// flight.
+func (c *core) issueReads() {
+	rs := &c.reads
 	if rs.inflight != nil || len(rs.queued) == 0 {
 		return
 	}
 	rs.nextCtx++
-	rs.inflight = &readBatch{rctx: rs.nextCtx, reqs: rs.queued, sentAt: tick}
+	rs.inflight = &readBatch{rctx: rs.nextCtx, reqs: rs.queued, sentAt: c.tick}
 	rs.queued = nil
 	var rctx [8]byte
 	binary.BigEndian.PutUint64(rctx[:], rs.inflight.rctx)
-	n.rn.ReadIndex(rctx[:])
+	c.rn.ReadIndex(rctx[:])
 }
 
-// retryReads re-issues a round that got no answer: Raft drops read-index
-// requests silently when leadership changes or no leader is known.
-func (n *Node) retryReads(rs *readState, tick uint64, after uint64) {
-	if rs.inflight == nil || tick-rs.inflight.sentAt < after {
+// retryReads re-issues a round that got no answer within after ticks:
+// Raft drops read-index requests silently when leadership changes or no
+// leader is known.
+func (c *core) retryReads(after uint64) {
+	rs := &c.reads
+	if rs.inflight == nil || c.tick-rs.inflight.sentAt < after {
 		return
 	}
 	rs.queued = append(rs.inflight.reqs, rs.queued...)
 	rs.inflight = nil
-	n.issueReads(rs, tick)
+	c.issueReads()
 }
 
-func (n *Node) completeRead(rs *readState, rctx []byte, index uint64) {
+// completeRead answers the round rctx names with its read index.
+func (c *core) completeRead(rctx []byte, index uint64) {
+	rs := &c.reads
 	if rs.inflight == nil || len(rctx) != 8 || binary.BigEndian.Uint64(rctx) != rs.inflight.rctx {
 		return
 	}
 	for _, r := range rs.inflight.reqs {
-		r.resc <- readResult{index: index}
+		c.out.Answers = append(c.out.Answers, answer{read: r, index: index})
 	}
 	rs.inflight = nil
 }
 
-// failReads ends every pending read with err.
-func (rs *readState) failAll(err error) {
+// failAll answers every pending read with err, appended to as.
+func (rs *readState) failAll(err error, as *[]answer) {
 	if rs.inflight != nil {
 		rs.queued = append(rs.queued, rs.inflight.reqs...)
 		rs.inflight = nil
 	}
 	for _, r := range rs.queued {
-		r.resc <- readResult{err: err}
+		*as = append(*as, answer{read: r, err: err})
 	}
 	rs.queued = nil
 }

@@ -14,7 +14,7 @@ import (
 // the state machine applies each proposer's command once however many
 // copies reach the log (storage's proposer table). So a command may be
 // handed to Raft again whenever it may have been lost, and that is what
-// the raft loop does, which turns Raft's silence about dropped proposals
+// the core does, which turns Raft's silence about dropped proposals
 // into an answer for every caller:
 //
 //   - a follower forwards proposals to its leader, and Raft never says
@@ -35,16 +35,16 @@ import (
 // command to apply before handing it to Raft again: twice the heartbeat
 // interval, at least two ticks, so a forward is not resent while the
 // leader's commit is merely on its way.
-func (n *Node) resendTicks() uint64 {
-	return uint64(max(2*n.cfg.HeartbeatTicks, 2))
+func (c *core) resendTicks() uint64 {
+	return uint64(max(2*c.cfg.HeartbeatTicks, 2))
 }
 
 // markSent records that ps were just handed to Raft.
-func (n *Node) markSent(ls *loopState, ps []*proposal) {
+func (c *core) markSent(ps []*proposal) {
 	for _, p := range ps {
-		p.sentTick = ls.tick
+		p.sentTick = c.tick
 		if p.backoff == 0 {
-			p.backoff = n.resendTicks()
+			p.backoff = c.resendTicks()
 		}
 	}
 }
@@ -53,16 +53,16 @@ func (n *Node) markSent(ls *loopState, ps []*proposal) {
 // within its backoff (all of them with all set), while a leader is known.
 // A leader hands its own commands again only after a change of term: in
 // its own term it appended them itself.
-func (n *Node) resendDue(ls *loopState, all bool) {
-	if ls.lead == 0 || len(ls.handed) == 0 {
+func (c *core) resendDue(all bool) {
+	if c.lead == 0 || len(c.handed) == 0 {
 		return
 	}
-	if !all && ls.lead == n.id {
+	if !all && c.lead == c.id {
 		return
 	}
 	due := false
-	for _, p := range ls.handed {
-		if all || ls.tick-p.sentTick >= p.backoff {
+	for _, p := range c.handed {
+		if all || c.tick-p.sentTick >= p.backoff {
 			due = true
 			break
 		}
@@ -70,11 +70,11 @@ func (n *Node) resendDue(ls *loopState, all bool) {
 	if !due {
 		return
 	}
-	ls.handed = n.waiters.stillWaiting(ls.handed)
+	c.handed = c.waiters.stillWaiting(c.handed)
 	var ents []*pb.Entry
 	var sent []*proposal
-	for _, p := range ls.handed {
-		if !all && ls.tick-p.sentTick < p.backoff {
+	for _, p := range c.handed {
+		if !all && c.tick-p.sentTick < p.backoff {
 			continue
 		}
 		ents = append(ents, &pb.Entry{Data: p.data})
@@ -83,22 +83,22 @@ func (n *Node) resendDue(ls *loopState, all bool) {
 	if len(ents) == 0 {
 		return
 	}
-	err := n.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(n.id), Entries: ents})
+	err := c.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(c.id), Entries: ents})
 	if errors.Is(err, raft.ErrProposalDropped) {
 		return // no leader to take them yet (a hand-over): next tick
 	}
 	if err != nil {
-		n.log.Error("propose again", "err", err)
+		c.log.Error("propose again", "err", err)
 		return
 	}
-	et := uint64(n.cfg.ElectionTicks)
+	et := uint64(c.cfg.ElectionTicks)
 	for _, p := range sent {
-		p.sentTick = ls.tick
+		p.sentTick = c.tick
 		if !all {
 			p.backoff = min(2*p.backoff, et)
 		}
 	}
-	n.counters.resent.Add(uint64(len(sent)))
+	c.counters.resent.Add(uint64(len(sent)))
 }
 
 // AmbiguousError is the error of a command handed to Raft whose caller

@@ -54,7 +54,7 @@ func (n *Node) startSnapshotSender(m *pb.Message, to string) {
 	n.senders.mu.Lock()
 	if _, busy := n.senders.active[peer]; busy {
 		n.senders.mu.Unlock()
-		n.rn.ReportSnapshot(peer, raft.SnapshotFailure)
+		n.c.ReportSnapshot(peer, raft.SnapshotFailure)
 		return
 	}
 	n.senders.active[peer] = acks
@@ -81,7 +81,7 @@ func (n *Node) startSnapshotSender(m *pb.Message, to string) {
 		} else {
 			n.counters.snapshotsSent.Add(1)
 		}
-		n.runOnLoop(func() { n.rn.ReportSnapshot(peer, status) })
+		n.runOnLoop(func() { n.c.ReportSnapshot(peer, status) })
 	}()
 }
 
@@ -137,7 +137,7 @@ func (n *Node) streamSnapshot(m *pb.Message, to string, acks <-chan *chunkAck) e
 			return n.errStopped()
 		}
 		c := &chunk{From: n.id, Index: md.GetIndex(), Term: md.GetTerm(), Seq: sent, Last: last, Data: cur}
-		if err := n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.hdr().encodeChunk(c)}}); err != nil {
+		if err := n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.c.hdr().encodeChunk(c)}}); err != nil {
 			return err
 		}
 		sent++
@@ -151,7 +151,7 @@ func (n *Node) streamSnapshot(m *pb.Message, to string, acks <-chan *chunkAck) e
 			return err
 		}
 	}
-	env, err := n.hdr().encodeRaft(m)
+	env, err := n.c.hdr().encodeRaft(m)
 	if err != nil {
 		return err
 	}
@@ -183,6 +183,6 @@ func (n *Node) receiveChunks() {
 			continue
 		}
 		ack := &chunkAck{From: n.id, Index: c.Index, Term: c.Term, Seq: c.Seq, OK: err == nil}
-		_ = n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.hdr().encodeAck(ack)}})
+		_ = n.tr.Send([]transport.Envelope{{From: n.cfg.Name, To: to, Data: n.c.hdr().encodeAck(ack)}})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord/internal/errs"
@@ -32,7 +31,8 @@ import (
 // removal it applied, which is committed and final, and Raft IDs are
 // never reused. As with a leader's word that we lost state (lostState),
 // one frame is not enough: the member stops once a majority of the other
-// voters told it, or notices kept coming for an election timeout. So an
+// voters told it, or notices kept coming for an election timeout (of its
+// ticks). So an
 // outsider cannot stop a member (under TLS or Secret it cannot pass for a
 // member; in plaintext it can say anything, as with every frame), nor can
 // a notice meant for another member or an earlier data directory.
@@ -47,7 +47,7 @@ import (
 // Contact. A member is in contact with the cell while it hears its leader
 // (a follower: a message from it within contactWindow ticks) or, leading,
 // hears a quorum of voters within that window. LastContact is the last
-// instant that held; the embedding layer stops serving clients when it is
+// instant that held (the driver's clock at the tick the core said so); the embedding layer stops serving clients when it is
 // old (a member cut off, or whose Raft side is frozen). A member out of
 // contact for two election timeouts probes every other voter once an
 // election timeout (kindProbe), which is how a removed learner, which
@@ -64,21 +64,19 @@ const maxTold = 64
 var errDropNotice = errors.New("raftnode: removal notice for another member")
 
 type standing struct {
-	base time.Time    // LastContact is base plus at
-	at   atomic.Int64 // nanoseconds after base of the last contact; 0: none yet
-
-	// Raft loop only.
-	heard       map[uint64]uint64 // member ID -> loop tick last heard
+	// The core's driver's: touched only with Tick and Step.
+	heard       map[uint64]uint64 // member ID -> tick last heard
 	contactTick uint64
 	probedTick  uint64
-
-	mu      sync.Mutex
-	removed []removedPeer        // oldest first
-	told    map[string]time.Time // stranger's name -> when last told
-	// Notices received: since when, the latest, and from whom.
-	noticeFirst, noticeLast time.Time
+	told        map[string]uint64 // stranger's name -> tick when last told
+	// Notices received: whether some were lately, since when, the
+	// latest, and from whom.
+	noticing                bool
+	noticeFirst, noticeLast uint64
 	noticeBy                map[uint64]bool
-	once                    sync.Once // the INFO line of the removal
+
+	mu      sync.Mutex    // shared with the apply side (reloadMembers)
+	removed []removedPeer // oldest first
 }
 
 type removedPeer struct {
@@ -86,11 +84,10 @@ type removedPeer struct {
 	id   uint64
 }
 
-func (n *Node) initStanding() {
-	s := &n.stand
-	s.base = time.Now()
+func (c *core) initStanding() {
+	s := &c.stand
 	s.heard = make(map[uint64]uint64)
-	s.told = make(map[string]time.Time)
+	s.told = make(map[string]uint64)
 	s.noticeBy = make(map[uint64]bool)
 }
 
@@ -99,50 +96,55 @@ func (n *Node) initStanding() {
 // the zero time until the first contact since Start (a cell electing its
 // first leader, a member that has not been added yet).
 func (n *Node) LastContact() time.Time {
-	at := n.stand.at.Load()
+	at := n.contactAt.Load()
 	if at == 0 {
 		return time.Time{}
 	}
-	return n.stand.base.Add(time.Duration(at))
+	return n.contactBase.Add(time.Duration(at))
+}
+
+// noteContactNow records that the core was in contact at its last tick.
+func (n *Node) noteContactNow() {
+	n.contactAt.Store(max(int64(time.Since(n.contactBase)), 1))
 }
 
 // contactWindow is how recently a member must have heard its leader (or
 // a leader its quorum) to count as in contact: two heartbeats or a
 // quarter election timeout.
-func (n *Node) contactWindow() uint64 {
-	return uint64(max(2*n.cfg.HeartbeatTicks, n.cfg.ElectionTicks/4, 1))
+func (c *core) contactWindow() uint64 {
+	return uint64(max(2*c.cfg.HeartbeatTicks, c.cfg.ElectionTicks/4, 1))
 }
 
-// heardFrom records a Raft message from member id (raft loop).
-func (n *Node) heardFrom(id uint64) { n.stand.heard[id] = n.loopTick }
+// heardFrom records a Raft message from member id.
+func (c *core) heardFrom(id uint64) { c.stand.heard[id] = c.tick }
 
-// noteContact runs at each tick of the raft loop: it moves LastContact
-// on while in contact, and probes the voters when long out of it.
-func (n *Node) noteContact(ls *loopState) {
-	s := &n.stand
-	window := n.contactWindow()
+// noteContact runs at each tick: it says whether the member is in
+// contact (Ready.Contact), and probes the voters when long out of it.
+func (c *core) noteContact() {
+	s := &c.stand
+	window := c.contactWindow()
 	in := false
 	switch {
-	case ls.lead == 0:
-	case ls.lead == n.id:
-		in = n.quorumHeard(ls.tick, window)
+	case c.lead == 0:
+	case c.lead == c.id:
+		in = c.quorumHeard(window)
 	default:
-		t, ok := s.heard[ls.lead]
-		in = ok && ls.tick-t <= window
+		t, ok := s.heard[c.lead]
+		in = ok && c.tick-t <= window
 	}
 	if in {
-		s.contactTick = ls.tick
-		s.at.Store(max(int64(time.Since(s.base)), 1))
+		s.contactTick = c.tick
+		c.out.Contact = true
 		return
 	}
-	et := uint64(n.cfg.ElectionTicks)
-	if ls.tick-s.contactTick >= 2*et && ls.tick-s.probedTick >= et {
-		s.probedTick = ls.tick
-		n.probeOthers()
+	et := uint64(c.cfg.ElectionTicks)
+	if c.tick-s.contactTick >= 2*et && c.tick-s.probedTick >= et {
+		s.probedTick = c.tick
+		c.probeOthers()
 	}
 	if len(s.heard) > 64 {
 		for id, t := range s.heard {
-			if ls.tick-t > 10*et {
+			if c.tick-t > 10*et {
 				delete(s.heard, id)
 			}
 		}
@@ -151,11 +153,11 @@ func (n *Node) noteContact(ls *loopState) {
 
 // quorumHeard reports whether this member, leading, heard a quorum of
 // voters (itself included) within the last window ticks.
-func (n *Node) quorumHeard(tick, window uint64) bool {
-	voters := n.sm.ConfState().GetVoters()
+func (c *core) quorumHeard(window uint64) bool {
+	voters := c.sm.ConfState().GetVoters()
 	count := 0
 	for _, v := range voters {
-		if t, ok := n.stand.heard[v]; v == n.id || (ok && tick-t <= window) {
+		if t, ok := c.stand.heard[v]; v == c.id || (ok && c.tick-t <= window) {
 			count++
 		}
 	}
@@ -164,22 +166,18 @@ func (n *Node) quorumHeard(tick, window uint64) bool {
 
 // probeOthers asks every other voter to look at this member: one that
 // knows it changes nothing, one that removed it answers with a notice.
-func (n *Node) probeOthers() {
-	var envs []transport.Envelope
-	for _, v := range n.sm.ConfState().GetVoters() {
-		if name, ok := n.MemberName(v); ok && v != n.id {
-			envs = append(envs, transport.Envelope{From: n.cfg.Name, To: name, Data: n.hdr().encodeProbe()})
+func (c *core) probeOthers() {
+	for _, v := range c.sm.ConfState().GetVoters() {
+		if name, ok := c.book.name(v); ok && v != c.id {
+			c.send(transport.Envelope{From: c.name, To: name, Data: c.hdr().encodeProbe()})
 		}
-	}
-	if len(envs) > 0 {
-		_ = n.tr.Send(envs)
 	}
 }
 
 // strangerSpoke handles an envelope from a name that is not a member:
 // if its Raft message (or, for a probe, its name) is that of a member
 // this member saw removed, it is told, at most once an election timeout.
-func (n *Node) strangerSpoke(from string, d decoded) {
+func (c *core) strangerSpoke(from string, d decoded) {
 	var id uint64
 	switch d.kind {
 	case kindRaft:
@@ -188,39 +186,37 @@ func (n *Node) strangerSpoke(from string, d decoded) {
 		// By name: a probe carries none of Raft's IDs. A peer kept since
 		// the removal knows it; else the ID the name gives (a cell of
 		// static peers, whose names are never reused).
-		if id = n.removedID(from); id == 0 {
+		if id = c.removedID(from); id == 0 {
 			id = IDFromName(from)
 		}
 	}
-	if id == 0 || id == n.id || d.cell == 0 || d.cell != n.ident.cell.Load() {
+	if id == 0 || id == c.id || d.cell == 0 || d.cell != c.ident.cell.Load() {
 		return
 	}
-	if !n.noticeDue(from, time.Now()) {
+	if !c.noticeDue(from) {
 		return
 	}
-	if removed, err := n.sm.WasRemoved(id); err != nil || !removed {
+	if removed, err := c.sm.WasRemoved(id); err != nil || !removed {
 		return
 	}
-	n.ident.mu.Lock()
-	inc := n.ident.peers[id]
-	n.ident.mu.Unlock()
-	env := transport.Envelope{From: n.cfg.Name, To: from, Data: n.hdr().encodeRemoved(removedNotice{Target: id, Incarnation: inc})}
-	_ = n.tr.Send([]transport.Envelope{env})
-	n.log.Debug("told a removed member it was removed", "to", from, "id", fmt.Sprintf("%016x", id))
+	c.ident.mu.Lock()
+	inc := c.ident.peers[id]
+	c.ident.mu.Unlock()
+	c.send(transport.Envelope{From: c.name, To: from, Data: c.hdr().encodeRemoved(removedNotice{Target: id, Incarnation: inc})})
+	c.log.Debug("told a removed member it was removed", "to", from, "id", fmt.Sprintf("%016x", id))
 }
 
 // noticeDue reports whether stranger from may be answered now, and
 // records it; the table is bounded, and refuses when full of recent ones.
-func (n *Node) noticeDue(from string, now time.Time) bool {
-	s := &n.stand
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if at, ok := s.told[from]; ok && now.Sub(at) < n.electTTL {
+func (c *core) noticeDue(from string) bool {
+	s := &c.stand
+	et := uint64(c.cfg.ElectionTicks)
+	if at, ok := s.told[from]; ok && c.tick-at < et {
 		return false
 	}
 	if len(s.told) >= maxTold {
 		for name, at := range s.told {
-			if now.Sub(at) >= n.electTTL {
+			if c.tick-at >= et {
 				delete(s.told, name)
 			}
 		}
@@ -228,14 +224,14 @@ func (n *Node) noticeDue(from string, now time.Time) bool {
 			return false
 		}
 	}
-	s.told[from] = now
+	s.told[from] = c.tick
 	return true
 }
 
 // removedID returns the Raft ID of a removed member this member still
 // keeps the peer of, by name; 0 if none.
-func (n *Node) removedID(name string) uint64 {
-	s := &n.stand
+func (c *core) removedID(name string) uint64 {
+	s := &c.stand
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.removed {
@@ -250,8 +246,8 @@ func (n *Node) removedID(name string) uint64 {
 // can reach them), forgets those the book has again (a name that came
 // back), and returns the names of those now past removedKept, whose
 // peers the transport may drop.
-func (n *Node) rememberRemoved(gone []removedPeer, present func(name string) bool) []string {
-	s := &n.stand
+func (c *core) rememberRemoved(gone []removedPeer, present func(name string) bool) []string {
+	s := &c.stand
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.removed = slices.DeleteFunc(s.removed, func(r removedPeer) bool { return present(r.name) })
@@ -269,25 +265,23 @@ func (n *Node) rememberRemoved(gone []removedPeer, present func(name string) boo
 
 // toldRemoved handles a removal notice from member from (ID id), already
 // admitted: authenticated, of this cell, with its known incarnation.
-func (n *Node) toldRemoved(from string, id uint64, r *removedNotice) {
-	if r.Target != n.id || (r.Incarnation != 0 && r.Incarnation != n.ident.self) {
-		n.dropped(from, "removal notice", errDropNotice)
+func (c *core) toldRemoved(from string, id uint64, r *removedNotice) {
+	if r.Target != c.id || (r.Incarnation != 0 && r.Incarnation != c.ident.self) {
+		c.dropped(from, "removal notice", errDropNotice)
 		return
 	}
-	now := time.Now()
-	s := &n.stand
-	cs := n.sm.ConfState()
-	s.mu.Lock()
-	if s.noticeFirst.IsZero() || now.Sub(s.noticeLast) > 3*n.electTTL {
-		s.noticeFirst = now
+	s := &c.stand
+	et := uint64(c.cfg.ElectionTicks)
+	if !s.noticing || c.tick-s.noticeLast > 3*et {
+		s.noticing, s.noticeFirst = true, c.tick
 		clear(s.noticeBy)
 	}
-	s.noticeLast = now
+	s.noticeLast = c.tick
 	s.noticeBy[id] = true
-	span := now.Sub(s.noticeFirst)
+	span := c.tick - s.noticeFirst
 	count, others := 0, 0
-	for _, v := range cs.GetVoters() {
-		if v == n.id {
+	for _, v := range c.sm.ConfState().GetVoters() {
+		if v == c.id {
 			continue
 		}
 		others++
@@ -295,10 +289,14 @@ func (n *Node) toldRemoved(from string, id uint64, r *removedNotice) {
 			count++
 		}
 	}
-	s.mu.Unlock()
-	if (others > 0 && 2*count > others) || span >= n.electTTL {
-		n.stopRemoved(fmt.Sprintf("told by %d of the other %d voters, %s last", count, others, from))
+	if (others > 0 && 2*count > others) || span >= et {
+		c.setFatal(removedError(c.name, fmt.Sprintf("told by %d of the other %d voters, %s last", count, others, from)))
 	}
+}
+
+// removedError is the error a removed member stops with.
+func removedError(name, how string) error {
+	return fmt.Errorf("%w: member %q (%s); its name cannot be used again", errs.Removed, name, how)
 }
 
 // removedHere stops the member if the address book holds its own
@@ -309,16 +307,15 @@ func (n *Node) removedHere() bool {
 	if err != nil || !removed {
 		return false
 	}
-	n.stopRemoved("its removal applied here")
+	n.stopRemoved(removedError(n.cfg.Name, "its removal applied here"))
 	return true
 }
 
-// stopRemoved stops the member with errs.Removed: not a failure of its
-// own, so one INFO line says so, not an error.
-func (n *Node) stopRemoved(how string) {
-	err := fmt.Errorf("%w: member %q (%s); its name cannot be used again", errs.Removed, n.cfg.Name, how)
+// stopRemoved stops the member with err (errs.Removed): not a failure
+// of its own, so one INFO line says so, not an error.
+func (n *Node) stopRemoved(err error) {
 	if n.failed.CompareAndSwap(nil, &err) {
-		n.stand.once.Do(func() { n.log.Info("removed from the cell; stopping", "how", how) })
+		n.log.Info("removed from the cell; stopping", "err", err)
 	}
 	n.stop()
 }

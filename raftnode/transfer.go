@@ -5,6 +5,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // Proposals refused during a leadership transfer. While it hands over,
@@ -22,7 +23,7 @@ const (
 	refusedMaxBytes = 32 << 20
 )
 
-// refusedProps is the raft loop's store of proposals Raft refused.
+// refusedProps is the core's store of proposals Raft refused.
 type refusedProps struct {
 	ents  []*pb.Entry
 	bytes int
@@ -50,18 +51,40 @@ func (r *refusedProps) keep(m *pb.Message, tick uint64) {
 // and forgets them after an election timeout: by then their callers have
 // had other news (the followers' own grace period runs from the leader
 // change).
-func (n *Node) retryRefused(ls *loopState) {
-	r := &n.refused
-	if len(r.ents) == 0 || ls.lead == 0 {
+func (c *core) retryRefused() {
+	r := &c.refused
+	if len(r.ents) == 0 || c.lead == 0 {
 		return
 	}
-	if ls.tick-r.since > uint64(n.cfg.ElectionTicks) {
+	if c.tick-r.since > uint64(c.cfg.ElectionTicks) {
 		*r = refusedProps{}
 		return
 	}
-	err := n.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(n.id), Entries: r.ents})
+	err := c.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(c.id), Entries: r.ents})
 	if errors.Is(err, raft.ErrProposalDropped) {
 		return // still handing over: next time
 	}
 	*r = refusedProps{}
+}
+
+// transferTarget starts handing leadership to the most up-to-date voter
+// in touch (the lowest ID of equals, so that cores driven alike choose
+// alike), when this member leads, and reports whether it did.
+func (c *core) transferTarget() bool {
+	var best, bestMatch uint64
+	for id, pr := range c.rn.Status().Progress {
+		// Only a voter that is in touch can take over; with none (the
+		// last member of a cell closing) there is nobody to wait for.
+		// (RecentActive alone is cleared every election timeout, so a
+		// follower that is replicating counts too.)
+		inTouch := pr.RecentActive || pr.State == tracker.StateReplicate
+		better := pr.Match > bestMatch || (pr.Match == bestMatch && (best == 0 || id < best))
+		if id != c.id && !pr.IsLearner && inTouch && better {
+			best, bestMatch = id, pr.Match
+		}
+	}
+	if best != 0 {
+		c.rn.TransferLeader(best)
+	}
+	return best != 0
 }

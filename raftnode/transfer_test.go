@@ -23,8 +23,8 @@ func TestProposalRefusedDuringTransferStillApplies(t *testing.T) {
 	pending := make(chan bool, 1)
 	ln := c.nodes[lead]
 	ln.runOnLoop(func() {
-		ln.rn.TransferLeader(c.nodes[target].ID())
-		pending <- ln.rn.Status().LeadTransferee != 0
+		ln.c.rn.TransferLeader(c.nodes[target].ID())
+		pending <- ln.c.rn.Status().LeadTransferee != 0
 	})
 	require.True(t, <-pending, "the hand-over should be under way")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -19,7 +19,7 @@ import (
 // receiver sees it (invariant 11 of ARCHITECTURE.md). Raft trusts its input:
 // an empty proposal, a heartbeat committing past our log, an undecodable
 // conf change or a snapshot with a malformed ConfState make it panic.
-// The checks use only fields already decoded and what the raft loop
+// The checks use only fields already decoded and what the core
 // already knows (the last published Status, the log's last index), so
 // they cost a few comparisons per message and allocate nothing unless
 // the message is dropped.
@@ -56,7 +56,8 @@ const (
 	// maxReadCtxBytes bounds a read-index request's context (ours are 8
 	// bytes).
 	maxReadCtxBytes = 64
-	// dropLogEvery is how often a dropped message may be logged.
+	// dropLogEvery is how often a dropped message may be logged (in
+	// the core's ticks: coreConfig.LogEveryTicks).
 	dropLogEvery = time.Second
 )
 
@@ -87,28 +88,28 @@ func isWireType(t pb.MessageType) bool {
 
 // senderID returns the Raft ID of member name, if it is a member other
 // than this one.
-func (n *Node) senderID(name string) (uint64, bool) {
-	if name == n.cfg.Name {
+func (c *core) senderID(name string) (uint64, bool) {
+	if name == c.name {
 		return 0, false
 	}
-	return n.MemberID(name)
+	return c.book.id(name)
 }
 
 // checkRaft returns why m, received from member from, must not reach
-// Raft, or nil. It runs on the raft loop.
-func (n *Node) checkRaft(from string, m *pb.Message) error {
+// Raft, or nil.
+func (c *core) checkRaft(from string, m *pb.Message) error {
 	typ := m.GetType()
 	if !isWireType(typ) {
 		return errDropType
 	}
-	id, ok := n.senderID(from)
+	id, ok := c.senderID(from)
 	if !ok {
 		return errDropSender
 	}
 	if m.GetFrom() != id {
 		return errDropFrom
 	}
-	if m.GetTo() != n.id {
+	if m.GetTo() != c.id {
 		return errDropTo
 	}
 	term := m.GetTerm()
@@ -123,7 +124,7 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 	}
 	// The view as of the last Ready: within a batch Raft may have moved
 	// to a later term, which only makes the checks below more lenient.
-	st := n.status.Load()
+	st := c.status.Load()
 	switch typ {
 	case pb.MsgApp:
 		if err := checkLeader(st, id, term); err != nil {
@@ -136,8 +137,8 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 		}
 		// A leader never commits past what we acknowledged as durable;
 		// if it thinks so we lost our log (a wiped data directory).
-		if last, _ := n.store.RaftLog().LastIndex(); m.GetCommit() > last {
-			n.lostState(from, m.GetCommit(), last)
+		if last, _ := c.rlog.LastIndex(); m.GetCommit() > last {
+			c.lostState(from, m.GetCommit(), last)
 			return errDropCommit
 		}
 	case pb.MsgSnap:
@@ -158,7 +159,7 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 		}
 	case pb.MsgAppResp:
 		// Followers acknowledge only what we sent: what our log holds.
-		last, _ := n.store.RaftLog().LastIndex()
+		last, _ := c.rlog.LastIndex()
 		if m.GetIndex() > last || (m.GetReject() && m.GetRejectHint() > m.GetIndex()) {
 			return errDropIndex
 		}
@@ -167,13 +168,13 @@ func (n *Node) checkRaft(from string, m *pb.Message) error {
 			return errDropTerm
 		}
 	case pb.MsgProp:
-		return n.checkProposal(id, m.GetEntries())
+		return c.checkProposal(id, m.GetEntries())
 	case pb.MsgReadIndex:
 		if ents := m.GetEntries(); len(ents) != 1 || len(ents[0].GetData()) > maxReadCtxBytes {
 			return errDropEntries
 		}
 	case pb.MsgTransferLeader:
-		if !isVoter(n.sm.ConfState(), id) {
+		if !isVoter(c.sm.ConfState(), id) {
 			return errDropSender
 		}
 		// Only the leader acts on it. A follower would forward it to the
@@ -236,11 +237,11 @@ func checkAppend(m *pb.Message) error {
 // checkProposal checks commands a follower forwarded: at least one, each
 // a command in a format we know or a well-formed membership change from
 // a voter, none claiming a place in the log, the lot within the bound.
-func (n *Node) checkProposal(from uint64, ents []*pb.Entry) error {
+func (c *core) checkProposal(from uint64, ents []*pb.Entry) error {
 	if len(ents) == 0 {
 		return errDropProposal
 	}
-	limit := n.cfg.MaxProposalBytes
+	limit := c.cfg.MaxProposalBytes
 	if limit <= 0 {
 		limit = defaultMaxProposalBytes
 	}
@@ -261,7 +262,7 @@ func (n *Node) checkProposal(from uint64, ents []*pb.Entry) error {
 				return errDropProposal
 			}
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
-			if err := n.checkConfChange(from, e); err != nil {
+			if err := c.checkConfChange(from, e); err != nil {
 				return err
 			}
 		default:
@@ -275,8 +276,8 @@ func (n *Node) checkProposal(from uint64, ents []*pb.Entry) error {
 // learner's update of its own record: its client address), and only the
 // single-step changes this package makes, which Raft can apply to the
 // current configuration without panicking.
-func (n *Node) checkConfChange(from uint64, e *pb.Entry) error {
-	cs := n.sm.ConfState()
+func (c *core) checkConfChange(from uint64, e *pb.Entry) error {
+	cs := c.sm.ConfState()
 	ch, err := decodeConfChange(e)
 	if err != nil {
 		return err
@@ -385,13 +386,13 @@ func isVoter(cs *pb.ConfState, id uint64) bool {
 
 // checkChunk accepts a snapshot chunk only from the member Raft knows as
 // the leader, naming itself, for a snapshot of a term not past ours.
-func (n *Node) checkChunk(from string, c *chunk) error {
-	id, ok := n.senderID(from)
+func (c *core) checkChunk(from string, ch *chunk) error {
+	id, ok := c.senderID(from)
 	if !ok {
 		return errDropSender
 	}
-	st := n.status.Load()
-	if c.From != id || st.Leader != id || c.Index == 0 || c.Term == 0 || c.Term > st.Term || len(c.Data) > maxChunkBytes {
+	st := c.status.Load()
+	if ch.From != id || st.Leader != id || ch.Index == 0 || ch.Term == 0 || ch.Term > st.Term || len(ch.Data) > maxChunkBytes {
 		return errDropChunk
 	}
 	return nil
@@ -399,51 +400,52 @@ func (n *Node) checkChunk(from string, c *chunk) error {
 
 // checkAck accepts a chunk acknowledgement only from the member it names:
 // acknowledgements are routed to the transfer by that ID.
-func (n *Node) checkAck(from string, a *chunkAck) error {
-	if id, ok := n.senderID(from); !ok || a.From != id {
+func (c *core) checkAck(from string, a *chunkAck) error {
+	if id, ok := c.senderID(from); !ok || a.From != id {
 		return errDropChunk
 	}
 	return nil
 }
 
 // stepFromWire validates m and steps it into Raft. Should Raft still
-// panic on some input no check foresaw, the node fails with errs.Internal
-// (naming the message) instead of taking the host process down.
-func (n *Node) stepFromWire(from string, m *pb.Message) {
-	if err := n.checkRaft(from, m); err != nil {
-		n.dropped(from, m.GetType().String(), err)
+// panic on some input no check foresaw, the core fails with
+// errs.Internal (naming the message) instead of taking the host process
+// down.
+func (c *core) stepFromWire(from string, m *pb.Message) {
+	if err := c.checkRaft(from, m); err != nil {
+		c.dropped(from, m.GetType().String(), err)
 		return
 	}
 	if m.GetType() == pb.MsgSnap {
 		// The state streams ahead of the message (snapshot.go); Raft
 		// must not take a snapshot we could not install.
 		md := m.GetSnapshot().GetMetadata()
-		if !n.sm.StagedComplete(md.GetIndex(), md.GetTerm()) {
-			n.log.Debug("snapshot message before its state; dropped", "index", md.GetIndex())
+		if !c.sm.StagedComplete(md.GetIndex(), md.GetTerm()) {
+			c.log.Debug("snapshot message before its state; dropped", "index", md.GetIndex())
 			return
 		}
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			n.fail(fmt.Errorf("%w: raft panicked on %s from %s: %v", errs.Internal, m.GetType(), from, r))
+			c.setFatal(fmt.Errorf("%w: raft panicked on %s from %s: %v", errs.Internal, m.GetType(), from, r))
 		}
 	}()
-	err := n.rn.Step(m)
+	err := c.rn.Step(m)
 	switch {
 	case err == nil || errors.Is(err, raft.ErrStepPeerNotFound):
 	case errors.Is(err, raft.ErrProposalDropped) && m.GetType() == pb.MsgProp:
-		n.refused.keep(m, n.loopTick)
+		c.refused.keep(m, c.tick)
 	default:
-		n.log.Debug("step", "type", m.GetType().String(), "err", err)
+		c.log.Debug("step", "type", m.GetType().String(), "err", err)
 	}
 }
 
 // dropped counts a refused message and logs it, at most once per
-// dropLogEvery with the number of drops kept quiet since.
-func (n *Node) dropped(from, what string, err error) {
-	n.drops.Add(1)
-	if ok, quiet := n.dropLog.allow(time.Now()); ok {
-		n.log.Warn("dropped message from peer", "from", from, "type", what, "err", err, "suppressed", quiet)
+// LogEveryTicks with the number of drops kept quiet since.
+func (c *core) dropped(from, what string, err error) {
+	c.drops.Add(1)
+	if ok, quiet := c.dropLog.allow(c.tick, c.cfg.LogEveryTicks); ok {
+		c.log.Warn("dropped message from peer", "from", from, "type", what, "err", err, "suppressed", quiet)
 	}
 }
 
@@ -455,49 +457,52 @@ func (n *Node) dropped(from, what string, err error) {
 // the leader has said so for a whole election timeout (a real loss
 // repeats with every heartbeat; one forged frame does not), the member
 // stops, saying what to do.
-func (n *Node) lostState(from string, commit, last uint64) {
-	now := time.Now()
-	if n.loss.first.IsZero() || now.Sub(n.loss.last) > 2*n.electTTL {
-		n.loss.first, n.loss.seen = now, 0
+func (c *core) lostState(from string, commit, last uint64) {
+	l := &c.lost
+	et := uint64(c.cfg.ElectionTicks)
+	if l.seen == 0 || c.tick-l.last > 2*et {
+		l.first, l.seen = c.tick, 0
 	}
-	n.loss.last = now
-	n.loss.seen++
+	l.last = c.tick
+	l.seen++
 	err := fmt.Errorf("%w: the leader (%s) committed up to index %d on this member, whose log ends at %d: "+
 		"entries it acknowledged are gone (a wiped or damaged data directory); "+
 		"remove it (RemoveMember) and add it again under a new name with an empty data directory",
 		errs.StateLost, from, commit, last)
-	if n.loss.seen >= 3 && now.Sub(n.loss.first) >= n.electTTL {
-		n.fail(err)
+	if l.seen >= 3 && c.tick-l.first >= et {
+		c.setFatal(err)
 		return
 	}
-	if ok, quiet := n.loss.log.allow(now); ok {
-		n.log.Error("leader believes this member holds entries it does not", "err", err, "suppressed", quiet)
+	if ok, quiet := l.log.allow(c.tick, c.cfg.LogEveryTicks); ok {
+		c.log.Error("leader believes this member holds entries it does not", "err", err, "suppressed", quiet)
 	}
 }
 
 // lossReports tracks the leader's reports that this member lost state
-// (lostState); only the raft loop touches it.
+// (lostState), in ticks.
 type lossReports struct {
-	first, last time.Time
+	first, last uint64
 	seen        int
 	log         rateLimit
 }
 
-// rateLimit lets one event through per dropLogEvery and counts the rest.
+// rateLimit lets one event through per period of ticks (every; 0: all of
+// them) and counts the rest.
 type rateLimit struct {
 	mu    sync.Mutex
-	next  time.Time
+	used  bool
+	next  uint64
 	quiet uint64
 }
 
-func (r *rateLimit) allow(now time.Time) (ok bool, quiet uint64) {
+func (r *rateLimit) allow(tick, every uint64) (ok bool, quiet uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now.Before(r.next) {
+	if every > 0 && r.used && tick < r.next {
 		r.quiet++
 		return false, 0
 	}
-	r.next = now.Add(dropLogEvery)
+	r.used, r.next = true, tick+every
 	quiet, r.quiet = r.quiet, 0
 	return true, quiet
 }

@@ -129,21 +129,21 @@ func TestCheckRaft(t *testing.T) {
 		{"snapshot without metadata", F, L.cfg.Name, with(msg(pb.MsgSnap, L, F, term), func(m *pb.Message) { m.Snapshot = &pb.Snapshot{} }), errDropSnapshot},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.ErrorIs(t, tc.to.checkRaft(tc.sender, tc.m), tc.want)
+			require.ErrorIs(t, checkRaft(tc.to, tc.sender, tc.m), tc.want)
 			if tc.want == nil {
-				require.NoError(t, tc.to.checkRaft(tc.sender, tc.m))
+				require.NoError(t, checkRaft(tc.to, tc.sender, tc.m))
 			}
 		})
 	}
 
 	// Chunks come only from the leader, naming itself.
-	require.NoError(t, F.checkChunk(L.cfg.Name, &chunk{From: L.id, Index: 5, Term: term}))
-	require.ErrorIs(t, F.checkChunk(c.names[(lead+2)%3], &chunk{From: c.nodes[(lead+2)%3].id, Index: 5, Term: term}), errDropChunk)
-	require.ErrorIs(t, F.checkChunk(L.cfg.Name, &chunk{From: F.id, Index: 5, Term: term}), errDropChunk)
-	require.ErrorIs(t, F.checkChunk(L.cfg.Name, &chunk{From: L.id, Index: 5, Term: term + 1}), errDropChunk)
-	require.ErrorIs(t, F.checkChunk(L.cfg.Name, &chunk{From: L.id, Index: 5, Term: term, Data: make([]byte, maxChunkBytes+1)}), errDropChunk)
-	require.NoError(t, L.checkAck(F.cfg.Name, &chunkAck{From: F.id}))
-	require.ErrorIs(t, L.checkAck(F.cfg.Name, &chunkAck{From: c.nodes[(lead+2)%3].id}), errDropChunk)
+	require.NoError(t, F.c.checkChunk(L.cfg.Name, &chunk{From: L.id, Index: 5, Term: term}))
+	require.ErrorIs(t, F.c.checkChunk(c.names[(lead+2)%3], &chunk{From: c.nodes[(lead+2)%3].id, Index: 5, Term: term}), errDropChunk)
+	require.ErrorIs(t, F.c.checkChunk(L.cfg.Name, &chunk{From: F.id, Index: 5, Term: term}), errDropChunk)
+	require.ErrorIs(t, F.c.checkChunk(L.cfg.Name, &chunk{From: L.id, Index: 5, Term: term + 1}), errDropChunk)
+	require.ErrorIs(t, F.c.checkChunk(L.cfg.Name, &chunk{From: L.id, Index: 5, Term: term, Data: make([]byte, maxChunkBytes+1)}), errDropChunk)
+	require.NoError(t, L.c.checkAck(F.cfg.Name, &chunkAck{From: F.id}))
+	require.ErrorIs(t, L.c.checkAck(F.cfg.Name, &chunkAck{From: c.nodes[(lead+2)%3].id}), errDropChunk)
 	c.requireRunning()
 }
 
@@ -164,7 +164,7 @@ func BenchmarkCheckRaft(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if F.checkRaft(L.cfg.Name, app) != nil || L.checkRaft(F.cfg.Name, ack) != nil {
+		if F.c.checkRaft(L.cfg.Name, app) != nil || L.c.checkRaft(F.cfg.Name, ack) != nil {
 			b.Fatal("refused")
 		}
 	}

@@ -421,3 +421,12 @@ func (l *RaftLog) termAtLocked(i uint64) (uint64, error) {
 	}
 	return l.termLocked(i)
 }
+
+// SegmentCuts reports how many log segments this store started since it
+// opened, and how many of those wrote their zeros on the append path
+// because no segment was prepared ahead (storage/wal's prepare.go): each
+// of those held the member's commits while it filled.
+func (r *RaftLog) SegmentCuts() (cuts, inline uint64) {
+	st := r.w.Stats()
+	return st.Cuts, st.InlineCuts
+}

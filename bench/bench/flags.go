@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordcell/coord/bench/internal/attack"
 	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/etcdcell"
 	"github.com/coordcell/coord/bench/internal/scenario"
@@ -39,6 +40,8 @@ type options struct {
 	// side: coord, etcd, coord, etcd...
 	rounds int
 	soak   soakOptions
+	// attack sizes the client-attacks scenario (-attack-size).
+	attack attack.Config
 }
 
 // parseFlags parses args (without the program name).
@@ -96,6 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.shape, "shape", shapeOne, "where the 3 members of each side run: one (in one process, as before), procs (one OS process each, "+
 		"loopback TCP, the workers spread over the processes calling their own member in-process: scenarios put, get, lock, inflight (its crash a kill -9); "+
 		"each member process's CPU and peak RSS and their sums), or both (each scenario in both shapes, side by side)")
+	attackSize := fs.String("attack-size", "full", "client-attacks: full (issue 22's sizes: 2,100 connections, 128 watches, 200 reads, 16 MiB frames, 200,000 sessions...) "+
+		"or small (each attack's shape at a fraction of its size: a smoke run)")
 	so := &o.soak
 	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
 	fs.DurationVar(&so.interval, "soak-interval", time.Minute, "soak: time between report lines")
@@ -146,11 +151,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		for _, n := range o.scenarios {
 			if !procsScenarios[n] {
-				return nil, fmt.Errorf("-shape procs runs put, get, lock and inflight, not %s", n)
+				return nil, fmt.Errorf("-shape procs runs put, get, lock, inflight and client-attacks, not %s", n)
 			}
 		}
 	default:
 		return nil, fmt.Errorf("-shape %q: want one, procs or both", o.shape)
+	}
+	switch *attackSize {
+	case "full":
+		o.attack = attack.Full()
+	case "small":
+		o.attack = attack.Small()
+	default:
+		return nil, fmt.Errorf("-attack-size %q: want full or small", *attackSize)
 	}
 	if o.sides, err = parseSides(*sides); err != nil {
 		return nil, err
@@ -215,12 +228,12 @@ func scenarioNames() string {
 }
 
 // parseScenarios expands "all" (which includes sessions-large only when
-// large is set) and checks the names.
+// large is set, and no ProcsOnly scenario) and checks the names.
 func parseScenarios(s string, large bool) ([]string, error) {
 	if s == "all" {
 		var out []string
 		for _, sc := range scenario.All {
-			if sc.Name != "sessions-large" || large {
+			if (sc.Name != "sessions-large" || large) && !sc.ProcsOnly {
 				out = append(out, sc.Name)
 			}
 		}

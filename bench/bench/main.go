@@ -52,6 +52,37 @@
 // "@procs"; the figures keep the one-process names, so the table lines
 // the shapes up. The member processes are the ones the soak uses.
 //
+// # Attacks on the client door
+//
+//	go run ./bench -scenario client-attacks [-attack-size small]
+//
+// runs issue 22's attacks on a member's client door (package attack),
+// coord only, once (its figures are peaks, not rates), against three
+// member processes that serve clients on loopback (plaintext, under a
+// policy that lets a client named reader-* write nothing: every
+// attacker is one), one attack after the other, on the leader's door:
+// 2,100 silent TCP connections held and re-dialled for 20 s while honest
+// clients connect from the flood's address and from another (127.0.0.2);
+// 128 unread watches while 70 values of 64 KiB are put; 200 unread prefix
+// reads of a 4 MiB prefix, and of a 3 MiB one whose reply fits a frame;
+// four keep-alive frames of one-byte IDs as long as the member reads
+// (16 MiB); a transaction of 128 OpGetPrefix("") over 10,000 keys of
+// 100 B, then 8 in a row; 200,000 sessions of an hour tried by one
+// identity and abandoned, then 200,000 spread over enough identities to
+// pass the per-identity bound, each followed by a 10 s idle window (CPU
+// and log entries); and 64 MiB of replies asked for, none read, the
+// connection half-closed, then the member's Node.Close, timed. Two
+// control clients put every 100 ms, one through the attacked door and
+// one through another member's. Per attack: each member's peak RSS and
+// Go heap over its figures at the attack's start (sampled every 5 ms in
+// the member process, after a GC and FreeOSMemory at the start; VmHWM
+// reset too), its door counters (Status().Clients: refused or dropped,
+// cut off slow or idle), each control's longest gap between commits and
+// failed puts, and what the attacker saw (connections held, frames the
+// member kept for it, refusals by class, Close's duration). The figures
+// are named attacks.<attack>.<figure>; -attack-size small runs every
+// attack at a fraction of its size (a smoke run).
+//
 // # Soak
 //
 //	go run ./bench -soak 1h [-soak-interval 1m] [-dir /disk] [-soak-out soak.json]

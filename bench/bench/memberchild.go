@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/coordcell/coord/bench/internal/attack"
 	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/coordcell"
 	"github.com/coordcell/coord/bench/internal/etcdcell"
@@ -26,7 +27,7 @@ const memberFlag = "member"
 func runMember(ctx context.Context, stdout, stderr io.Writer) int {
 	openers := map[string]cell.MemberOpener{"coord": coordcell.OpenMember, "etcd": etcdcell.OpenMember}
 	err := member.Serve(ctx, os.Stdin, stdout, openers, func(m cell.Member) member.Service {
-		return &memberServices{m: m, soak: soak.NewService(m)}
+		return &memberServices{m: m, soak: soak.NewService(m), attack: attack.NewService(m)}
 	})
 	if err != nil {
 		io.WriteString(stderr, "bench member: "+err.Error()+"\n")
@@ -44,15 +45,20 @@ const (
 
 // memberServices routes a member process's requests by their prefix.
 type memberServices struct {
-	m    cell.Member
-	soak *soak.Service
+	m      cell.Member
+	soak   *soak.Service
+	attack *attack.Service
 }
 
-// Handle passes the soak operations to the soak service, and runs the
+// Handle passes the soak operations to the soak service and the
+// client-attacks ones to the attack service, and runs the
 // multi-process shape's load points and in-flight rounds.
 func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMessage) (any, error) {
 	if strings.HasPrefix(op, "soak-") {
 		return s.soak.Handle(ctx, op, body)
+	}
+	if strings.HasPrefix(op, "attack-") {
+		return s.attack.Handle(ctx, op, body)
 	}
 	switch op {
 	case opLoad:
@@ -85,4 +91,4 @@ func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMes
 }
 
 // Close closes every service.
-func (s *memberServices) Close() error { return s.soak.Close() }
+func (s *memberServices) Close() error { return errors.Join(s.soak.Close(), s.attack.Close()) }

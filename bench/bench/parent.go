@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordcell/coord/bench/internal/attack"
 	"github.com/coordcell/coord/bench/internal/proc"
 	"github.com/coordcell/coord/bench/internal/report"
 	"github.com/coordcell/coord/bench/internal/scenario"
@@ -30,8 +31,10 @@ type results struct {
 	Shape           string          `json:"shape"`
 	Rounds          int             `json:"rounds"`
 	Config          scenario.Config `json:"config"`
-	Rows            []report.Row    `json:"rows"`
-	Children        []report.Child  `json:"children"`
+	// Attacks sizes client-attacks, when it ran.
+	Attacks  *attack.Config `json:"attacks,omitempty"`
+	Rows     []report.Row   `json:"rows"`
+	Children []report.Child `json:"children"`
 }
 
 // runParent runs every scenario on every side, one child process at a
@@ -52,14 +55,17 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		Rounds:     o.rounds,
 		Config:     o.cfg,
 	}
+	if slices.Contains(o.scenarios, attacksScenario) {
+		res.Attacks = &o.attack
+	}
 	fmt.Fprintf(stderr, "bench: %s; %d CPUs (%s); data under %s\n",
 		res.Command, res.Machine.NumCPU, res.Machine.CPUModel, o.dir)
 	failed := false
 	var order []string
 	for _, name := range o.scenarios {
 		sc, _ := scenario.ByName(name)
-		one := o.shape != shapeProcs
-		procs := o.shape != shapeOne && procsScenarios[name]
+		one := o.shape != shapeProcs && !sc.ProcsOnly
+		procs := (o.shape != shapeOne || sc.ProcsOnly) && procsScenarios[name]
 		if one {
 			order = append(order, name)
 		}
@@ -74,7 +80,11 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		}
 		// The rounds interleave the sides, shape by shape, so each
 		// round's pair of children ran one right after the other.
-		for round := 1; round <= o.rounds; round++ {
+		rounds := o.rounds
+		if sc.ProcsOnly {
+			rounds = 1 // client-attacks: its figures are peaks over minutes of attacks, one run of them
+		}
+		for round := 1; round <= rounds; round++ {
 			for _, shape := range []bool{false, true} {
 				if (!shape && !one) || (shape && !procs) {
 					continue

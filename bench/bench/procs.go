@@ -31,7 +31,7 @@ const procsSuffix = "@procs"
 const opLoad = "load"
 
 // procsScenarios are the scenarios the multi-process shape runs.
-var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "inflight": true}
+var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "inflight": true, attacksScenario: true}
 
 // runProcs runs scenario name on side with one member per process: a
 // fresh cell of member processes (package member, as the soak), each
@@ -70,9 +70,14 @@ func runProcs(ctx context.Context, o *options, exe, side, name string, round int
 		ch.Error = err.Error()
 		return ch
 	}
-	ch.Metrics, err = procsPoints(ctx, c, name, &o.cfg, func(format string, args ...any) {
+	logf := func(format string, args ...any) {
 		fmt.Fprintf(stderr, "   [%s %s] "+format+"\n", append([]any{side, sc}, args...)...)
-	})
+	}
+	if name == attacksScenario {
+		ch.Metrics, err = procsAttacks(ctx, c, o.attack, logf)
+	} else {
+		ch.Metrics, err = procsPoints(ctx, c, name, &o.cfg, logf)
+	}
 	if err != nil {
 		ch.Error = err.Error()
 	}

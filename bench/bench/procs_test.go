@@ -110,3 +110,46 @@ func TestRunProcsInflight(t *testing.T) {
 		t.Errorf("no procs labels in the table:\n%s", stdout.String())
 	}
 }
+
+// TestRunClientAttacks runs client-attacks end to end at its small
+// sizes: three coord member processes, every attack reported with each
+// member's figures and the controls' gaps, and nothing failed.
+func TestRunClientAttacks(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-scenario", "client-attacks", "-attack-size", "small", "-dir", dir, "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Children) != 1 || res.Attacks == nil {
+		t.Fatalf("%d children (want coord's alone, once), attack sizes %v", len(res.Children), res.Attacks)
+	}
+	ch := res.Children[0]
+	if ch.Error != "" || ch.Side != "coord" || ch.Scenario != "client-attacks@procs" || len(ch.Processes) != 3 {
+		t.Fatalf("child: %+v", ch)
+	}
+	got := map[string]float64{}
+	for _, m := range ch.Metrics {
+		got[m.Name] = m.Value
+	}
+	for _, n := range []string{"attacks.idle.m0.rss", "attacks.idle.log_entries", "attacks.conn-flood.m2.heap_delta",
+		"attacks.conn-flood.probe_other.ok", "attacks.unread-watches.gap.victim", "attacks.prefix-reads.victim.heap_peak",
+		"attacks.keepalive-frames.closed", "attacks.read-txn.txns.read-too-large", "attacks.sessions.create.ok",
+		"attacks.sessions.gap.other", "attacks.close-stuck.close"} {
+		if _, ok := got[n]; !ok {
+			t.Errorf("no figure %s", n)
+		}
+	}
+	if got["attacks.keepalive-frames.closed"] != 2 || got["attacks.close-stuck.close"] <= 0 {
+		t.Errorf("keep-alive frames closed %v, Close %v ms", got["attacks.keepalive-frames.closed"], got["attacks.close-stuck.close"])
+	}
+}

@@ -438,7 +438,12 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 		}
 		var we *clientwire.Error
 		coded := errors.As(err, &we)
-		if coded && we.Code != clientwire.CodeAmbiguous && we.Code != clientwire.CodeClosed {
+		// CodeCanceled while ctx lives: the member ended the request
+		// itself (it is dropping the connection, or stopping), which says
+		// no more than CodeAmbiguous does.
+		unfinished := coded && (we.Code == clientwire.CodeAmbiguous ||
+			we.Code == clientwire.CodeCanceled && ctx.Err() == nil)
+		if coded && !unfinished && we.Code != clientwire.CodeClosed {
 			// A member's certain answer (the command was refused, or
 			// failed as it would on a member).
 			return command.Result{}, clientwire.ErrorOf(we.Code, we.Message)
@@ -450,14 +455,11 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 		if ctx.Err() != nil {
 			return command.Result{}, gaveUp(ctx.Err())
 		}
-		if coded && we.Code == clientwire.CodeAmbiguous {
+		if unfinished {
 			// The member is alive but could not finish (it is leaving):
 			// a moment, then again, through it or the next one.
-			select {
-			case <-conn.Done():
-			case <-time.After(c.ElectionTimeout() / 10):
-			case <-ctx.Done():
-				return command.Result{}, gaveUp(ctx.Err())
+			if err := c.pause(ctx, conn); err != nil {
+				return command.Result{}, gaveUp(err)
 			}
 			continue
 		}

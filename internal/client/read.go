@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
@@ -60,6 +61,19 @@ func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn
 		}
 		var we *clientwire.Error
 		switch {
+		case errors.As(err, &we) && we.Code == clientwire.CodeCanceled && ctx.Err() == nil:
+			// The member ended the request itself, not our ctx: it is
+			// dropping the connection or stopping. A read can be repeated.
+			if attempt > 0 {
+				return fmt.Errorf("%w: member ended the read: %w", errs.NoQuorum, err)
+			}
+			if err := c.pause(ctx, conn); err != nil {
+				return fmt.Errorf("%w: %w", errs.NoQuorum, err)
+			}
+			continue
+		case errors.As(err, &we) && we.Code == clientwire.CodeCanceled:
+			// Our ctx ended: a read is not ambiguous, only unanswered.
+			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 		case errors.As(err, &we) && !clientwire.MemberClosing(err):
 			return clientwire.ErrorOf(we.Code, we.Message)
 		case errors.Is(err, clientwire.ErrVersion):
@@ -107,6 +121,21 @@ func (c *Client) List(ctx context.Context, prefix string, o spi.ReadOptions) ([]
 		return nil, 0, err
 	}
 	return res.KVs, res.Rev, nil
+}
+
+// pause waits for conn to end or a tenth of an election timeout, whichever
+// is first: a member that ended a request without ending the connection
+// is given a moment before the request goes to it, or the next, again.
+func (c *Client) pause(ctx context.Context, conn *clientwire.ClientConn) error {
+	t := time.NewTimer(c.ElectionTimeout() / 10)
+	defer t.Stop()
+	select {
+	case <-conn.Done():
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // waitConnEnd waits until conn ends (a closing member closes every

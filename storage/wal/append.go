@@ -221,14 +221,29 @@ func (l *Log) cut() error {
 // directory entry, and makes it the tail.
 func (l *Log) create(seq uint64) error {
 	name := l.fs.PathJoin(l.dir, segmentName(seq))
-	f, err := l.fs.Create(name, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("wal: create %s: %w", name, err)
+	var f vfs.File
+	prepared, err := l.takePrepared(name)
+	switch {
+	case err != nil:
+		return err
+	case prepared:
+		f, err = l.fs.OpenReadWrite(name, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return fmt.Errorf("wal: open %s: %w", name, err)
+		}
+	default:
+		if f, err = l.fs.Create(name, vfs.WriteCategoryUnspecified); err != nil {
+			return fmt.Errorf("wal: create %s: %w", name, err)
+		}
+		if err := l.fill(f); err != nil {
+			f.Close()
+			return fmt.Errorf("wal: preallocate %s: %w", name, err)
+		}
+		if l.prep != nil {
+			l.stats.InlineCuts++
+		}
 	}
-	if err := l.fill(f); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: preallocate %s: %w", name, err)
-	}
+	l.stats.Cuts++
 	fr := frameBuf{}
 	fr.start(kindHeader)
 	fr.number(l.seq+1, l.synced)

@@ -118,6 +118,12 @@ type Log struct {
 	recovery  Recovery
 
 	scanCRCBytes int64 // bytes Open checksummed, for tests of its work
+
+	// prep prepares the next segment ahead of the cut (prepare.go); nil
+	// until Open, and for a log opened to be read. stats is guarded by
+	// wmu.
+	prep  *preparer
+	stats Stats
 }
 
 // Open opens (or creates) the log in opts.Dir and recovers it. A log it
@@ -187,6 +193,7 @@ func (r *Recovered) Open() (*Log, error) {
 		r.l.closeFiles()
 		return nil, err
 	}
+	r.l.startPreparing()
 	return r.l, nil
 }
 
@@ -300,6 +307,7 @@ func (l *Log) Close() error {
 	if l.closed {
 		return nil
 	}
+	l.stopPreparing()
 	var err error
 	if l.dirty {
 		err = l.tail.f.SyncData()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/bench/internal/attack"
 	"github.com/coordcell/coord/bench/internal/cell"
 )
 
@@ -18,7 +19,9 @@ type Member struct{ n *coord.Node }
 var _ cell.Member = (*Member)(nil)
 
 // OpenMember opens member spec.Index of a cell whose members are at
-// spec.PeerAddrs.
+// spec.PeerAddrs. With spec.ClientAddrs it serves clients there
+// (plaintext on loopback, as Open's cell does) under attack.Policy, for
+// the client-attacks scenario: a client named reader-* may write nothing.
 func OpenMember(ctx context.Context, spec cell.MemberSpec) (cell.Member, error) {
 	if spec.Index < 0 || spec.Index >= len(spec.PeerAddrs) {
 		return nil, fmt.Errorf("coord member %d of %d", spec.Index, len(spec.PeerAddrs))
@@ -27,17 +30,25 @@ func OpenMember(ctx context.Context, spec cell.MemberSpec) (cell.Member, error) 
 	for i, a := range spec.PeerAddrs {
 		peers[i] = coord.Peer{Name: memberName(i), Addr: a}
 	}
-	n, err := coord.Open(ctx, coord.Config{
+	cfg := coord.Config{
 		Name:    memberName(spec.Index),
 		Addr:    spec.PeerAddrs[spec.Index],
 		Peers:   peers,
 		DataDir: spec.Dir,
-	})
+	}
+	if spec.Index < len(spec.ClientAddrs) {
+		cfg.ClientAddr, cfg.ClientPolicy = spec.ClientAddrs[spec.Index], attack.Policy
+	}
+	n, err := coord.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("coord member %d: %w", spec.Index, err)
 	}
 	return &Member{n: n}, nil
 }
+
+// Node returns the member's node (attack.Noder: the client-attacks
+// scenario reads its door's counters and times its Close).
+func (m *Member) Node() *coord.Node { return m.n }
 
 // Side returns "coord".
 func (m *Member) Side() string { return "coord" }

@@ -111,6 +111,10 @@ type Scenario struct {
 	Doc string
 	// CoordOnly scenarios have no etcd counterpart.
 	CoordOnly bool
+	// ProcsOnly scenarios run with one member per process whatever
+	// -shape says, only when named (never in "all"), and have no Run:
+	// the program runs them itself (client-attacks).
+	ProcsOnly bool
 	Run       func(ctx context.Context, env Env, cfg Config) ([]Metric, error)
 }
 
@@ -132,6 +136,9 @@ var All = []Scenario{
 	{Name: "client-put", Doc: "put through clients on loopback (etcd: gRPC) at each ClientCallers concurrency, and in-process alongside", Run: ClientPut},
 	{Name: "client-lock", Doc: "the lock scenario with the holders' sessions on clients on loopback (etcd: gRPC), one client per member", Run: ClientLock},
 	{Name: "client-get", Doc: "linearizable get through clients on loopback (etcd: gRPC), GetClients callers", Run: ClientGet},
+	{Name: "client-attacks", Doc: "issue 22's attacks on a member's client door, one after the other, against 3 member processes: " +
+		"each member's peak RSS and heap, its door counters, the longest commit gap of control clients (coord only, member processes, only when named)",
+		CoordOnly: true, ProcsOnly: true},
 }
 
 // ByName returns the scenario called name.

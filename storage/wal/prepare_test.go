@@ -1,0 +1,104 @@
+package wal
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// appendEntries appends n entries of size bytes after the log's last.
+func appendEntries(t *testing.T, l *Log, n, size int) {
+	t.Helper()
+	for range n {
+		i := l.LastIndex() + 1
+		e := &pb.Entry{Index: new(i), Term: new(uint64(1)), Data: make([]byte, size)}
+		require.NoError(t, l.Append(nil, []*pb.Entry{e}, false))
+	}
+}
+
+// waitPrepared waits until the next segment is prepared.
+func waitPrepared(t *testing.T, l *Log) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(l.prep.ready) == 1 }, 30*time.Second, time.Millisecond)
+}
+
+// Segments are prepared off the append path: a cut that finds the next
+// one ready renames it into place and writes only its header, so no cut
+// holds the commits for a segment's zeros (issue: every 32 MiB of log
+// stalled the member's commits).
+func TestCutsTakePreparedSegments(t *testing.T) {
+	fs := vfs.NewMem()
+	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
+	require.NoError(t, err)
+	defer l.Close()
+	for range 4 {
+		waitPrepared(t, l)
+		cuts := l.Stats().Cuts
+		for l.Stats().Cuts == cuts {
+			appendEntries(t, l, 1, 1000)
+		}
+	}
+	st := l.Stats()
+	require.GreaterOrEqual(t, st.Cuts, uint64(4))
+	require.Zero(t, st.InlineCuts, "a cut filled its segment on the append path")
+	require.NoError(t, l.Sync())
+	last := l.LastIndex()
+	require.NoError(t, l.Close())
+
+	// The prepared file is no segment: the log reopens whole, and Open
+	// removes the file and prepares afresh.
+	names, err := fs.List("wal")
+	require.NoError(t, err)
+	require.NotContains(t, names, preparedName, "Close removes it")
+	l, err = Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
+	require.NoError(t, err)
+	require.Equal(t, last, l.LastIndex())
+	require.NoError(t, l.Close())
+}
+
+// A cut that finds nothing ready fills inline, and says so.
+func TestCutWithoutPreparedSegmentFillsInline(t *testing.T) {
+	fs := vfs.NewMem()
+	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
+	require.NoError(t, err)
+	defer l.Close()
+	waitPrepared(t, l)
+	<-l.prep.ready // as if it were not done yet
+	cuts := l.Stats().Cuts
+	for l.Stats().Cuts == cuts {
+		appendEntries(t, l, 1, 1000)
+	}
+	require.EqualValues(t, 1, l.Stats().InlineCuts)
+}
+
+// A crash may leave a prepared file, or a renamed one without its header
+// (zeros only, under the next segment's name): both are what a crash in
+// the middle of an inline cut left before, and the log reopens with every
+// synced entry.
+func TestCrashAroundACutKeepsTheLog(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
+	require.NoError(t, err)
+	appendEntries(t, l, 10, 1000)
+	require.NoError(t, l.Sync())
+	last := l.LastIndex()
+	waitPrepared(t, l)
+	// A renamed prepared segment whose header never came.
+	require.NoError(t, fs.Rename(fs.PathJoin("wal", preparedName), fs.PathJoin("wal", segmentName(l.tail.seq+1))))
+	dir, err := fs.OpenDir("wal")
+	require.NoError(t, err)
+	require.NoError(t, dir.Sync())
+	require.NoError(t, dir.Close())
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	<-l.prep.ready // the file moved: the log must not take it
+	require.NoError(t, l.Close())
+
+	l, err = Open(Options{FS: crashed, Dir: "wal", SegmentBytes: 64 << 10})
+	require.NoError(t, err)
+	require.Equal(t, last, l.LastIndex())
+	appendEntries(t, l, 200, 1000) // and it goes on cutting
+	require.NoError(t, l.Close())
+}
