@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -55,7 +56,16 @@ func tcpCell(t *testing.T, mod func(*coord.Config)) ([]*coord.Node, []coord.Peer
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := nodes[0].Put(ctx, "warmup", []byte("x"))
+	// A member with no leader for three election timeouts answers
+	// ErrNoQuorum: on a loaded machine the first election over TLS can
+	// take longer, so ask again until the cell has formed.
+	var err error
+	for {
+		_, err = nodes[0].Put(ctx, "warmup", []byte("x"))
+		if !errors.Is(err, coord.ErrNoQuorum) || ctx.Err() != nil {
+			break
+		}
+	}
 	require.NoError(t, err)
 	return nodes, peers
 }
