@@ -421,20 +421,22 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 		p.Floor = 0
 		return &spi.AmbiguousError{Proposer: p, Err: cause}
 	}
-	for {
-		conn, err := c.current(ctx)
-		if err != nil {
-			if errors.Is(err, errs.Closed) {
-				if sent {
-					return command.Result{}, gaveUp(err)
-				}
-				return command.Result{}, err
-			}
-			return command.Result{}, gaveUp(ctx.Err())
+	// No member to send it to, or ctx ended while waiting for one.
+	giveUp := func(err error) error {
+		switch {
+		case errors.Is(err, errs.Closed) && !sent:
+			return err
+		case errors.Is(err, errs.Closed):
+			return gaveUp(err)
 		}
-		res, err := conn.Propose(ctx, data)
+		return gaveUp(ctx.Err())
+	}
+	var res command.Result
+	err := c.failover(ctx, giveUp, func(conn *clientwire.ClientConn) (next, error) {
+		r, err := conn.Propose(ctx, data)
 		if err == nil {
-			return res.Result, nil
+			res = r.Result
+			return nextAnswered, nil
 		}
 		var we *clientwire.Error
 		coded := errors.As(err, &we)
@@ -446,27 +448,23 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 		if coded && !unfinished && we.Code != clientwire.CodeClosed {
 			// A member's certain answer (the command was refused, or
 			// failed as it would on a member).
-			return command.Result{}, clientwire.ErrorOf(we.Code, we.Message)
+			return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
 		}
 		// The member took it into the cell (unless it answered that it
 		// is closing, before handing it on), then could not see it to
 		// the end, or the connection ended under it.
 		sent = sent || !clientwire.MemberClosing(err)
 		if ctx.Err() != nil {
-			return command.Result{}, gaveUp(ctx.Err())
+			return nextAnswered, gaveUp(ctx.Err())
 		}
 		if unfinished {
 			// The member is alive but could not finish (it is leaving):
 			// a moment, then again, through it or the next one.
-			if err := c.pause(ctx, conn); err != nil {
-				return command.Result{}, gaveUp(err)
-			}
-			continue
+			return nextPause, nil
 		}
-		if err := waitConnEnd(ctx, conn); err != nil {
-			return command.Result{}, gaveUp(err)
-		}
-	}
+		return nextMember, nil
+	})
+	return res, err
 }
 
 // settle makes the client's sessions current before a waiter decides

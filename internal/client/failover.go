@@ -120,3 +120,80 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 		}
 	}
 }
+
+// next is what a request's answer through one member leaves to do.
+type next int
+
+const (
+	// nextAnswered: the request has its answer (a result or a final
+	// error).
+	nextAnswered next = iota
+	// nextNow: again at once, on the same connection if it lives (a
+	// watch that ended on a member that still serves), else the next.
+	nextNow
+	// nextPause: the member ended the request without ending the
+	// connection (it is leaving); a moment, then again, through it or
+	// the next member.
+	nextPause
+	// nextMember: the connection ended under the request, or its member
+	// is closing; again through the next member once this connection
+	// ends.
+	nextMember
+)
+
+// failover is the one failover loop of the client's requests and
+// watches: it runs send on the current member's connection and, as
+// send's answer says, returns send's error or runs it again: at once,
+// after a pause, or on the next member's connection. Each caller judges
+// its own answers (whether a write may have reached the cell, how often
+// a read is repeated, where a watch resumes); the waiting between
+// attempts is the same for all. When no connection comes (current's
+// error: errs.Closed, or errs.NoQuorum wrapping ctx's) or ctx ends while
+// it waits, it returns giveUp of that error.
+func (c *Client) failover(ctx context.Context, giveUp func(error) error, send func(*clientwire.ClientConn) (next, error)) error {
+	for {
+		conn, err := c.current(ctx)
+		if err != nil {
+			return giveUp(err)
+		}
+		n, err := send(conn)
+		switch n {
+		case nextAnswered:
+			return err
+		case nextPause:
+			err = c.pause(ctx, conn)
+		case nextMember:
+			err = waitConnEnd(ctx, conn)
+		}
+		if err != nil {
+			return giveUp(err)
+		}
+	}
+}
+
+// pause waits for conn to end or a tenth of an election timeout, whichever
+// is first: a member that ended a request without ending the connection
+// is given a moment before the request goes to it, or the next, again.
+func (c *Client) pause(ctx context.Context, conn *clientwire.ClientConn) error {
+	t := time.NewTimer(c.ElectionTimeout() / 10)
+	defer t.Stop()
+	select {
+	case <-conn.Done():
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// waitConnEnd waits until conn ends (a closing member closes every
+// client connection), so that the next Client.current returns the next
+// member's; it returns ctx's error if ctx ends first.
+func waitConnEnd(ctx context.Context, conn *clientwire.ClientConn) error {
+	select {
+	case <-conn.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -490,60 +490,58 @@ func (k *clientKeeper) Adopt(s *spi.Session) bool {
 // client's (or a member's) session is errs.Forbidden, one the cell has
 // ended errs.SessionExpired.
 func (k *clientKeeper) grantedTTL(ctx context.Context, id int64) (time.Duration, error) {
-	for {
-		conn, err := k.c.current(ctx)
-		if err != nil {
-			return 0, err
-		}
+	var ttl time.Duration
+	err := k.c.failover(ctx, passOn, func(conn *clientwire.ClientConn) (next, error) {
 		res, err := conn.AskTimeToLive(ctx, int64(id))
 		if err == nil {
 			if res.TTL <= 0 {
-				return 0, fmt.Errorf("%w: the client's member does not report a session's TTL, needed to resume it", errs.InvalidArgument)
+				return nextAnswered, fmt.Errorf("%w: the client's member does not report a session's TTL, needed to resume it", errs.InvalidArgument)
 			}
-			return res.TTL, nil
+			ttl = res.TTL
+			return nextAnswered, nil
 		}
-		var we *clientwire.Error
-		switch {
-		case errors.As(err, &we) && !clientwire.MemberClosing(err):
-			return 0, clientwire.ErrorOf(we.Code, we.Message)
-		case errors.Is(err, clientwire.ErrVersion):
-			return 0, fmt.Errorf("%w: the client's member is too old to resume a session: %w", errs.InvalidArgument, err)
-		case ctx.Err() != nil:
-			return 0, ctx.Err()
-		}
-		select {
-		case <-conn.Done():
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
+		return askedTTL(ctx, err, func(err error) error {
+			return fmt.Errorf("%w: the client's member is too old to resume a session: %w", errs.InvalidArgument, err)
+		})
+	})
+	return ttl, err
 }
 
 // timeToLive asks the client's member, which asks the leader; a member
 // lost meanwhile is asked again through the next one.
 func (k *clientKeeper) timeToLive(ctx context.Context, id int64) (time.Duration, error) {
-	for {
-		conn, err := k.c.current(ctx)
-		if err != nil {
-			return 0, err
+	var left time.Duration
+	err := k.c.failover(ctx, passOn, func(conn *clientwire.ClientConn) (next, error) {
+		var err error
+		if left, err = conn.TimeToLive(ctx, int64(id)); err == nil {
+			return nextAnswered, nil
 		}
-		left, err := conn.TimeToLive(ctx, int64(id))
-		if err == nil {
-			return left, nil
-		}
-		var we *clientwire.Error
-		switch {
-		case errors.As(err, &we) && !clientwire.MemberClosing(err):
-			return 0, clientwire.ErrorOf(we.Code, we.Message)
-		case errors.Is(err, clientwire.ErrVersion):
-			return 0, fmt.Errorf("coord: the client's member is too old to report a time to live: %w", err)
-		case ctx.Err() != nil:
-			return 0, ctx.Err()
-		}
-		select {
-		case <-conn.Done(): // the next current() waits for the next member
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+		return askedTTL(ctx, err, func(err error) error {
+			return fmt.Errorf("coord: the client's member is too old to report a time to live: %w", err)
+		})
+	})
+	if err != nil {
+		return 0, err
 	}
+	return left, nil
 }
+
+// askedTTL judges a member's failed answer to a question about a
+// session's time to live: the member's refusal stands, as does one of a
+// member too old to be asked (tooOld says so); a connection that ended,
+// or a member closing, means asking the next one.
+func askedTTL(ctx context.Context, err error, tooOld func(error) error) (next, error) {
+	var we *clientwire.Error
+	switch {
+	case errors.As(err, &we) && !clientwire.MemberClosing(err):
+		return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
+	case errors.Is(err, clientwire.ErrVersion):
+		return nextAnswered, tooOld(err)
+	case ctx.Err() != nil:
+		return nextAnswered, ctx.Err()
+	}
+	return nextMember, nil // the next current() waits for the next member
+}
+
+// passOn is a failover's giveUp that returns the error as it is.
+func passOn(err error) error { return err }

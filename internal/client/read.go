@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
@@ -50,14 +49,18 @@ func (c *Client) read(ctx context.Context, r *clientwire.Read) (*clientwire.Read
 // connection, and once more on the next member's when the connection
 // ended under it.
 func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn) error) error {
-	for attempt := 0; ; attempt++ {
-		conn, err := c.current(ctx)
-		if err != nil {
-			return err
+	attempt := 0
+	noQuorum := func(err error) error {
+		if errors.Is(err, errs.NoQuorum) || errors.Is(err, errs.Closed) {
+			return err // current's own: no member connected, or closed
 		}
-		err = send(conn)
+		return fmt.Errorf("%w: %w", errs.NoQuorum, err)
+	}
+	return c.failover(ctx, noQuorum, func(conn *clientwire.ClientConn) (next, error) {
+		defer func() { attempt++ }()
+		err := send(conn)
 		if err == nil {
-			return nil
+			return nextAnswered, nil
 		}
 		var we *clientwire.Error
 		switch {
@@ -65,30 +68,25 @@ func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn
 			// The member ended the request itself, not our ctx: it is
 			// dropping the connection or stopping. A read can be repeated.
 			if attempt > 0 {
-				return fmt.Errorf("%w: member ended the read: %w", errs.NoQuorum, err)
+				return nextAnswered, fmt.Errorf("%w: member ended the read: %w", errs.NoQuorum, err)
 			}
-			if err := c.pause(ctx, conn); err != nil {
-				return fmt.Errorf("%w: %w", errs.NoQuorum, err)
-			}
-			continue
+			return nextPause, nil
 		case errors.As(err, &we) && we.Code == clientwire.CodeCanceled:
 			// Our ctx ended: a read is not ambiguous, only unanswered.
-			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+			return nextAnswered, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 		case errors.As(err, &we) && !clientwire.MemberClosing(err):
-			return clientwire.ErrorOf(we.Code, we.Message)
+			return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
 		case errors.Is(err, clientwire.ErrVersion):
 			// Asked nothing of the member, which cannot serve it.
-			return fmt.Errorf("%w: %w", errs.InvalidArgument, err)
+			return nextAnswered, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 		case ctx.Err() != nil:
-			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+			return nextAnswered, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
 		case attempt > 0:
-			return fmt.Errorf("%w: connection to member ended: %w", errs.NoQuorum, err)
+			return nextAnswered, fmt.Errorf("%w: connection to member ended: %w", errs.NoQuorum, err)
 		}
 		// Ended or closing: the next current() waits for the next member.
-		if err := waitConnEnd(ctx, conn); err != nil {
-			return fmt.Errorf("%w: %w", errs.NoQuorum, err)
-		}
-	}
+		return nextMember, nil
+	})
 }
 
 func (c *Client) Get(ctx context.Context, key string, o spi.ReadOptions) (command.KV, bool, error) {
@@ -121,31 +119,4 @@ func (c *Client) List(ctx context.Context, prefix string, o spi.ReadOptions) ([]
 		return nil, 0, err
 	}
 	return res.KVs, res.Rev, nil
-}
-
-// pause waits for conn to end or a tenth of an election timeout, whichever
-// is first: a member that ended a request without ending the connection
-// is given a moment before the request goes to it, or the next, again.
-func (c *Client) pause(ctx context.Context, conn *clientwire.ClientConn) error {
-	t := time.NewTimer(c.ElectionTimeout() / 10)
-	defer t.Stop()
-	select {
-	case <-conn.Done():
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
-// waitConnEnd waits until conn ends (a closing member closes every
-// client connection), so that the next Client.current returns the next
-// member's; it returns ctx's error if ctx ends first.
-func waitConnEnd(ctx context.Context, conn *clientwire.ClientConn) error {
-	select {
-	case <-conn.Done():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

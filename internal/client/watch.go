@@ -254,14 +254,9 @@ func (m *watchMerger) close() {
 // client is connected to, until it has no watcher left or ends for good.
 func (up *upstream) run() {
 	c := up.m.c
-	var last *clientwire.ClientConn
-	for {
-		conn, err := c.currentAfter(up.ctx, last)
-		if err != nil {
-			up.end(c.closedOr(up.ctx, err))
-			return
-		}
-		last = conn
+	// Closed once the client is closed, else why the watch ended.
+	closedOr := func(err error) error { return c.closedOr(up.ctx, err) }
+	up.end(c.failover(up.ctx, closedOr, func(conn *clientwire.ClientConn) (next, error) {
 		up.mu.Lock()
 		from := up.pos + 1
 		up.mu.Unlock()
@@ -271,13 +266,11 @@ func (up *upstream) run() {
 			var we *clientwire.Error
 			switch {
 			case up.ctx.Err() != nil:
-				up.end(c.closedOr(up.ctx, up.ctx.Err()))
-				return
+				return nextAnswered, closedOr(up.ctx.Err())
 			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
-				up.end(clientwire.ErrorOf(we.Code, we.Message))
-				return
+				return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
 			}
-			continue // the connection ended (or its member is closing): the next one
+			return nextMember, nil // the connection ended (or its member is closing): the next one
 		}
 		up.mu.Lock()
 		up.established = true
@@ -303,26 +296,26 @@ func (up *upstream) run() {
 		}
 		stop()
 		end := cw.End()
+		// Resume from pos+1: here at once while the connection lives, else
+		// on the next member.
+		resume := nextMember
 		if conn.Err() == nil {
-			last = nil // the connection lives on: resume on it
+			resume = nextNow
 		}
 		switch end.Code {
 		case clientwire.CodeConnLost, clientwire.CodeSlowWatcher, clientwire.CodeClosed:
-			continue // resume from pos+1: on the next member, or here
+			return resume, nil
 		case clientwire.CodeNone:
 			if up.ctx.Err() != nil {
-				up.end(c.closedOr(up.ctx, up.ctx.Err()))
-				return
+				return nextAnswered, closedOr(up.ctx.Err())
 			}
-			continue
+			return resume, nil
 		case clientwire.CodeCompacted:
-			up.end(&spi.CompactedError{Oldest: end.CompactRev})
-			return
+			return nextAnswered, &spi.CompactedError{Oldest: end.CompactRev}
 		default:
-			up.end(clientwire.ErrorOf(end.Code, end.Message))
-			return
+			return nextAnswered, clientwire.ErrorOf(end.Code, end.Message)
 		}
-	}
+	}))
 }
 
 // fanOut hands one whole revision to every watcher that wants it.
@@ -568,27 +561,4 @@ func (c *Client) closedOr(ctx context.Context, err error) error {
 		return errs.Closed
 	}
 	return err
-}
-
-// currentAfter is current, but never returns old: a watch whose
-// connection ended waits for the next one.
-func (c *Client) currentAfter(ctx context.Context, old *clientwire.ClientConn) (*clientwire.ClientConn, error) {
-	for {
-		conn, err := c.current(ctx)
-		if err != nil || conn != old {
-			return conn, err
-		}
-		select {
-		case <-old.Done():
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		// The supervisor replaces an ended connection as soon as it sees
-		// it end; until then current still returns it.
-		select {
-		case <-time.After(c.ElectionTimeout() / 20):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
 }
