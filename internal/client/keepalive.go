@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,19 +33,17 @@ type clientKeeper struct {
 	sends atomic.Int64
 	ids   atomic.Int64
 
-	mu    sync.Mutex
-	local map[int64]*spi.Session
+	mu sync.Mutex
+	// held are the sessions, those a renew waits on, and the
+	// keep-alives awaiting an ack.
+	held *spi.Holding[struct{}]
 	// fresh asks for a keep-alive of every session at the next tick (the
 	// client moved to another member).
 	fresh bool
-	// urgent holds the sessions a renew waits on, added the sessions new
-	// since the last keep-alive: the next tick sends a keep-alive of
-	// these alone (urgent ones even if manual), off the regular phase.
-	urgent map[int64]struct{}
+	// added holds the sessions new since the last keep-alive: the next
+	// tick sends a keep-alive of these and of those a renew waits on
+	// (even if manual) alone, off the regular phase.
 	added  map[int64]struct{}
-	seq    uint64
-	sent   map[uint64]sentBatch
-	maxTTL time.Duration
 	oldest time.Time // send time of the oldest keep-alive unanswered on this connection; zero when none
 	// The phase of the regular keep-alives (nextDue): the last one's
 	// sequence number and send time, and when its ack arrived (zero
@@ -61,16 +57,9 @@ type clientKeeper struct {
 	pendingW sync.WaitGroup // proposeAsync's goroutines
 }
 
-// sentBatch is a keep-alive sent and not yet answered.
-type sentBatch struct {
-	at  time.Time
-	ids []int64
-}
-
 func newClientKeeper(c *Client) *clientKeeper {
-	return &clientKeeper{c: c, poke: make(chan struct{}, 1), local: make(map[int64]*spi.Session),
-		sent: make(map[uint64]sentBatch), waiters: make(map[uint64]chan struct{}),
-		urgent: make(map[int64]struct{}), added: make(map[int64]struct{})}
+	return &clientKeeper{c: c, poke: make(chan struct{}, 1), held: spi.NewHolding[struct{}](),
+		waiters: make(map[uint64]chan struct{}), added: make(map[int64]struct{})}
 }
 
 func (k *clientKeeper) nudge() {
@@ -89,20 +78,22 @@ func (k *clientKeeper) Margin(ttl time.Duration) time.Duration {
 
 // Add starts keeping s alive.
 func (k *clientKeeper) Add(s *spi.Session) {
-	id := s.ID()
 	k.mu.Lock()
-	k.local[id] = s
-	if !s.Manual() {
-		k.added[id] = struct{}{}
-	}
-	k.maxTTL = max(k.maxTTL, s.TTL())
+	k.addLocked(s)
 	k.mu.Unlock()
+}
+
+func (k *clientKeeper) addLocked(s *spi.Session) {
+	k.held.Add(s)
+	if !s.Manual() {
+		k.added[s.ID()] = struct{}{}
+	}
 }
 
 // Remove stops keeping session id alive.
 func (k *clientKeeper) Remove(id int64) {
 	k.mu.Lock()
-	delete(k.local, id)
+	k.held.Remove(id)
 	k.mu.Unlock()
 }
 
@@ -162,7 +153,7 @@ func (k *clientKeeper) endangered(now time.Time) bool {
 		k.mu.Unlock()
 		return false
 	}
-	local := slices.Collect(maps.Values(k.local))
+	local := k.held.Sessions()
 	k.mu.Unlock()
 	lead := moveLead(et)
 	for _, s := range local {
@@ -212,8 +203,8 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	k.mu.Lock()
 	var all, some []int64
 	interval := time.Duration(1<<63 - 1)
-	for id, s := range k.local {
-		_, urgent := k.urgent[id]
+	for id, s := range k.held.All() {
+		urgent := k.held.Urgent(id)
 		if s.Manual() && !urgent {
 			continue
 		}
@@ -225,7 +216,7 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	}
 	full := k.fresh || force
 	k.fresh = false
-	clear(k.urgent)
+	k.held.ClearUrgent()
 	clear(k.added)
 	k.interval = interval
 	next := k.nextDueLocked(interval)
@@ -286,21 +277,7 @@ func (k *clientKeeper) send(now time.Time, ids []int64) (uint64, bool) {
 		return 0, false
 	}
 	k.mu.Lock()
-	k.seq++
-	seq := k.seq
-	k.sent[seq] = sentBatch{at: now, ids: ids}
-	for s, b := range k.sent {
-		// As on a member: a late ack still confirms its send time plus
-		// the TTL, so a batch is kept as long as the longest TTL.
-		if now.Sub(b.at) > max(4*k.c.ElectionTimeout()+time.Second, k.maxTTL) {
-			delete(k.sent, s)
-		}
-	}
-	for _, id := range ids {
-		if s, ok := k.local[id]; ok {
-			s.MarkSent(now)
-		}
-	}
+	seq := k.held.Sent(now, k.c.ElectionTimeout(), ids, struct{}{})
 	if k.oldest.IsZero() {
 		k.oldest = now
 	}
@@ -320,28 +297,18 @@ func (k *clientKeeper) send(now time.Time, ids []int64) (uint64, bool) {
 // onAck handles the member's ack (on the connection's reader: it must
 // not block).
 func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
+	gone := make([]int64, len(a.Gone))
+	for i, g := range a.Gone {
+		gone[i] = g.ID
+	}
 	k.mu.Lock()
-	b, ok := k.sent[a.Seq]
-	delete(k.sent, a.Seq)
+	b, alive, ended, ok := k.held.Answered(a.Seq, a.Confirmed, gone)
 	if ok {
 		// Everything sent up to this one has had its answer or never
 		// will; the stall clock restarts with the next send.
 		k.oldest = time.Time{}
 		if a.Seq == k.lastSeq {
 			k.ackAt = time.Now()
-		}
-	}
-	var alive, gone []*spi.Session
-	if ok {
-		for _, id := range a.Confirmed {
-			if s, ok := k.local[id]; ok {
-				alive = append(alive, s)
-			}
-		}
-		for _, g := range a.Gone {
-			if s, ok := k.local[g.ID]; ok {
-				gone = append(gone, s)
-			}
 		}
 	}
 	var wake []chan struct{}
@@ -353,9 +320,9 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 	}
 	k.mu.Unlock()
 	for _, s := range alive {
-		s.Confirmed(b.at)
+		s.Confirmed(b.At)
 	}
-	for _, s := range gone {
+	for _, s := range ended {
 		if s.End(errs.SessionExpired) == errs.SessionExpired {
 			k.c.log.Info("session ended by the cell", "session", s.ID(), "ttl", s.TTL())
 		}
@@ -370,15 +337,13 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 // a client may not propose an expiry).
 func (k *clientKeeper) checkLocal(now time.Time) {
 	k.mu.Lock()
-	local := slices.Collect(maps.Values(k.local))
+	local := k.held.Sessions()
 	k.mu.Unlock()
-	for _, s := range local {
-		if s.Check(now) {
-			k.c.log.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(), "ttl", s.TTL())
-			k.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
-				Session: &command.Session{ID: s.ID()}})
-		}
-	}
+	spi.ExpiredHere(local, now, func(s *spi.Session) {
+		k.c.log.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(), "ttl", s.TTL())
+		k.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
+			Session: &command.Session{ID: s.ID()}})
+	})
 }
 
 // renew has the next tick's keep-alive carry s and waits until one is
@@ -387,25 +352,11 @@ func (k *clientKeeper) checkLocal(now time.Time) {
 // message per renewal would flood the member when many sessions renew
 // at once (a burst of slow creations).
 func (k *clientKeeper) Renew(ctx context.Context, s *spi.Session) (time.Time, error) {
-	t := time.NewTicker(k.c.ElectionTimeout() / 2)
-	defer t.Stop()
-	for {
-		acked := s.AckChan()
+	return spi.RenewEvery(ctx, s, k.c.ElectionTimeout()/2, func() {
 		k.mu.Lock()
-		k.urgent[s.ID()] = struct{}{}
+		k.held.Urge(s.ID())
 		k.mu.Unlock()
-		select {
-		case <-acked:
-			return s.Until(), nil
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-s.Done():
-			return time.Time{}, s.Err()
-		case <-k.c.life.Done():
-			return time.Time{}, errs.Closed
-		case <-t.C:
-		}
-	}
+	}, k.c.life.Done(), errs.Closed)
 }
 
 // sync sends one keep-alive for every session (manual ones too) and
@@ -413,13 +364,7 @@ func (k *clientKeeper) Renew(ctx context.Context, s *spi.Session) (time.Time, er
 // cell had ended when the leader heard it knows it has ended.
 func (k *clientKeeper) sync(ctx context.Context) {
 	k.mu.Lock()
-	ids := slices.Collect(func(yield func(int64) bool) {
-		for id := range k.local {
-			if !yield(id) {
-				return
-			}
-		}
-	})
+	ids := k.held.IDs()
 	k.mu.Unlock()
 	if len(ids) == 0 {
 		return
@@ -461,7 +406,7 @@ func (k *clientKeeper) ProposeAsync(cmd *command.Command) {
 func (k *clientKeeper) close() {
 	k.mu.Lock()
 	k.closed = true
-	local := slices.Collect(maps.Values(k.local))
+	local := k.held.Sessions()
 	k.mu.Unlock()
 	k.pendingW.Wait()
 	for _, s := range local {
@@ -473,14 +418,11 @@ func (k *clientKeeper) close() {
 // its ID already; it reports whether it did.
 func (k *clientKeeper) Adopt(s *spi.Session) bool {
 	k.mu.Lock()
-	if _, ok := k.local[s.ID()]; ok {
-		k.mu.Unlock()
+	defer k.mu.Unlock()
+	if k.held.Has(s.ID()) {
 		return false
 	}
-	k.mu.Unlock()
-	// As on a member: a concurrent adopt of the same ID slipping in here
-	// keeps one session alive twice, harmless for the cell.
-	k.Add(s)
+	k.addLocked(s)
 	return true
 }
 

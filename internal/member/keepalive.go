@@ -31,16 +31,14 @@ type sessionEngine struct {
 	endLife context.CancelFunc
 	wg      sync.WaitGroup // run and the goroutines it starts
 	mu      sync.Mutex     // guards what follows
-	local   map[int64]*spi.Session
-	fresh   bool // a session was added since the last keep-alive
-	// urgent holds the sessions a renew is waiting on: the next tick's
-	// batch carries them even if manual (renewed only on demand).
-	urgent map[int64]struct{}
-	seq    uint64
-	sent   map[uint64]sentBatch // recent keep-alives awaiting an ack
-	maxTTL time.Duration        // the longest TTL of a local session so far
-	closed bool                 // close has begun: add no goroutine
-	lead   *sessions.Leader     // non-nil while this member leads
+	// held are the local sessions, those a renew waits on (the next
+	// tick's batch carries them even if manual), and the recent
+	// keep-alives awaiting an ack, each with the client keep-alives
+	// folded into it: its ack answers them.
+	held   *spi.Holding[[]*clientWaiter]
+	fresh  bool             // a session was added since the last keep-alive
+	closed bool             // close has begun: add no goroutine
+	lead   *sessions.Leader // non-nil while this member leads
 	// clients holds the keep-alives of clients' sessions waiting for
 	// this member's next batch (client_serve_keepalive.go).
 	clients clientFold
@@ -59,23 +57,13 @@ type inbound struct {
 	msg  *sessions.Message
 }
 
-type sentBatch struct {
-	at  time.Time
-	ids []int64
-	// waiters are the clients' keep-alives folded into this batch: its
-	// ack answers them.
-	waiters []*clientWaiter
-}
-
 func newSessionEngine(n *Node) *sessionEngine {
 	e := &sessionEngine{
-		n:      n,
-		et:     n.electionTimeout(),
-		inbox:  make(chan inbound, 256),
-		poke:   make(chan struct{}, 1),
-		local:  make(map[int64]*spi.Session),
-		sent:   make(map[uint64]sentBatch),
-		urgent: make(map[int64]struct{}),
+		n:     n,
+		et:    n.electionTimeout(),
+		inbox: make(chan inbound, 256),
+		poke:  make(chan struct{}, 1),
+		held:  spi.NewHolding[[]*clientWaiter](),
 	}
 	e.clients.init()
 	e.ttl.waiting = make(map[uint64]ttlWait)
@@ -93,11 +81,7 @@ func newSessionEngine(n *Node) *sessionEngine {
 // so once a successor is elected nothing it decides takes effect (see
 // handleKeepAlive for why a successor then grants at least TTL from the
 // send of every keep-alive a leader acknowledged).
-func (e *sessionEngine) Margin(ttl time.Duration) time.Duration { return holderMargin(e.et, ttl) }
-
-// holderMargin is the margin for an election timeout et: one rule for a
-// member's sessions and a client's alike.
-func holderMargin(et, ttl time.Duration) time.Duration { return et/4 + ttl/50 }
+func (e *sessionEngine) Margin(ttl time.Duration) time.Duration { return spi.Margin(e.et, ttl) }
 
 func (e *sessionEngine) start() {
 	e.wg.Add(1)
@@ -111,20 +95,10 @@ func (e *sessionEngine) close() {
 	e.endLife()
 	e.wg.Wait()
 	e.mu.Lock()
-	local := slices.Collect(mapValues(e.local))
+	local := e.held.Sessions()
 	e.mu.Unlock()
 	for _, s := range local {
 		s.End(errs.Closed)
-	}
-}
-
-func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
-	return func(yield func(V) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
 	}
 }
 
@@ -133,9 +107,8 @@ func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
 // keep-alives (one per tick for all) instead of sending one each.
 func (e *sessionEngine) Add(s *spi.Session) {
 	e.mu.Lock()
-	e.local[s.ID()] = s
+	e.held.Add(s)
 	e.fresh = true
-	e.maxTTL = max(e.maxTTL, s.TTL())
 	e.mu.Unlock()
 }
 
@@ -143,22 +116,19 @@ func (e *sessionEngine) Add(s *spi.Session) {
 // already; it reports whether it did.
 func (e *sessionEngine) Adopt(s *spi.Session) bool {
 	e.mu.Lock()
-	if _, ok := e.local[s.ID()]; ok {
-		e.mu.Unlock()
+	defer e.mu.Unlock()
+	if e.held.Has(s.ID()) {
 		return false
 	}
-	e.mu.Unlock()
-	// Between the look and the add a concurrent adopt of the same ID could
-	// slip in; both would then keep one session alive, which is harmless
-	// for the cell, and the map keeps one of them.
-	e.Add(s)
+	e.held.Add(s)
+	e.fresh = true
 	return true
 }
 
 // Remove stops keeping session id alive.
 func (e *sessionEngine) Remove(id int64) {
 	e.mu.Lock()
-	delete(e.local, id)
+	e.held.Remove(id)
 	e.mu.Unlock()
 }
 
@@ -206,7 +176,7 @@ func (e *sessionEngine) onApply(out storage.ApplyOutput) {
 	}
 	var ended []*spi.Session
 	for _, id := range out.SessionsEnded {
-		if s, ok := e.local[id]; ok {
+		if s, ok := e.held.Get(id); ok {
 			ended = append(ended, s)
 		}
 	}
@@ -292,8 +262,8 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	e.mu.Lock()
 	var ids []int64
 	interval := time.Duration(1<<63 - 1)
-	for id, s := range e.local {
-		if _, ok := e.urgent[id]; s.Manual() && !ok {
+	for id, s := range e.held.All() {
+		if s.Manual() && !e.held.Urgent(id) {
 			continue
 		}
 		ids = append(ids, id)
@@ -306,7 +276,7 @@ func (e *sessionEngine) sendDue(now, last time.Time) bool {
 	interval = min(interval, cinterval)
 	fresh := e.fresh
 	e.fresh = false
-	clear(e.urgent)
+	e.held.ClearUrgent()
 	e.mu.Unlock()
 	if (len(ids) > 0 || pending) && (fresh || now.Sub(last) >= interval-tick/2) {
 		return e.sendBatch(now, ids, true)
@@ -340,22 +310,7 @@ func (e *sessionEngine) sendBatch(now time.Time, ids []int64, allClients bool) b
 // sendLocked sends one keep-alive for ids whose ack answers waiters.
 // e.mu is held and is released.
 func (e *sessionEngine) sendLocked(st raftnode.Status, now time.Time, ids []int64, waiters []*clientWaiter) bool {
-	e.seq++
-	seq := e.seq
-	e.sent[seq] = sentBatch{at: now, ids: ids, waiters: waiters}
-	for s := range e.sent {
-		// An ack confirms its send time plus the TTL, so one that arrives
-		// late (a loaded leader) is still worth having while that lies
-		// ahead: keep each batch for as long as the longest TTL.
-		if now.Sub(e.sent[s].at) > max(4*e.et+time.Second, e.maxTTL) {
-			delete(e.sent, s) // unanswered: the leader moved on or the message was lost
-		}
-	}
-	for _, id := range ids {
-		if s, ok := e.local[id]; ok {
-			s.MarkSent(now)
-		}
-	}
+	seq := e.held.Sent(now, e.et, ids, waiters)
 	e.mu.Unlock()
 	ka := &sessions.KeepAlive{Seq: seq, IDs: make([]int64, len(ids))}
 	for i, id := range ids {
@@ -381,27 +336,13 @@ func (e *sessionEngine) sendLocked(st raftnode.Status, now time.Time, ids []int6
 
 func (e *sessionEngine) handleAck(a *sessions.Ack) {
 	e.mu.Lock()
-	b, ok := e.sent[a.Seq]
-	delete(e.sent, a.Seq)
-	var alive, gone []*spi.Session
-	if ok {
-		for _, id := range a.Alive {
-			if s, ok := e.local[id]; ok {
-				alive = append(alive, s)
-			}
-		}
-		for _, id := range a.Gone {
-			if s, ok := e.local[id]; ok {
-				gone = append(gone, s)
-			}
-		}
-	}
+	b, alive, gone, ok := e.held.Answered(a.Seq, a.Alive, a.Gone)
 	e.mu.Unlock()
 	if ok {
-		answerClients(b.waiters, a)
+		answerClients(b.With, a)
 	}
 	for _, s := range alive {
-		s.Confirmed(b.at)
+		s.Confirmed(b.At)
 	}
 	for _, s := range gone {
 		e.endedByCell(s, "the leader no longer knows it")
@@ -413,46 +354,32 @@ func (e *sessionEngine) handleAck(a *sessions.Ack) {
 // without waiting for the leader to notice.
 func (e *sessionEngine) checkLocal(now time.Time) {
 	e.mu.Lock()
-	local := slices.Collect(mapValues(e.local))
+	local := e.held.Sessions()
 	e.mu.Unlock()
-	for _, s := range local {
-		if s.Check(now) {
-			e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(),
-				"last_confirmed_ago", now.Sub(s.LastAcked()).Round(time.Millisecond), "ttl", s.TTL())
-			// The holder's own decision about its own session: valid in
-			// any term, so it carries none. It asks for the lock-delay of
-			// the locks the session holds, as the leader's expiry would.
-			e.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
-				Session: &command.Session{ID: s.ID(), Expired: true, LockDelay: e.n.sessionLockDelayed(s.ID())}})
-		}
-	}
+	spi.ExpiredHere(local, now, func(s *spi.Session) {
+		e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(),
+			"last_confirmed_ago", now.Sub(s.LastAcked()).Round(time.Millisecond), "ttl", s.TTL())
+		// The holder's own decision about its own session: valid in
+		// any term, so it carries none. It asks for the lock-delay of
+		// the locks the session holds, as the leader's expiry would.
+		e.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
+			Session: &command.Session{ID: s.ID(), Expired: true, LockDelay: e.n.sessionLockDelayed(s.ID())}})
+	})
 }
 
 // renew sends a keep-alive for one session now and waits until one is
 // confirmed, resending every half election timeout.
 func (e *sessionEngine) Renew(ctx context.Context, s *spi.Session) (time.Time, error) {
-	t := time.NewTicker(e.et / 2)
-	defer t.Stop()
-	for {
-		acked := s.AckChan()
-		// The next tick's batch carries s: renewals share one message, as
-		// keep-alives do. A message per renewal made a burst of slow
-		// creations (each confirmed by a renew) flood the leader's inbox,
-		// and dropped keep-alives left sessions unconfirmed for minutes.
+	// The next tick's batch carries s: renewals share one message, as
+	// keep-alives do. A message per renewal made a burst of slow
+	// creations (each confirmed by a renew) flood the leader's inbox, and
+	// dropped keep-alives left sessions unconfirmed for minutes.
+	return spi.RenewEvery(ctx, s, e.et/2, func() {
 		e.mu.Lock()
-		e.urgent[s.ID()] = struct{}{}
+		e.held.Urge(s.ID())
 		e.fresh = true
 		e.mu.Unlock()
-		select {
-		case <-acked:
-			return s.Until(), nil
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-s.Done():
-			return time.Time{}, s.Err()
-		case <-t.C:
-		}
-	}
+	}, nil, nil)
 }
 
 // --- the leader's side (internal/sessions.Leader, one per term) ---
