@@ -296,4 +296,7 @@ func TestWatchBelowRetainedHistoryIsCompacted(t *testing.T) {
 		t.Fatal("no event expected below the retained history")
 	}
 	require.ErrorIs(t, w.Err(), coord.ErrCompacted)
+	var ce *coord.CompactedError
+	require.True(t, errors.As(w.Err(), &ce), "got %T", w.Err())
+	require.Greater(t, ce.Oldest, int64(1), "the oldest revision still available")
 }

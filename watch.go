@@ -2,11 +2,11 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/spi"
-	"github.com/coordcell/coord/internal/watch"
 )
 
 // EventType says what happened to a key.
@@ -61,14 +61,52 @@ type Event struct {
 }
 
 // CompactedError ends a watch that needed revisions older than the
-// retained history. It matches ErrCompacted with errors.Is; Oldest is the
-// oldest revision still available. ListWatch recovers from it for you.
-type CompactedError = watch.CompactedError
+// retained history. It matches ErrCompacted with errors.Is. ListWatch
+// recovers from it for you.
+type CompactedError struct {
+	// Oldest is the oldest revision still available: a watch may resume
+	// from Oldest-1 or later.
+	Oldest int64
+}
+
+// Error says which revision is the oldest still available.
+func (e *CompactedError) Error() string { return (&spi.CompactedError{Oldest: e.Oldest}).Error() }
+
+// Is makes errors.Is(err, ErrCompacted) hold.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
 
 // SlowWatcherError ends a watch whose consumer fell too far behind (see
 // WithMaxLag). It matches ErrSlowWatcher with errors.Is; resume with
 // FromRev(LastRev) to miss and repeat nothing.
-type SlowWatcherError = watch.SlowError
+type SlowWatcherError struct {
+	// LastRev is the revision of the last event delivered: resume with a
+	// watch from it.
+	LastRev int64
+	// Lag is how many revisions behind the member's head it was.
+	Lag int64
+}
+
+// Error says how far behind the watch was and where to resume.
+func (e *SlowWatcherError) Error() string {
+	return (&spi.SlowError{LastRev: e.LastRev, Lag: e.Lag}).Error()
+}
+
+// Is makes errors.Is(err, ErrSlowWatcher) hold.
+func (e *SlowWatcherError) Is(target error) bool { return target == ErrSlowWatcher }
+
+// watchErr is a backend's watch error in the package's own types: the
+// one place a user's *CompactedError and *SlowWatcherError are made.
+func watchErr(err error) error {
+	var ce *spi.CompactedError
+	if errors.As(err, &ce) {
+		return &CompactedError{Oldest: ce.Oldest}
+	}
+	var se *spi.SlowError
+	if errors.As(err, &se) {
+		return &SlowWatcherError{LastRev: se.LastRev, Lag: se.Lag}
+	}
+	return err
+}
 
 // WatchOption configures a watch.
 type WatchOption func(*watchOptions)
@@ -184,7 +222,7 @@ func (w *Watcher) Events() <-chan Event { return w.s.Events() }
 
 // Err returns why the watch ended: the context's error, ErrClosed, a
 // *CompactedError or a *SlowWatcherError. nil while it runs.
-func (w *Watcher) Err() error { return w.s.Err() }
+func (w *Watcher) Err() error { return watchErr(w.s.Err()) }
 
 // LastRev returns the revision of the last complete revision delivered
 // (or the starting revision): FromRev(LastRev()) resumes the watch
@@ -254,7 +292,7 @@ func (c *cellOps) ListWatch(ctx context.Context, prefix string, onList func(kvs 
 // listWatch is ListWatch on any backend.
 func listWatch(ctx context.Context, b *cellOps, prefix string, onList func(kvs []KV, rev int64) error,
 	onEvent func(Event) error, opts ...WatchOption) error {
-	return spi.ListWatch(ctx, b.b, prefix,
+	return watchErr(spi.ListWatch(ctx, b.b, prefix,
 		func(kvs []command.KV, rev int64) error { return onList(fromCmdKVs(kvs), rev) },
-		func(ev spi.Event) error { return onEvent(toEvent(ev)) }, watchOpts(opts))
+		func(ev spi.Event) error { return onEvent(toEvent(ev)) }, watchOpts(opts)))
 }
