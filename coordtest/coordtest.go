@@ -499,7 +499,7 @@ func (c *Cluster) Crash(i int) {
 	}
 	// Cutting the transport first means nothing leaves the member after
 	// the instant of the crash; the member stops on its closed transport.
-	tr.Close()
+	tr.Close() // which thaws a paused member, so that it sees the close
 	<-node.Done()
 	c.mu.Lock()
 	c.disks[i] = c.disks[i].Crash(c.rng)
