@@ -273,9 +273,15 @@ func (up *upstream) run() {
 			case up.ctx.Err() != nil:
 				up.end(c.closedOr(up.ctx, up.ctx.Err()))
 				return
-			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
+			case errors.As(err, &we) && !clientwire.Passing(we.Code):
 				up.end(clientwire.ErrorOf(we.Code, we.Message))
 				return
+			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
+				// The member cannot serve it now: a moment, then again,
+				// here (if the connection lives on) or on the next member.
+				if c.pause(up.ctx, conn) == nil && conn.Err() == nil {
+					last = nil
+				}
 			}
 			continue // the connection ended (or its member is closing): the next one
 		}
@@ -318,6 +324,19 @@ func (up *upstream) run() {
 		case clientwire.CodeCompacted:
 			up.end(&spi.CompactedError{Oldest: end.CompactRev})
 			return
+		case clientwire.CodeCanceled, clientwire.CodeAmbiguous, clientwire.CodeNoQuorum, clientwire.CodeTimeout,
+			clientwire.CodeNoLeader, clientwire.CodeNotLeader, clientwire.CodeNotCaughtUp, clientwire.CodeTooManyRequests:
+			if up.ctx.Err() != nil {
+				up.end(c.closedOr(up.ctx, up.ctx.Err()))
+				return
+			}
+			// The member ended it for a passing reason of its own (see
+			// clientwire.Passing): resume after a moment.
+			if c.pause(up.ctx, conn) != nil {
+				up.end(c.closedOr(up.ctx, up.ctx.Err()))
+				return
+			}
+			continue
 		default:
 			up.end(clientwire.ErrorOf(end.Code, end.Message))
 			return
