@@ -9,8 +9,8 @@ package histcheck
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
