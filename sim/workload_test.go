@@ -110,6 +110,10 @@ func writeOutcome(err error, ok histcheck.Output) (histcheck.Output, bool) {
 	switch {
 	case err == nil:
 		return ok, true
+	case errors.Is(err, coord.ErrAmbiguous):
+		// First: an *AmbiguousError also wraps its cause, which may be
+		// ErrClosed (the member stopped with the write in flight).
+		return histcheck.Output{Ambiguous: true}, true
 	case errors.Is(err, coord.ErrNoQuorum), errors.Is(err, coord.ErrClosed):
 		return histcheck.Output{}, false
 	default:
