@@ -3,4 +3,4 @@
 package sim
 
 // Under the race detector each history costs several times more.
-const defaultSeeds = 100
+const defaultSeeds = 6

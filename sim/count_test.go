@@ -2,4 +2,4 @@
 
 package sim
 
-const defaultSeeds = 200
+const defaultSeeds = 50

@@ -6,7 +6,7 @@ import (
 )
 
 // runFaults impairs the cell until ctx-like end (the history's length)
-// with one fault every 0.3 to 2 s of virtual time drawn from rng: an
+// with one fault every 0.4 to 2.2 s of virtual time drawn from rng: an
 // isolation, a partition, a crash (at most two members down at once) or
 // a restart, a pause of a member's Raft traffic or a resume, a client cut
 // from its member, message loss or delay, or a heal of the network.
@@ -16,7 +16,7 @@ func (h *history) runFaults(ctx interface{ Done() <-chan struct{} }, rng *rand.R
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(300+rng.IntN(1700)) * time.Millisecond):
+		case <-time.After(time.Duration(400+rng.IntN(1800)) * time.Millisecond):
 		}
 		h.fault(rng, down, paused)
 		h.mu.Lock()

@@ -24,7 +24,7 @@ const (
 	// settleBound is the liveness bound: once every fault has healed,
 	// the cell must have a leader, every call must return, the watch
 	// must catch up and a removed member must stop within it (virtual
-	// time; 50 election timeouts of coordtest's timing).
+	// time; 20 election timeouts).
 	settleBound = 10 * time.Second
 	// opTimeout is each workload call's context while faults run: long
 	// enough for a client to move to another member.
@@ -117,7 +117,12 @@ func runHistory(t *testing.T, seed int64) {
 		}
 	}()
 	h.c = coordtest.NewCluster(t, members, coordtest.WithSeed(seed), coordtest.WithClients(),
-		coordtest.WithWaitTimeout(settleBound))
+		coordtest.WithWaitTimeout(settleBound), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
+			// Half a second's election timeout (coordtest's is 200 ms):
+			// a fifth of the ticks and heartbeats for the same thirty
+			// seconds, still sixty election timeouts of faults.
+			cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = 50*time.Millisecond, 10, 2
+		}))
 	for range 8 {
 		h.keys.add()
 	}

@@ -17,7 +17,7 @@ import (
 // member drawn per call.
 func (h *history) kvWorker(ctx context.Context, w int, rng *rand.Rand) {
 	for seq := 0; ctx.Err() == nil; seq++ {
-		time.Sleep(time.Duration(30+rng.IntN(60)) * time.Millisecond)
+		time.Sleep(time.Duration(60+rng.IntN(120)) * time.Millisecond)
 		var cell coord.Cell
 		var node *coord.Node
 		if w < len(h.cls) {

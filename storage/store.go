@@ -284,7 +284,7 @@ func Open(opts Options) (s *Store, err error) {
 			// A sync copies the whole file on a crashable disk: rotate
 			// the write-ahead log often so each copy stays small.
 			popts.MemTableSize = 256 << 10
-			segBytes = 256 << 10
+			segBytes = 64 << 10
 		} else {
 			segBytes = 1 << 20
 		}
