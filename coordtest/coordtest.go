@@ -13,6 +13,26 @@
 //
 // A Cluster is safe for use by the test goroutine and the goroutines it
 // starts; it is cleaned up with t.Cleanup.
+//
+// # Virtual time
+//
+// A Cluster made inside a testing/synctest bubble lives in it whole: its
+// members, their storage, the network, clients and recipes. Timers,
+// timeouts and sleeps then advance only when every goroutine of the test
+// waits, so elections, session expiries and failovers that take seconds
+// on the wall clock take milliseconds, and a test of a service's own
+// leader election does not wait on them:
+//
+//	func TestMyServiceFailsOver(t *testing.T) {
+//		synctest.Test(t, func(t *testing.T) {
+//			c := coordtest.NewCluster(t, 3)
+//			// ... campaign, c.Crash(c.LeaderIndex()), observe the new leader
+//		})
+//	}
+//
+// Make the Cluster, and anything that talks to it, inside the bubble. The
+// simulator (package sim in this module) runs thousands of seeded fault
+// histories of whole cells this way.
 package coordtest
 
 import (
@@ -522,7 +542,7 @@ func (c *Cluster) Crash(i int) {
 	}
 	// Cutting the transport first means nothing leaves the member after
 	// the instant of the crash; the member stops on its closed transport.
-	tr.Close()
+	tr.Close() // which thaws a paused member, so that it sees the close
 	<-node.Done()
 	c.mu.Lock()
 	c.disks[i] = c.disks[i].Crash(c.rng)

@@ -257,6 +257,13 @@ func Open(opts Options) (s *Store, err error) {
 		// several members often share one process.
 		CacheSize:    8 << 20,
 		MemTableSize: memTableBytes(),
+		// Columnar blocks (sstable format v5): Pebble's row-block writer
+		// hands each block to its write queue in a task from a process-wide
+		// pool whose channel belongs to the goroutine that made it, which a
+		// testing/synctest bubble (the simulator's, coordtest's in virtual
+		// time) refuses to share; the columnar writer makes its channel per
+		// table. An older directory is raised to it when opened.
+		FormatMajorVersion: pebble.FormatColumnarBlocks,
 	}
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -277,7 +284,7 @@ func Open(opts Options) (s *Store, err error) {
 			// A sync copies the whole file on a crashable disk: rotate
 			// the write-ahead log often so each copy stays small.
 			popts.MemTableSize = 256 << 10
-			segBytes = 256 << 10
+			segBytes = 64 << 10
 		} else {
 			segBytes = 1 << 20
 		}

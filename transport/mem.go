@@ -529,6 +529,10 @@ func (t *memTransport) Close() error {
 			delete(t.net.members, t.name)
 		}
 		t.net.mu.Unlock()
+		// A frozen member would never see its transport close: a closed
+		// transport thaws it (nothing it sends goes anywhere now), as
+		// kill -9 ends a stopped process too.
+		t.setFrozen(false)
 	})
 	return nil
 }

@@ -446,14 +446,18 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 		unfinished := coded && (we.Code == clientwire.CodeAmbiguous ||
 			we.Code == clientwire.CodeCanceled && ctx.Err() == nil)
 		if coded && !unfinished && we.Code != clientwire.CodeClosed {
-			// A member's certain answer (the command was refused, or
-			// failed as it would on a member).
-			return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
+			if !sent || !clientwire.Passing(we.Code) {
+				// A member's certain answer (the command was refused, or
+				// failed as it would on a member).
+				return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
+			}
+			// This member did not take this copy (it has no quorum, is
+			// catching up, is overloaded), but an earlier copy may be in
+			// the cell: "not applied" would be a guess. Again, through
+			// this member or the next, until an answer or ctx's end.
+			unfinished = true
 		}
-		// The member took it into the cell (unless it answered that it
-		// is closing, before handing it on), then could not see it to
-		// the end, or the connection ended under it.
-		sent = sent || !clientwire.MemberClosing(err)
+		sent = sent || mayHaveReached(err)
 		if ctx.Err() != nil {
 			return nextAnswered, gaveUp(ctx.Err())
 		}
@@ -465,6 +469,24 @@ func (c *Client) proposeOnce(ctx context.Context, cmd *command.Command, data []b
 		return nextMember, nil
 	})
 	return res, err
+}
+
+// mayHaveReached reports whether a copy of a write that ended with err
+// may have reached the cell: the connection ended under it, or the member
+// took it into the cell and could not see it to the end; not when the
+// member answered that it did not take it (it is closing, has no quorum,
+// is catching up or overloaded).
+func mayHaveReached(err error) bool {
+	var we *clientwire.Error
+	if !errors.As(err, &we) {
+		return true
+	}
+	switch we.Code {
+	case clientwire.CodeClosed, clientwire.CodeNoQuorum, clientwire.CodeNoLeader, clientwire.CodeNotLeader,
+		clientwire.CodeNotCaughtUp, clientwire.CodeTooManyRequests:
+		return false
+	}
+	return true
 }
 
 // settle makes the client's sessions current before a waiter decides

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/command"
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/transport"
 )
@@ -70,7 +71,7 @@ func serveFake(t *testing.T, f *fakeMember) *Client {
 					conn.Close()
 					return
 				}
-				_ = clientwire.Serve(ctx, tc, "alice", f, clientwire.Limits{})
+				_ = clientwire.Serve(ctx, tc, "alice", f, clientwire.Limits{ErrorCode: clientwire.CodeOf})
 			})
 		}
 	})
@@ -156,4 +157,30 @@ func putK() *command.Command {
 	return &command.Command{Kind: command.KindTxn, Txn: &command.Txn{Then: []command.Op{
 		{Type: command.OpPut, Key: "k", Value: []byte("v")},
 	}}}
+}
+
+// Once a write may have reached the cell through one member, a second
+// member's certain "not handed to the cell" (ErrNoQuorum) says nothing
+// of the first copy: the client must not report the write as certainly
+// not applied, but send it again (the proposer makes that safe).
+func TestNoQuorumAfterASentCopyIsNotCertain(t *testing.T) {
+	f := &fakeMember{propose: func(n int32, ctx context.Context, c *command.Command) (*command.Result, error) {
+		switch n {
+		case 1:
+			return nil, errs.Ambiguous // the first copy may have applied
+		case 2:
+			return nil, errs.NoQuorum // this copy did not reach the cell
+		}
+		return &command.Result{Rev: 9}, nil
+	}}
+	c := serveFake(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.Propose(ctx, putK())
+	if errors.Is(err, errs.NoQuorum) {
+		t.Fatalf("write sent once then refused by a member without quorum: %v, but its first copy may have applied", err)
+	}
+	if err != nil || res.Rev != 9 {
+		t.Fatalf("revision %d, %v; want the write sent again and applied", res.Rev, err)
+	}
 }

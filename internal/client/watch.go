@@ -267,8 +267,12 @@ func (up *upstream) run() {
 			switch {
 			case up.ctx.Err() != nil:
 				return nextAnswered, closedOr(up.ctx.Err())
-			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
+			case errors.As(err, &we) && !clientwire.Passing(we.Code):
 				return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
+			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
+				// The member cannot serve it now: a moment, then again,
+				// here (if the connection lives on) or on the next member.
+				return nextPause, nil
 			}
 			return nextMember, nil // the connection ended (or its member is closing): the next one
 		}
@@ -312,6 +316,14 @@ func (up *upstream) run() {
 			return resume, nil
 		case clientwire.CodeCompacted:
 			return nextAnswered, &spi.CompactedError{Oldest: end.CompactRev}
+		case clientwire.CodeCanceled, clientwire.CodeAmbiguous, clientwire.CodeNoQuorum, clientwire.CodeTimeout,
+			clientwire.CodeNoLeader, clientwire.CodeNotLeader, clientwire.CodeNotCaughtUp, clientwire.CodeTooManyRequests:
+			if up.ctx.Err() != nil {
+				return nextAnswered, closedOr(up.ctx.Err())
+			}
+			// The member ended it for a passing reason of its own (see
+			// clientwire.Passing): resume after a moment.
+			return nextPause, nil
 		default:
 			return nextAnswered, clientwire.ErrorOf(end.Code, end.Message)
 		}

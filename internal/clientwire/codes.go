@@ -180,3 +180,17 @@ func MemberClosing(err error) bool {
 	var we *Error
 	return errors.As(err, &we) && we.Code == CodeClosed
 }
+
+// Passing reports whether a member's code says something of the member
+// at this moment (it is closing, out of contact with the cell, without a
+// leader, catching up, overloaded, or it ended the request itself), not
+// of the request: a stream such as a watch, which changes nothing, is
+// resumed on this member or the next rather than ended.
+func Passing(c Code) bool {
+	switch c {
+	case CodeClosed, CodeConnLost, CodeSlowWatcher, CodeCanceled, CodeAmbiguous, CodeNoQuorum, CodeTimeout,
+		CodeNoLeader, CodeNotLeader, CodeNotCaughtUp, CodeTooManyRequests:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,35 @@
+// Package sim explores a coord cell's histories in virtual time: whole
+// five-member cells, their clients and their recipes run inside a
+// testing/synctest bubble, where timers and sleeps advance only when
+// every goroutine of the cell waits, so thirty seconds of elections,
+// partitions and crashes take about a second of the machine's time. Each
+// history is drawn from a seed: a fault schedule (isolations,
+// partitions, crashes and restarts, pauses, message loss and delay, cut
+// clients) over a workload (puts, compare-and-sets and reads on a few
+// keys through members and clients, fenced lock holds, a watch through
+// a client), then checkers over what was recorded.
+//
+// Safety, over every history: the key-value history of members and
+// clients together is linearizable; no write ends ErrAmbiguous while its
+// caller's context and its member live (writes are exactly-once and
+// resent); the fence never admits two holds under one token, nor a token
+// after a higher one; the client's watch delivers every acknowledged put
+// after its start once, in revision order, across its failovers.
+// Liveness, once the last fault has healed: the cell elects a leader,
+// every member and client completes a write, the watch catches up, each
+// client's fresh session outlives a crash of the leader, and a removed
+// member stops by itself; each within a stated bound of virtual time.
+//
+// It is tests only:
+//
+//	go test ./sim/                      # the default histories
+//	go test ./sim/ -seeds 1000          # more of them
+//	go test ./sim/ -seed 42 -v          # replay one history, with its trace
+//
+// A failing history prints its seed and the command that replays it.
+// Virtual time makes every timer, timeout and fault the seed draws
+// happen at the same virtual instants on a replay; the order in which
+// goroutines run between those instants is the Go scheduler's, so a
+// replay explores the same schedule of faults and calls, not the same
+// interleaving to the instruction.
+package sim
