@@ -19,7 +19,7 @@ type ClientConfig struct {
 	// Required, except with a Credential, whose name it then is.
 	Name string
 	// Members are the client addresses of the members (Config.ClientAddr,
-	// Node.ClientAddr). Connect tries them in a random order, and the
+	// Admin.ClientAddr). Connect tries them in a random order, and the
 	// client moves to another when its member fails. At least one. The
 	// client also learns the cell's client addresses from its members
 	// (Learned) and tries those after these, which stay.
@@ -156,7 +156,7 @@ func (c *Client) CacheRevision(prefix string) (int64, error) { return c.c.CacheR
 // generation (see transport.ClientCredential for how). The same
 // arguments give the same credential, so a lost one can be issued again.
 // To revoke one, issue name's next generation, give it to the client,
-// and set Config.ClientRevoked[name] (or Node.SetClientRevoked) to the
+// and set Config.ClientRevoked[name] (or Admin.SetClientRevoked) to the
 // old generation on every member. `coordctl client issue` does the same
 // from the command line. The credential is secret: keep it as the
 // client's private key. Errors wrap ErrInvalidArgument.

@@ -123,7 +123,7 @@ type Config struct {
 	// the port can speak for any member (Open logs a warning).
 	Secret []byte
 	// Metrics, when set, receives the member's metrics (named coord_*;
-	// see Node.RegisterMetrics for what they cost and their labels).
+	// see Admin.RegisterMetrics for what they cost and their labels).
 	// nil = no metrics. Open registers them; a registerer that already
 	// holds a member's metrics makes Open fail, so a process hosting
 	// several members wraps each with prometheus.WrapRegistererWith
@@ -137,7 +137,7 @@ type Config struct {
 
 	// ClientAddr, when set, is where Open listens for processes that are
 	// not members (Connect), e.g. "127.0.0.1:7101" (port 0 picks one; see
-	// Node.ClientAddr). It is a listener of its own, never the members'
+	// Admin.ClientAddr). It is a listener of its own, never the members'
 	// transport. With TLS, Secret or ClientSecret it is mutual TLS (a
 	// client's identity is the name its certificate or credential
 	// proves); without, plaintext
@@ -173,7 +173,7 @@ type Config struct {
 	// a credential of name N and generation G is refused when G <=
 	// ClientRevoked[N]. To replace a lost or leaked credential, issue N's
 	// next generation, deploy it, then raise ClientRevoked[N] on every
-	// member; Node.SetClientRevoked does so while a member runs, and ends
+	// member; Admin.SetClientRevoked does so while a member runs, and ends
 	// the connections revoked credentials hold. Other clients are not
 	// touched. It lives in each member's configuration, beside the client
 	// secret it answers to, rather than in the replicated state: it then

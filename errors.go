@@ -144,7 +144,7 @@ var (
 )
 
 // The sentinel errors of clients (Connect) and of the members serving
-// them (Node.ServeClients). On the wire they travel as clientwire's own
+// them (Admin.ServeClients). On the wire they travel as clientwire's own
 // codes, not the numbered ones above.
 var (
 	// ErrForbidden: the client may not do this: connect at all (the

@@ -70,7 +70,7 @@ type options struct {
 	clients   bool
 }
 
-// WithClients makes every member serve clients (Node.ServeClients) on an
+// WithClients makes every member serve clients (Admin.ServeClients) on an
 // in-memory listener named after it, so tests can Connect clients that
 // are not members. No ports are used.
 func WithClients() Option {
@@ -303,7 +303,7 @@ func (c *Cluster) open(i int) error {
 	if c.opts.clients {
 		l := c.mnet.Listen(cfg.Name)
 		// Returns when the member closes (or crashes), which closes l.
-		go func() { _ = node.ServeClients(l) }()
+		go func() { _ = node.Admin().ServeClients(l) }()
 	}
 	return nil
 }
@@ -389,7 +389,7 @@ func (c *Cluster) addMember(cfg coord.Config) int {
 
 // Join starts a new member named name that joins the running cell (with
 // Config.Join): it starts empty and catches up once a member adds it, e.g.
-// c.Leader().AddLearner(ctx, name, name); its Ready returns once it has
+// c.Leader().Admin().AddLearner(ctx, name, name); its Ready returns once it has
 // caught up. It returns the new member's index.
 func (c *Cluster) Join(name string) int {
 	c.t.Helper()

@@ -76,14 +76,14 @@ func watch(ctx context.Context, self string, n *coord.Node) {
 			fmt.Printf("%s: leader is %s\n", self, l)
 			lastLeader = l
 		}
-		if d := n.Autopilot(); d.Action != "" && d.Action != "none" {
+		if d := n.Admin().Autopilot(); d.Action != "" && d.Action != "none" {
 			if s := fmt.Sprintf("%s %s (%s)", d.Action, d.Member, d.Reason); s != lastDecision {
 				fmt.Printf("%s: autopilot: %s\n", self, s)
 				lastDecision = s
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ms, err := n.Members(rctx)
+		ms, err := n.Admin().Members(rctx)
 		cancel()
 		if err != nil {
 			continue

@@ -63,7 +63,7 @@ func run() error {
 	}()
 	var addrs []string
 	for _, m := range members {
-		addrs = append(addrs, m.ClientAddr())
+		addrs = append(addrs, m.Admin().ClientAddr())
 	}
 
 	fence := coord.NewFence(coord.NewMemMarks())
