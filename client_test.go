@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -269,6 +270,12 @@ func TestClientRecipes(t *testing.T) {
 // 1,000 sessions over 10 clients: each client sends one keep-alive
 // message per interval for all its sessions, not one per session.
 func TestClientKeepAliveBatching(t *testing.T) {
+	// In virtual time: the window counts intervals of the clients' own
+	// clocks, which a loaded machine's scheduler would otherwise stretch.
+	synctest.Test(t, clientKeepAliveBatching)
+}
+
+func clientKeepAliveBatching(t *testing.T) {
 	c := clientCell(t, 3)
 	c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

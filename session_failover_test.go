@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -111,11 +112,15 @@ func TestSessionsSurviveFailoverAtMinimumTTL(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("seed %d (replay with COORD_TEST_SEED=%d)", seed, seed)
-	c := coordtest.NewCluster(t, 1)
-	minTTL := c.Node(0).MinSessionTTL()
-	res := runFailovers(t, seed, minTTL, 4, 4)
-	t.Logf("TTL %v: %d false expiries of %d sessions over %d leader changes", minTTL, res.falseExpiries, res.sessions, res.changes)
-	require.Zero(t, res.falseExpiries, "seed %d", seed)
+	// In virtual time: the sessions' 800 ms must be the cell's to keep,
+	// not the machine's scheduler's to lose.
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 1)
+		minTTL := c.Node(0).MinSessionTTL()
+		res := runFailovers(t, seed, minTTL, 4, 4)
+		t.Logf("TTL %v: %d false expiries of %d sessions over %d leader changes", minTTL, res.falseExpiries, res.sessions, res.changes)
+		require.Zero(t, res.falseExpiries, "seed %d", seed)
+	})
 }
 
 // TestSessionFailoverSweep measures false expiries against leader changes
@@ -172,6 +177,10 @@ func TestSessionFailoverSweep(t *testing.T) {
 // forwards those proposals to the new leader. They carry the old term, so
 // the cell refuses them, and the sessions held on the other members live.
 func TestPausedLeaderExpiresNothingOnWake(t *testing.T) {
+	synctest.Test(t, pausedLeaderExpiresNothingOnWake) // in virtual time, as above
+}
+
+func pausedLeaderExpiresNothingOnWake(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	ttl := c.Node(0).MinSessionTTL()

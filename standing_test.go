@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -184,7 +185,15 @@ func sessionsOnClient(t *testing.T, c *coordtest.Cluster, cl *coord.Client, n in
 // clientSurvivesOutage cuts the client's member off as fault says, for
 // two TTLs, and checks that every session of minimum TTL survived: the
 // client moved to a member that can serve in time.
+//
+// It runs in virtual time (a synctest bubble): the minimum TTL is 800 ms,
+// which a loaded machine's scheduler, not the client, could otherwise
+// outlast.
 func clientSurvivesOutage(t *testing.T, fault func(c *coordtest.Cluster, i int), heal func(c *coordtest.Cluster, i int)) {
+	synctest.Test(t, func(t *testing.T) { clientSurvivesOutageIn(t, fault, heal) })
+}
+
+func clientSurvivesOutageIn(t *testing.T, fault func(c *coordtest.Cluster, i int), heal func(c *coordtest.Cluster, i int)) {
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
