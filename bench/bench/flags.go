@@ -132,6 +132,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&sc.GoMemLimit, "scale-gomemlimit", "1.25x", "scale: the memory limit of the second memory figure, set in each member after the default-GC one "+
 		"(debug.SetMemoryLimit, what GOMEMLIMIT sets): Nx = N times the live data loaded, or bytes in GOMEMLIMIT's syntax; off = skip")
 	fs.DurationVar(&sc.Limit, "scale-limit", 4*time.Hour, "scale: time limit of each side's run")
+	fs.StringVar(&sc.MemFloor, "scale-mem-floor", "3GiB", "scale: the growth to the cap stops, reported, while the machine has less memory available than this "+
+		"(MemAvailable; the machine is shared); \"\" = no floor")
 	so := &o.soak
 	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
 	fs.DurationVar(&so.interval, "soak-interval", time.Minute, "soak: time between report lines")

@@ -47,6 +47,10 @@ type scaleOptions struct {
 	Quota       string        `json:"quota"`
 	GoMemLimit  string        `json:"gomemlimit"`
 	Limit       time.Duration `json:"limit"`
+	// MemFloor stops the growth to the cap while the machine has less
+	// memory available than this (other work shares it).
+	MemFloor string `json:"mem_floor"`
+	memFloor int64
 	// quotaBytes is Quota parsed (0: the sides' default).
 	quotaBytes int64
 }
@@ -81,6 +85,13 @@ func (s *scaleOptions) check() error {
 	}
 	if _, _, err := s.memLimit(1); err != nil {
 		return err
+	}
+	if s.MemFloor != "" {
+		b, err := parseBytes(s.MemFloor)
+		if err != nil {
+			return fmt.Errorf("-scale-mem-floor %q: want bytes, e.g. 3GiB", s.MemFloor)
+		}
+		s.memFloor = b
 	}
 	if s.Hold <= 0 || s.Limit <= 0 {
 		return errors.New("-scale-hold and -scale-limit must be positive")

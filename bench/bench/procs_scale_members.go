@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -266,6 +269,7 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 		r.add("hold.close_rate", l+": session closes per second", "/s", float64(n)/secs, true)
 	}
 	h.Close()
+	debug.FreeOSMemory() // the clients' memory, before the growth to the cap
 	return nil
 }
 
@@ -274,24 +278,36 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 // refused; then on one process it tries writes at the cap, deletes, and
 // a write after the deletes.
 func (r *scaleRun) phaseQuota(ctx context.Context) error {
+	// Each process writes keys of its own span, a chunk at a time, so the
+	// parent can stop between chunks if the machine runs short of memory.
 	const span = 100_000_000 // keys each process may write: more than any cap
+	chunk := max(1000, int(64<<20/int64(scale.KeyLen(scaleQuotaPrefix)+r.s.ValueSize)))
 	start := time.Now()
-	res, err := scaleEach[scale.LoadResult](ctx, r, scale.OpLoad, func(i int) any {
-		return scale.Load{Prefix: scaleQuotaPrefix, From: i * span, To: (i + 1) * span, Batch: r.s.Batch,
-			Writers: r.s.LoadWriters, ValueSize: r.s.ValueSize, UntilQuota: true}
-	})
-	took := time.Since(start).Seconds()
-	if err != nil {
-		return err
-	}
 	var written int64
 	refusal := ""
-	for _, lr := range res {
-		written += lr.Bytes
-		if refusal == "" {
-			refusal = lr.RefusedError
+	for from := 0; refusal == "" && from < span; from += chunk {
+		if avail, ok := memAvailable(); ok && r.s.memFloor > 0 && avail < r.s.memFloor {
+			r.logf("growth stopped after %.0f MB, before the cap: the machine has %.0f MB available, under -scale-mem-floor",
+				mb(written), mb(avail))
+			r.add("quota.stopped", fmt.Sprintf("growth to the cap: stopped for the machine's memory (under %s available)", r.s.MemFloor), "", 1, false)
+			r.add("quota.grown", "growth to the cap, stopped: keys and values written", "MB", mb(written), false)
+			return nil
+		}
+		res, err := scaleEach[scale.LoadResult](ctx, r, scale.OpLoad, func(i int) any {
+			return scale.Load{Prefix: scaleQuotaPrefix, From: i*span + from, To: i*span + from + chunk, Batch: r.s.Batch,
+				Writers: r.s.LoadWriters, ValueSize: r.s.ValueSize, UntilQuota: true}
+		})
+		if err != nil {
+			return err
+		}
+		for _, lr := range res {
+			written += lr.Bytes
+			if refusal == "" {
+				refusal = lr.RefusedError
+			}
 		}
 	}
+	took := time.Since(start).Seconds()
 	if err := r.caughtUp(ctx); err != nil {
 		return err
 	}
@@ -349,6 +365,21 @@ func (r *scaleRun) phaseQuota(ctx context.Context) error {
 		return errors.New("at the cap a linearizable get failed: " + q.GetError)
 	}
 	return nil
+}
+
+// memAvailable reads the machine's MemAvailable from /proc/meminfo.
+func memAvailable() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }
 
 func boolValue(b bool) float64 {

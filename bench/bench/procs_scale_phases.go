@@ -72,6 +72,7 @@ func (r *scaleRun) addMems(tag, state string, ms []scale.Mem) {
 		// RSS counts the file pages mapped too: the binary's (about 40 MB
 		// of this one, etcd's code included) and etcd's database.
 		r.add(p+"rss", l+": RSS", "MB", mb(m.RSS), false)
+		r.add(p+"peak_rss", l+": peak RSS so far (VmHWM; a restarted process's own)", "MB", mb(m.PeakRSS), false)
 		r.add(p+"rss_file", l+": RSS, of it file pages (the binary; etcd's database)", "MB", mb(m.RSSFile), false)
 		if m.HeapLive > 0 {
 			r.add(p+"heap_live", l+": Go heap live (after a GC)", "MB", mb(m.HeapLive), false)

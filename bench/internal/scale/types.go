@@ -54,9 +54,10 @@ func KeyLen(prefix string) int { return len(prefix) + 9 }
 
 // Load writes the keys From..To-1 under Prefix, Batch keys per
 // transaction, by Writers writers, each value ValueSize bytes. With
-// UntilQuota it goes on until the cell refuses a batch for its keyspace
-// cap, then writes that batch's keys one at a time until one is refused
-// too, and stops: the cell is then within one value of its cap.
+// UntilQuota a refusal for the keyspace cap is no error: the writer
+// writes that batch's keys one at a time until one is refused too, and
+// every writer stops (the cell is then within one value of its cap);
+// LoadResult.Refused says whether that happened before To.
 type Load struct {
 	Prefix     string `json:"prefix"`
 	From       int    `json:"from"`
