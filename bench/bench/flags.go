@@ -42,6 +42,19 @@ type options struct {
 	soak   soakOptions
 	// attack sizes the client-attacks scenario (-attack-size).
 	attack attack.Config
+	// scale sizes the scale scenario (-scale-*).
+	scale scaleOptions
+	// memberGoMemLimit is GOMEMLIMIT for every member process
+	// (-member-gomemlimit), "" = none.
+	memberGoMemLimit string
+}
+
+// memberEnv is what every member process gets in its environment.
+func (o *options) memberEnv() []string {
+	if o.memberGoMemLimit == "" {
+		return nil
+	}
+	return []string{"GOMEMLIMIT=" + o.memberGoMemLimit}
 }
 
 // parseFlags parses args (without the program name).
@@ -101,6 +114,26 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"each member process's CPU and peak RSS and their sums), or both (each scenario in both shapes, side by side)")
 	attackSize := fs.String("attack-size", "full", "client-attacks: full (issue 22's sizes: 2,100 connections, 128 watches, 200 reads, 16 MiB frames, 200,000 sessions...) "+
 		"or small (each attack's shape at a fraction of its size: a smoke run)")
+	fs.StringVar(&o.memberGoMemLimit, "member-gomemlimit", "", "GOMEMLIMIT for every member process (-shape procs, -soak, scale), in its syntax (e.g. 1300MiB); \"\" = none, the default GC alone")
+	sc := &o.scale
+	fs.IntVar(&sc.Keys, "scale-keys", 1_000_000, "scale: keys loaded (of -scale-value-size bytes each)")
+	fs.IntVar(&sc.ValueSize, "scale-value-size", 1024, "scale: bytes of each loaded value")
+	fs.IntVar(&sc.Batch, "scale-batch", 100, "scale: keys per transaction of the load and the growth to the cap")
+	fs.IntVar(&sc.LoadWriters, "scale-load-writers", 8, "scale: transactions in flight per member process while loading")
+	fs.IntVar(&sc.PutClients, "scale-put-clients", 64, "scale: callers of the put points (empty, loaded, under the memory limit)")
+	fs.IntVar(&sc.ListKeys, "scale-list", 100_000, "scale: keys of the paged List")
+	fs.IntVar(&sc.ListPage, "scale-list-page", 1000, "scale: keys per page of the List (coord Limit/After, etcd's range limit)")
+	fs.IntVar(&sc.WatchBack, "scale-watch-back", 50_000, "scale: changes back the watch starts from (written just before it, one put each)")
+	fs.IntVar(&sc.Sessions, "scale-sessions", 100_000, "scale: sessions held through the clients")
+	fs.IntVar(&sc.Watches, "scale-watches", 500_000, "scale: watches held through the clients, each of a prefix of its own")
+	fs.IntVar(&sc.Clients, "scale-clients", 100, "scale: clients holding the sessions and watches (client i on member i%3)")
+	fs.DurationVar(&sc.Hold, "scale-hold", 30*time.Second, "scale: how long the sessions and watches are held while measured")
+	fs.StringVar(&sc.Quota, "scale-quota", "", "scale: the keyspace cap the cell grows to, e.g. 64MiB (coord QuotaBytes, etcd QuotaBackendBytes); \"\" = each side's default (2 GiB)")
+	fs.StringVar(&sc.GoMemLimit, "scale-gomemlimit", "1.25x", "scale: the memory limit of the second memory figure, set in each member after the default-GC one "+
+		"(debug.SetMemoryLimit, what GOMEMLIMIT sets): Nx = N times the live data loaded, or bytes in GOMEMLIMIT's syntax; off = skip")
+	fs.DurationVar(&sc.Limit, "scale-limit", 4*time.Hour, "scale: time limit of each side's run")
+	fs.StringVar(&sc.MemFloor, "scale-mem-floor", "3GiB", "scale: the growth to the cap stops, reported, while the machine has less memory available than this "+
+		"(MemAvailable; the machine is shared); \"\" = no floor")
 	so := &o.soak
 	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
 	fs.DurationVar(&so.interval, "soak-interval", time.Minute, "soak: time between report lines")
@@ -151,7 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		for _, n := range o.scenarios {
 			if !procsScenarios[n] {
-				return nil, fmt.Errorf("-shape procs runs put, get, lock, inflight and client-attacks, not %s", n)
+				return nil, fmt.Errorf("-shape procs runs put, get, lock, sessions, inflight, client-attacks and scale, not %s", n)
 			}
 		}
 	default:
@@ -164,6 +197,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.attack = attack.Small()
 	default:
 		return nil, fmt.Errorf("-attack-size %q: want full or small", *attackSize)
+	}
+	if err := o.scale.check(); err != nil {
+		return nil, err
 	}
 	if o.sides, err = parseSides(*sides); err != nil {
 		return nil, err

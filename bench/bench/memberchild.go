@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/coordcell/coord/bench/internal/attack"
 	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/coordcell"
 	"github.com/coordcell/coord/bench/internal/etcdcell"
 	"github.com/coordcell/coord/bench/internal/member"
+	"github.com/coordcell/coord/bench/internal/scale"
 	"github.com/coordcell/coord/bench/internal/scenario"
 	"github.com/coordcell/coord/bench/internal/soak"
 )
@@ -27,7 +29,7 @@ const memberFlag = "member"
 func runMember(ctx context.Context, stdout, stderr io.Writer) int {
 	openers := map[string]cell.MemberOpener{"coord": coordcell.OpenMember, "etcd": etcdcell.OpenMember}
 	err := member.Serve(ctx, os.Stdin, stdout, openers, func(m cell.Member) member.Service {
-		return &memberServices{m: m, soak: soak.NewService(m), attack: attack.NewService(m)}
+		return &memberServices{m: m, soak: soak.NewService(m), attack: attack.NewService(m), scale: scale.NewService(m)}
 	})
 	if err != nil {
 		io.WriteString(stderr, "bench member: "+err.Error()+"\n")
@@ -35,6 +37,13 @@ func runMember(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// The member processes' operations of the keep-alive point
+// (sessions@procs).
+const (
+	opKeepAliveWindow = "ka-window" // a window of KeepAliveHolder.Window: a time.Duration
+	opKeepAliveCreate = "ka-create" // a scenario.KeepAliveShare
+)
 
 // The member processes' operations of the in-flight scenario.
 const (
@@ -45,9 +54,11 @@ const (
 
 // memberServices routes a member process's requests by their prefix.
 type memberServices struct {
-	m      cell.Member
-	soak   *soak.Service
-	attack *attack.Service
+	m         cell.Member
+	soak      *soak.Service
+	attack    *attack.Service
+	keepAlive scenario.KeepAliveHolder
+	scale     *scale.Service
 }
 
 // Handle passes the soak operations to the soak service and the
@@ -60,7 +71,22 @@ func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMes
 	if strings.HasPrefix(op, "attack-") {
 		return s.attack.Handle(ctx, op, body)
 	}
+	if strings.HasPrefix(op, scale.OpPrefix) {
+		return s.scale.Handle(ctx, op, body)
+	}
 	switch op {
+	case opKeepAliveWindow:
+		var d time.Duration
+		if err := json.Unmarshal(body, &d); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		return s.keepAlive.Window(ctx, d)
+	case opKeepAliveCreate:
+		var sh scenario.KeepAliveShare
+		if err := json.Unmarshal(body, &sh); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		return s.keepAlive.Create(ctx, s.m, sh)
 	case opLoad:
 		var l scenario.MemberLoad
 		if err := json.Unmarshal(body, &l); err != nil {
@@ -91,4 +117,6 @@ func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMes
 }
 
 // Close closes every service.
-func (s *memberServices) Close() error { return errors.Join(s.soak.Close(), s.attack.Close()) }
+func (s *memberServices) Close() error {
+	return errors.Join(s.soak.Close(), s.attack.Close(), s.scale.Close())
+}

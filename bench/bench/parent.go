@@ -32,9 +32,13 @@ type results struct {
 	Rounds          int             `json:"rounds"`
 	Config          scenario.Config `json:"config"`
 	// Attacks sizes client-attacks, when it ran.
-	Attacks  *attack.Config `json:"attacks,omitempty"`
-	Rows     []report.Row   `json:"rows"`
-	Children []report.Child `json:"children"`
+	Attacks *attack.Config `json:"attacks,omitempty"`
+	// Scale sizes the scale scenario, when it ran.
+	Scale *scaleOptions `json:"scale,omitempty"`
+	// MemberGoMemLimit is the member processes' GOMEMLIMIT, if any.
+	MemberGoMemLimit string         `json:"member_gomemlimit,omitempty"`
+	Rows             []report.Row   `json:"rows"`
+	Children         []report.Child `json:"children"`
 }
 
 // runParent runs every scenario on every side, one child process at a
@@ -58,6 +62,10 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 	if slices.Contains(o.scenarios, attacksScenario) {
 		res.Attacks = &o.attack
 	}
+	if slices.Contains(o.scenarios, scaleScenario) {
+		res.Scale = &o.scale
+	}
+	res.MemberGoMemLimit = o.memberGoMemLimit
 	fmt.Fprintf(stderr, "bench: %s; %d CPUs (%s); data under %s\n",
 		res.Command, res.Machine.NumCPU, res.Machine.CPUModel, o.dir)
 	failed := false
@@ -81,8 +89,8 @@ func runParent(ctx context.Context, o *options, args []string, stdout, stderr io
 		// The rounds interleave the sides, shape by shape, so each
 		// round's pair of children ran one right after the other.
 		rounds := o.rounds
-		if sc.ProcsOnly {
-			rounds = 1 // client-attacks: its figures are peaks over minutes of attacks, one run of them
+		if sc.Once {
+			rounds = 1 // client-attacks, scale: peaks, or one long run, on each side
 		}
 		for round := 1; round <= rounds; round++ {
 			for _, shape := range []bool{false, true} {

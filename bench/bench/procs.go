@@ -31,7 +31,8 @@ const procsSuffix = "@procs"
 const opLoad = "load"
 
 // procsScenarios are the scenarios the multi-process shape runs.
-var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "inflight": true, attacksScenario: true}
+var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "sessions": true, "inflight": true,
+	attacksScenario: true, scaleScenario: true}
 
 // runProcs runs scenario name on side with one member per process: a
 // fresh cell of member processes (package member, as the soak), each
@@ -43,9 +44,14 @@ func runProcs(ctx context.Context, o *options, exe, side, name string, round int
 	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, o.rounds)
 	ch := report.Child{Side: side, Scenario: sc}
 	start := time.Now()
-	if name == "inflight" {
-		// A fresh cell for every round of it, so it starts its own.
-		runProcsInflight(ctx, o, exe, side, &ch, stderr)
+	if name == "inflight" || name == scaleScenario {
+		// A fresh cell for every round of it, so it starts its own; the
+		// scale run starts its own with its quota and limits.
+		if name == scaleScenario {
+			runProcsScale(ctx, o, exe, side, &ch, stderr)
+		} else {
+			runProcsInflight(ctx, o, exe, side, &ch, stderr)
+		}
 		ch.WallSeconds = time.Since(start).Seconds()
 		for _, p := range ch.Processes {
 			ch.CPUSeconds += p.CPUSeconds
@@ -64,7 +70,7 @@ func runProcs(ctx context.Context, o *options, exe, side, name string, round int
 	ctx, cancel := context.WithTimeout(ctx, childLimit)
 	defer cancel()
 	startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
-	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr)
+	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr, member.CellOptions{Env: o.memberEnv()})
 	cancelStart()
 	if err != nil {
 		ch.Error = err.Error()
@@ -129,6 +135,8 @@ func procsPoints(ctx context.Context, c member.Cell, name string, cfg *scenario.
 			out = append(out, r.metrics("get."+kind,
 				fmt.Sprintf("get %s, %d clients, 3 procs", kind, cfg.GetClients), "ops/s")...)
 		}
+	case "sessions":
+		return procsKeepAlive(ctx, c, cfg, logf)
 	case "lock":
 		for _, kind := range []string{"contended", "uncontended"} {
 			r, err := spread(ctx, c, point("lock-"+kind, cfg.LockHolders))
@@ -150,6 +158,18 @@ type procsResult struct {
 	ops, errs int
 	elapsed   time.Duration
 	lat       hist.Histogram
+	// cpu is the member processes' CPU time over the measured window,
+	// summed; leaderCPU the share of the process whose member led at its
+	// end (-1 when none said it led).
+	cpu, leaderCPU float64
+}
+
+// cpuPerOp returns CPU seconds per successful operation in µs.
+func (r procsResult) cpuPerOp(cpu float64) float64 {
+	if n := r.ops - r.errs; n > 0 && cpu >= 0 {
+		return cpu * 1e6 / float64(n)
+	}
+	return 0
 }
 
 func (r procsResult) rate() float64 { return float64(r.ops-r.errs) / r.elapsed.Seconds() }
@@ -161,6 +181,15 @@ func (r procsResult) metrics(name, label, unit string) []scenario.Metric {
 		{Name: name + ".rate", Label: label + ": throughput", Unit: unit, Value: r.rate(), HigherIsBetter: true},
 		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(r.lat.Quantile(50))},
 		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(r.lat.Quantile(99))},
+		// CPU per operation carries to a bigger machine where the rate on
+		// two shared cores does not: it is user + system time of the
+		// member processes (each running its member and its share of the
+		// callers) over the measured window.
+		{Name: name + ".cpu_us", Label: label + ": CPU per op, 3 member processes", Unit: "µs", Value: r.cpuPerOp(r.cpu)},
+	}
+	if r.leaderCPU >= 0 {
+		out = append(out, scenario.Metric{Name: name + ".cpu_us.leader", Label: label + ": CPU per op, the leader's process",
+			Unit: "µs", Value: r.cpuPerOp(r.leaderCPU)})
 	}
 	if r.errs > 0 {
 		out = append(out, scenario.Metric{Name: name + ".errors", Label: label + ": errors", Unit: "ops", Value: float64(r.errs)})
@@ -184,12 +213,16 @@ func spread(ctx context.Context, c member.Cell, l scenario.MemberLoad) (procsRes
 		wg.Go(func() { _, errs[p] = proc.Call(ctx, opLoad, pl, &res[p]) })
 	}
 	wg.Wait()
-	var out procsResult
+	out := procsResult{leaderCPU: -1}
 	var first string
 	for p, r := range res {
 		out.ops += r.Ops
 		out.errs += r.Errors
 		out.lat.Merge(&r.Latency)
+		out.cpu += r.CPUSeconds
+		if r.Leader {
+			out.leaderCPU = r.CPUSeconds
+		}
 		out.elapsed = max(out.elapsed, time.Duration(r.ElapsedSeconds*float64(time.Second)))
 		if first == "" && r.FirstError != "" {
 			first = fmt.Sprintf("member %d: %s", p, r.FirstError)

@@ -90,7 +90,7 @@ func procsInflightCell(ctx context.Context, o *options, exe, side string, mode c
 	var c member.Cell
 	for try := 1; ; try++ {
 		startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
-		c, err = member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr)
+		c, err = member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr, member.CellOptions{Env: o.memberEnv()})
 		cancelStart()
 		if !cell.PortTaken(err) || try == cell.OpenRetries || ctx.Err() != nil {
 			break

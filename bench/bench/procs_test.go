@@ -55,13 +55,57 @@ func TestRunProcs(t *testing.T) {
 			t.Errorf("row %s: %+v", r.Name, r)
 		}
 	}
-	for _, n := range []string{"put.c1.rate", "put.c4.p99", "put@procs.proc0_cpu", "put@procs.proc2_rss", "put@procs.child_cpu"} {
+	for _, n := range []string{"put.c1.rate", "put.c4.p99", "put.c4.cpu_us", "put.c4.cpu_us.leader", "put@procs.proc0_cpu",
+		"put@procs.proc2_rss", "put@procs.child_cpu"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("no row %s in %v", n, names)
 		}
 	}
 	if !strings.Contains(stdout.String(), "member processes: CPU time, sum") {
 		t.Errorf("no sums in the table:\n%s", stdout.String())
+	}
+}
+
+// TestRunProcsKeepAlive runs the sessions scenario with one member per
+// process on both sides: each process's CPU over an idle window, then
+// over a window with its sessions kept alive, as CPU per session per
+// second and per keep-alive interval.
+func TestRunProcsKeepAlive(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-shape", "procs", "-scenario", "sessions", "-sessions", "30", "-duration", "300ms", "-keepalive", "1s",
+		"-rounds", "1", "-dir", dir, "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Children) != 2 {
+		t.Fatalf("%d children", len(res.Children))
+	}
+	for _, ch := range res.Children {
+		if ch.Error != "" || ch.Scenario != "sessions@procs" || len(ch.Processes) != 3 {
+			t.Fatalf("child %s %s: %+v", ch.Side, ch.Scenario, ch)
+		}
+		got := map[string]float64{}
+		for _, m := range ch.Metrics {
+			got[m.Name] = m.Value
+		}
+		if got["sessions.keepalive.created"] != 30 || got["sessions.keepalive.cores"] <= 0 {
+			t.Errorf("%s: %v", ch.Side, got)
+		}
+		for _, n := range []string{"sessions.keepalive.us_per_s", "sessions.keepalive.us_per_interval", "sessions.keepalive.idle_cores"} {
+			if _, ok := got[n]; !ok {
+				t.Errorf("%s: no figure %s", ch.Side, n)
+			}
+		}
 	}
 }
 

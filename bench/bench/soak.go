@@ -115,7 +115,7 @@ func runSoak(ctx context.Context, o *options, args []string, stdout, stderr io.W
 		},
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, "coord", dir, stderr)
+	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, "coord", dir, stderr, member.CellOptions{Env: o.memberEnv()})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "bench: soak:", err)

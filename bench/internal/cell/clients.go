@@ -23,6 +23,15 @@ type Client interface {
 	Close() error
 }
 
+// WatchHolder is implemented by clients that can hold a watch nobody
+// reads (the scale scenario holds hundreds of thousands, with no change
+// under them): no goroutine of the caller's per watch.
+type WatchHolder interface {
+	// HoldWatch starts a watch of prefix and returns once the member has
+	// taken it on; it ends with ctx.
+	HoldWatch(ctx context.Context, prefix string) error
+}
+
 // Connector is implemented by cells whose members serve clients.
 type Connector interface {
 	// Connect connects a client called name to member m alone.

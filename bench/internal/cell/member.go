@@ -19,6 +19,30 @@ type MemberSpec struct {
 	// Dir is this member's own data directory. It must be on a real
 	// disk: the bench measures fsync.
 	Dir string `json:"dir"`
+	// Join starts a member added to a running cell (coord: AddLearner,
+	// then Config.Join; etcd: MemberAddAsLearner, then the "existing"
+	// cluster state) instead of a founder. It is not waited for with a
+	// write: a learner may take none.
+	Join bool `json:"join,omitempty"`
+	// Scale holds the settings of the scale scenario; the zero value is
+	// each side's defaults.
+	Scale ScaleSpec `json:"scale,omitzero"`
+}
+
+// ScaleSpec is what the scale scenario sets beyond each side's defaults.
+type ScaleSpec struct {
+	// QuotaBytes is the keyspace cap (coord Config.QuotaBytes; etcd
+	// QuotaBackendBytes, a bound on its database file); 0 = the side's
+	// default (2 GiB on both).
+	QuotaBytes int64 `json:"quota_bytes,omitempty"`
+	// ClientMaxWatchers raises coord's bound on one client's watches on
+	// a member (Config.ClientMaxWatchers); 0 = its default. etcd has no
+	// such bound.
+	ClientMaxWatchers int `json:"client_max_watchers,omitempty"`
+	// Metrics has a coord member register its metrics (a registry of
+	// its own), so the scenario can read the keyspace bytes the quota
+	// counts and the live sessions.
+	Metrics bool `json:"metrics,omitempty"`
 }
 
 // Member is one member of a cell, in this process, called the way a

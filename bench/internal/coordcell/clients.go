@@ -26,11 +26,23 @@ func (c *Cell) Connect(ctx context.Context, m int, name string) (cell.Client, er
 	if err != nil {
 		return nil, err
 	}
+	cl, err := Dial(ctx, n.ClientAddr(), name)
+	if err != nil {
+		return nil, fmt.Errorf("coord client %s to member %d: %w", name, m, err)
+	}
+	return cl, nil
+}
+
+// Dial connects a coord.Client called name to the member whose client
+// port is addr (plaintext loopback TCP), and to it alone. Its
+// connections count their frames (Traffic).
+func Dial(ctx context.Context, addr, name string) (cell.Client, error) {
 	cl := &client{}
 	var d net.Dialer
+	var err error
 	cl.c, err = coord.Connect(ctx, coord.ClientConfig{
 		Name:    name,
-		Members: []string{n.ClientAddr()},
+		Members: []string{addr},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {
@@ -43,7 +55,7 @@ func (c *Cell) Connect(ctx context.Context, m int, name string) (cell.Client, er
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("coord client %s to member %d: %w", name, m, err)
+		return nil, fmt.Errorf("coord client %s at %s: %w", name, addr, err)
 	}
 	return cl, nil
 }
@@ -55,7 +67,10 @@ type client struct {
 	out, in frameCounter
 }
 
-var _ cell.TrafficClient = (*client)(nil)
+var (
+	_ cell.TrafficClient = (*client)(nil)
+	_ cell.WatchHolder   = (*client)(nil)
+)
 
 func (cl *client) Put(ctx context.Context, key string, value []byte) error {
 	_, err := cl.c.Put(ctx, key, value)
@@ -78,6 +93,18 @@ func (cl *client) NewSession(ctx context.Context, ttl time.Duration) (cell.Sessi
 // member's own watch, a client's is established over the network.
 func (cl *client) Watch(ctx context.Context, prefix string, fn func(key string)) error {
 	w := watch(ctx, cl.c, prefix, fn)
+	select {
+	case <-w.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return w.Err()
+}
+
+// HoldWatch starts a watch of prefix that nothing reads, and returns
+// once the member has taken it on.
+func (cl *client) HoldWatch(ctx context.Context, prefix string) error {
+	w := cl.c.Watch(ctx, prefix)
 	select {
 	case <-w.Ready():
 	case <-ctx.Done():

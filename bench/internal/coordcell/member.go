@@ -9,12 +9,18 @@ import (
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/bench/internal/attack"
 	"github.com/coordcell/coord/bench/internal/cell"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Member is one coord member in this process, its peers in other
 // processes: coord's own TCP transport, default timings, fsync on. It
 // implements cell.Member.
-type Member struct{ n *coord.Node }
+type Member struct {
+	n *coord.Node
+	// reg holds the member's metrics when its spec asked for them (the
+	// scale scenario reads the keyspace bytes and live sessions there).
+	reg *prometheus.Registry
+}
 
 var _ cell.Member = (*Member)(nil)
 
@@ -26,24 +32,35 @@ func OpenMember(ctx context.Context, spec cell.MemberSpec) (cell.Member, error) 
 	if spec.Index < 0 || spec.Index >= len(spec.PeerAddrs) {
 		return nil, fmt.Errorf("coord member %d of %d", spec.Index, len(spec.PeerAddrs))
 	}
-	peers := make([]coord.Peer, len(spec.PeerAddrs))
+	var peers []coord.Peer
 	for i, a := range spec.PeerAddrs {
-		peers[i] = coord.Peer{Name: memberName(i), Addr: a}
+		// A joining member lists the members it may ask, not itself.
+		if !spec.Join || i != spec.Index {
+			peers = append(peers, coord.Peer{Name: memberName(i), Addr: a})
+		}
 	}
 	cfg := coord.Config{
-		Name:    memberName(spec.Index),
-		Addr:    spec.PeerAddrs[spec.Index],
-		Peers:   peers,
-		DataDir: spec.Dir,
+		Name:              memberName(spec.Index),
+		Addr:              spec.PeerAddrs[spec.Index],
+		Peers:             peers,
+		DataDir:           spec.Dir,
+		Join:              spec.Join,
+		QuotaBytes:        spec.Scale.QuotaBytes,
+		ClientMaxWatchers: spec.Scale.ClientMaxWatchers,
 	}
 	if spec.Index < len(spec.ClientAddrs) {
 		cfg.ClientAddr, cfg.ClientPolicy = spec.ClientAddrs[spec.Index], attack.Policy
+	}
+	var reg *prometheus.Registry
+	if spec.Scale.Metrics {
+		reg = prometheus.NewRegistry()
+		cfg.Metrics = reg
 	}
 	n, err := coord.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("coord member %d: %w", spec.Index, err)
 	}
-	return &Member{n: n}, nil
+	return &Member{n: n, reg: reg}, nil
 }
 
 // Node returns the member's node (attack.Noder: the client-attacks

@@ -21,13 +21,40 @@ func (c *Cell) Connect(ctx context.Context, m int, name string) (cell.Client, er
 	if _, err := c.client(m); err != nil {
 		return nil, err
 	}
-	cl, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{c.curls[m]}, DialTimeout: 5 * time.Second, Context: context.Background(),
-	})
+	cl, err := Dial(ctx, c.curls[m], name)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client %s to member %d: %w", name, m, err)
 	}
+	return cl, nil
+}
+
+// Dial connects etcd's gRPC client to the member whose client URL is url
+// ("http://host:port"); name is unused.
+func Dial(ctx context.Context, url, name string) (cell.Client, error) {
+	cl, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{url}, DialTimeout: 5 * time.Second, Context: context.Background(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client %s at %s: %w", name, url, err)
+	}
 	return &client{c: cl}, nil
+}
+
+var _ cell.WatchHolder = (*client)(nil)
+
+// HoldWatch starts a watch of prefix that nothing reads, and returns once
+// etcd has confirmed it.
+func (cl *client) HoldWatch(ctx context.Context, prefix string) error {
+	wch := cl.c.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	select {
+	case resp, ok := <-wch:
+		if !ok {
+			return fmt.Errorf("etcd watch of %q ended at once: %w", prefix, ctx.Err())
+		}
+		return resp.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // client adapts a gRPC clientv3 to cell.Client.

@@ -55,12 +55,26 @@ func OpenMember(ctx context.Context, spec cell.MemberSpec) (cell.Member, error) 
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.InitialCluster = strings.Join(initial, ",")
 	cfg.InitialClusterToken = "coord-bench"
+	if spec.Join {
+		// Added as a learner first (Member.AddLearner on a member).
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	if spec.Scale.QuotaBytes > 0 {
+		cfg.QuotaBackendBytes = spec.Scale.QuotaBytes
+	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.With(zap.String("member", cfg.Name)))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd member %d: %w", i, err)
 	}
 	m.e = e
+	if spec.Join {
+		// A learner is ready once it has caught up and published itself
+		// through the leader; the scale scenario times its catch-up by
+		// its applied index instead, from its start.
+		m.cl = v3client.New(e.Server)
+		return m, nil
+	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():

@@ -48,6 +48,15 @@ type Response struct {
 	Usage Usage `json:"usage"`
 }
 
+// ReadyInfo is the body of a child's first Response: how long its member
+// took to open (a restarted member reads its state back from disk) and
+// then to commit a write through it (0 for a joining member, which is not
+// asked to).
+type ReadyInfo struct {
+	OpenSeconds  float64 `json:"open_seconds"`
+	AwaitSeconds float64 `json:"await_seconds"`
+}
+
 // Usage is a process's resources so far.
 type Usage struct {
 	CPUSeconds float64 `json:"cpu_seconds"`

@@ -38,15 +38,20 @@ type Proc struct {
 	mu       sync.Mutex // one call at a time, so answers match requests
 	stopOnce sync.Once
 	killed   atomic.Bool // by Kill: its exit status is no error
+	ready    ReadyInfo   // the first Response's body, set by Ready
 	usage    proc.Usage  // the child's rusage, once exited
 	waitErr  error
 }
 
 // Start starts a child running exe with args (which must make it call
 // Serve) and sends it spec. It does not wait for the member to run: see
-// Ready.
-func Start(exe string, args []string, spec Spec, stderr io.Writer) (*Proc, error) {
+// Ready. env, when given, is added to the child's environment (e.g.
+// GOMEMLIMIT=...).
+func Start(exe string, args []string, spec Spec, stderr io.Writer, env ...string) (*Proc, error) {
 	cmd := exec.Command(exe, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = procAttr()
 	in, err := cmd.StdinPipe()
@@ -124,7 +129,20 @@ func (p *Proc) Ready(ctx context.Context) (Usage, error) {
 	if r.Error != "" {
 		return r.Usage, fmt.Errorf("member %d: %s", p.Spec.Member.Index, r.Error)
 	}
+	if len(r.Body) > 0 {
+		if err := json.Unmarshal(r.Body, &p.ready); err != nil {
+			return r.Usage, fmt.Errorf("member %d: ready: %w", p.Spec.Member.Index, err)
+		}
+	}
 	return r.Usage, nil
+}
+
+// ReadyInfo returns what the child said when it was ready (zero before
+// Ready returned).
+func (p *Proc) ReadyInfo() ReadyInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ready
 }
 
 // receive returns the next response, or an error once the child's
@@ -219,12 +237,26 @@ func (p *Proc) Stop(grace time.Duration) (proc.Usage, error) {
 // Cell is the member processes of one cell.
 type Cell []*Proc
 
+// CellOptions are what StartCell sets beyond its defaults.
+type CellOptions struct {
+	// Env is added to every child's environment (e.g. GOMEMLIMIT=...).
+	Env []string
+	// Scale goes into every member's spec (the scale scenario's quota
+	// and limits).
+	Scale cell.ScaleSpec
+}
+
 // StartCell starts one child per member of a side's cell (cell.Members
 // of them), each with its own data directory under dir, on free
 // loopback ports, and returns once every member runs and the cell has
 // committed a write through each; ctx bounds that. On error every child
-// started is stopped.
-func StartCell(ctx context.Context, exe string, args []string, side, dir string, stderr io.Writer) (Cell, error) {
+// started is stopped. opts, at most one, adds to each child's
+// environment and spec.
+func StartCell(ctx context.Context, exe string, args []string, side, dir string, stderr io.Writer, opts ...CellOptions) (Cell, error) {
+	var o CellOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	n := cell.Members
 	addrs, err := cell.FreeAddrs(2 * n)
 	if err != nil {
@@ -232,18 +264,18 @@ func StartCell(ctx context.Context, exe string, args []string, side, dir string,
 	}
 	// The children's output is copied by one goroutine each: they share
 	// the writer.
-	stderr = &lockedWriter{w: stderr}
+	stderr = SyncWriter(stderr)
 	var c Cell
 	for i := range n {
 		spec := Spec{Side: side, Member: cell.MemberSpec{
 			Index: i, PeerAddrs: addrs[:n], ClientAddrs: addrs[n:],
-			Dir: filepath.Join(dir, fmt.Sprintf("%s-m%d", side, i)),
+			Dir: filepath.Join(dir, fmt.Sprintf("%s-m%d", side, i)), Scale: o.Scale,
 		}}
 		if err := os.MkdirAll(spec.Member.Dir, 0o755); err != nil {
 			c.Stop(0)
 			return nil, err
 		}
-		p, err := Start(exe, args, spec, stderr)
+		p, err := Start(exe, args, spec, stderr, o.Env...)
 		if p != nil {
 			c = append(c, p)
 		}
@@ -288,4 +320,14 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// SyncWriter returns a writer that serializes writes to w: for a writer
+// shared by children started apart (Start after StartCell), whose output
+// is copied by a goroutine each.
+func SyncWriter(w io.Writer) io.Writer {
+	if lw, ok := w.(*lockedWriter); ok {
+		return lw
+	}
+	return &lockedWriter{w: w}
 }

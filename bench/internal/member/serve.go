@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/proc"
@@ -67,12 +68,18 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, openers map[string]
 	if !ok {
 		return fmt.Errorf("member: unknown side %q", spec.Side)
 	}
+	start := time.Now()
 	m, err := open(ctx, spec.Member)
-	if err == nil {
+	var ready ReadyInfo
+	ready.OpenSeconds = time.Since(start).Seconds()
+	// A joining member may be a learner, which takes no writes: it is
+	// ready once it runs, and its caller watches it catch up.
+	if err == nil && !spec.Member.Join {
 		err = cell.AwaitMemberWrite(ctx, m)
 		if err != nil {
 			err = fmt.Errorf("member %d: no write committed: %w", spec.Member.Index, err)
 		}
+		ready.AwaitSeconds = time.Since(start).Seconds() - ready.OpenSeconds
 	}
 	if err != nil {
 		enc.Encode(response(nil, err))
@@ -85,7 +92,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, openers map[string]
 	defer func() {
 		err = errors.Join(err, svc.Close(), m.Close())
 	}()
-	if err := enc.Encode(response(nil, nil)); err != nil {
+	if err := enc.Encode(response(ready, nil)); err != nil {
 		return err
 	}
 	for {

@@ -46,9 +46,14 @@ func ChildUsage(ps *os.ProcessState) Usage {
 type Memory struct {
 	RSS     int64 // VmRSS, bytes
 	PeakRSS int64 // VmHWM, bytes: the highest RSS so far
+	// RSSAnon and RSSFile split RSS: anonymous memory (the Go heap, its
+	// stacks) and pages of mapped files (etcd's bbolt database is one).
+	RSSAnon int64
+	RSSFile int64
 }
 
-// ReadMemory reads this process's VmRSS and VmHWM from /proc/self/status.
+// ReadMemory reads this process's VmRSS, VmHWM, RssAnon and RssFile from
+// /proc/self/status.
 func ReadMemory() (Memory, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
@@ -68,6 +73,10 @@ func ReadMemory() (Memory, error) {
 			dst = &m.RSS
 		case "VmHWM":
 			dst = &m.PeakRSS
+		case "RssAnon":
+			dst = &m.RSSAnon
+		case "RssFile":
+			dst = &m.RSSFile
 		default:
 			continue
 		}

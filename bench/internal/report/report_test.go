@@ -74,3 +74,31 @@ func TestWriteTable(t *testing.T) {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }
+
+// TestScenarioTarget: a target keyed by scenario/name judges that
+// scenario's row alone: CPU per put with one member per process has
+// issue 27's target, the one-process row of the same figure none.
+func TestScenarioTarget(t *testing.T) {
+	m := func(v float64) []scenario.Metric {
+		return []scenario.Metric{{Name: "put.c64.cpu_us", Label: "cpu", Unit: "µs", Value: v}}
+	}
+	rows := Rows([]string{"put", "put@procs"}, []Child{
+		{Side: "coord", Scenario: "put", Metrics: m(300)}, {Side: "etcd", Scenario: "put", Metrics: m(400)},
+		{Side: "coord", Scenario: "put@procs", Metrics: m(300)}, {Side: "etcd", Scenario: "put@procs", Metrics: m(400)},
+	})
+	for _, r := range rows {
+		if r.Name != "put.c64.cpu_us" {
+			continue
+		}
+		switch r.Scenario {
+		case "put":
+			if r.Target != "" {
+				t.Errorf("one-process row judged: %+v", r)
+			}
+		case "put@procs":
+			if r.Target != "<= 0.6x" || r.Verdict != "MISSES" {
+				t.Errorf("procs row: target %q verdict %q", r.Target, r.Verdict)
+			}
+		}
+	}
+}

@@ -12,7 +12,8 @@ type target struct {
 	strict  bool    // "<" rather than "<="
 }
 
-// targets are issue 5's (and later issues'), keyed by figure name.
+// targets are issue 5's (and later issues'), keyed by figure name, or by
+// scenario/name for a target of one scenario's row alone.
 var targets = map[string]target{
 	"put.c64.rate":          {ratio: true, atLeast: true, bound: 3.0},
 	"put.c16.p99":           {ratio: true, bound: 0.5},
@@ -32,6 +33,16 @@ var targets = map[string]target{
 	// The process runs all three members, so under one core for the
 	// process means under one core for the leader.
 	"sessions-large.cores": {bound: 1, strict: true},
+	// Issue 27: CPU per operation with one member per process (keyed by
+	// scenario/name: the one-process rows have no target), and the scale
+	// run's targets on coord's own figures.
+	"put@procs/put.c64.cpu_us":          {ratio: true, bound: 0.6},
+	"get@procs/get.linearizable.cpu_us": {ratio: true, bound: 0.5},
+	"scale.loaded.rss_ratio.max":        {bound: 2},
+	"scale.memlimit.rss_ratio.max":      {bound: 1.3},
+	"scale.restart.serving":             {bound: 10},
+	"scale.join.mbps":                   {atLeast: true, bound: 100},
+	"scale.put.p99_loaded_over_empty":   {bound: 1.5},
 }
 
 func (t target) String() string {
@@ -50,7 +61,10 @@ func (t target) String() string {
 
 // judge sets r's target and verdict when it has one.
 func judge(r *Row) {
-	t, ok := targets[r.Name]
+	t, ok := targets[r.Scenario+"/"+r.Name]
+	if !ok {
+		t, ok = targets[r.Name]
+	}
 	if !ok {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/bench/internal/hist"
+	"github.com/coordcell/coord/bench/internal/proc"
 )
 
 // opTimeout bounds one operation of a load.
@@ -22,6 +23,18 @@ type loadResult struct {
 	elapsed  time.Duration   // the measured window
 	lat      *hist.Histogram // latencies of the successful ones
 	firstErr error
+	// cpu is this process's CPU time (user + system) from the start of
+	// the measured window until its last call returned.
+	cpu time.Duration
+}
+
+// cpuPerOp returns r's CPU time per successful measured call, in µs (0
+// without any).
+func (r loadResult) cpuPerOp() float64 {
+	if n := r.ops - r.errs; n > 0 {
+		return float64(r.cpu.Microseconds()) / float64(n)
+	}
+	return 0
 }
 
 func (r loadResult) rate() float64 { return float64(r.ops-r.errs) / r.elapsed.Seconds() }
@@ -34,6 +47,7 @@ func (r loadResult) metrics(name, label, unit string) []Metric {
 		{Name: name + ".p50", Label: label + ": p50", Unit: "ms", Value: ms(r.lat.Quantile(50))},
 		{Name: name + ".p99", Label: label + ": p99", Unit: "ms", Value: ms(r.lat.Quantile(99))},
 	}
+	out = append(out, Metric{Name: name + ".cpu_us", Label: label + ": CPU per op (this process: members and callers)", Unit: "µs", Value: r.cpuPerOp()})
 	if r.errs > 0 {
 		out = append(out, Metric{Name: name + ".errors", Label: label + ": errors", Unit: "ops", Value: float64(r.errs)})
 	}
@@ -97,9 +111,11 @@ func runLoad(ctx context.Context, clients int, warmup, dur time.Duration,
 	}
 	sleep(ctx, warmup)
 	measuring.Store(true)
+	cpu0 := proc.CPU()
 	sleep(ctx, dur)
 	stop.Store(true)
 	wg.Wait()
+	res.cpu = proc.CPU() - cpu0
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}

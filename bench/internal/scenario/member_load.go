@@ -46,6 +46,12 @@ type MemberLoadResult struct {
 	ElapsedSeconds float64        `json:"elapsed_seconds"`
 	Latency        hist.Histogram `json:"latency"`
 	FirstError     string         `json:"first_error,omitempty"`
+	// CPUSeconds is the process's CPU time (user + system: its member
+	// and its share of the callers) from the start of the measured
+	// window until the last call returned; Leader says whether its
+	// member led at the end.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Leader     bool    `json:"leader"`
 }
 
 // validate checks a MemberLoad from the parent.
@@ -119,7 +125,10 @@ func RunMemberLoad(ctx context.Context, m cell.Member, l MemberLoad) (*MemberLoa
 	}
 	res, err := runLoad(ctx, l.Workers, l.Warmup, l.Duration, op)
 	out := &MemberLoadResult{Ops: res.ops, Errors: res.errs, Done: res.done,
-		ElapsedSeconds: res.elapsed.Seconds(), Latency: *res.lat}
+		ElapsedSeconds: res.elapsed.Seconds(), Latency: *res.lat, CPUSeconds: res.cpu.Seconds()}
+	if l, ok := m.(cell.Leads); ok {
+		out.Leader = l.Leads()
+	}
 	if res.firstErr != nil {
 		out.FirstError = res.firstErr.Error()
 	}

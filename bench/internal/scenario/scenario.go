@@ -113,9 +113,12 @@ type Scenario struct {
 	CoordOnly bool
 	// ProcsOnly scenarios run with one member per process whatever
 	// -shape says, only when named (never in "all"), and have no Run:
-	// the program runs them itself (client-attacks).
+	// the program runs them itself (client-attacks, scale).
 	ProcsOnly bool
-	Run       func(ctx context.Context, env Env, cfg Config) ([]Metric, error)
+	// Once scenarios run one round on each side whatever -rounds says:
+	// their figures are peaks or one long run's (client-attacks, scale).
+	Once bool
+	Run  func(ctx context.Context, env Env, cfg Config) ([]Metric, error)
 }
 
 // All lists the scenarios in the order a full run takes them.
@@ -138,7 +141,11 @@ var All = []Scenario{
 	{Name: "client-get", Doc: "linearizable get through clients on loopback (etcd: gRPC), GetClients callers", Run: ClientGet},
 	{Name: "client-attacks", Doc: "issue 22's attacks on a member's client door, one after the other, against 3 member processes: " +
 		"each member's peak RSS and heap, its door counters, the longest commit gap of control clients (coord only, member processes, only when named)",
-		CoordOnly: true, ProcsOnly: true},
+		CoordOnly: true, ProcsOnly: true, Once: true},
+	{Name: "scale", Doc: "issue 27's scale run against 3 member processes, once per side, only when named: -scale-keys keys of 1 KB loaded; " +
+		"each member's RSS and heap against the live data, data dirs, restart after kill -9, a new member's catch-up by snapshot, " +
+		"put/get/lock loaded vs empty, a paged List, a watch from far back, sessions and watches held through clients, the quota's refusals",
+		ProcsOnly: true, Once: true},
 }
 
 // ByName returns the scenario called name.
