@@ -614,6 +614,13 @@ func (a *applier) retireProposers(idx uint64) error {
 		if err := a.forgetResults(it, ^uint64(0)); err != nil {
 			return err
 		}
+		// forgetResults goes below its bound: the highest number, which a
+		// command may carry too, goes on its own.
+		if r, ok := t.results.Get(resultItem{proposerRef: it.proposerRef, seq: ^uint64(0)}); ok {
+			if err := a.dropResult(r); err != nil {
+				return err
+			}
+		}
 		a.ibuf = appendProposerKey(a.ibuf[:0], it.proposerRef)
 		if err := a.b.Delete(a.ibuf, nil); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"math"
 	"testing"
 
 	"github.com/coordcell/coord/internal/command"
@@ -221,4 +222,19 @@ func TestResultRecordRoundTrip(t *testing.T) {
 		_, err := decodeResultRecord(bad)
 		require.Error(t, err, "%x", bad)
 	}
+}
+
+// A proposer's record at the highest sequence number goes with it when
+// it retires: a restart then finds what the others hold.
+func TestProposerRetiredWithTheLastSequence(t *testing.T) {
+	ts := openTestSM(t, nil, Options{ProposerRetainEntries: 10})
+	r := ts.do(resolveCmd(5, math.MaxUint64)) // a client may ask after any number
+	require.Equal(t, command.StatusNotApplied, r.Status)
+	ts.do(onceCmd(6, math.MaxUint64, math.MaxUint64, "k", "v"))
+	for ts.AppliedIndex() < retireEvery {
+		ts.apply(nil)
+	}
+	require.Equal(t, ProposerStats{Horizon: 2}, ts.ProposerStats())
+	ts.reopen()
+	require.Equal(t, ProposerStats{Horizon: 2}, ts.ProposerStats())
 }
