@@ -14,7 +14,8 @@ import (
 // BenchmarkApplyOncePuts measures what exactly-once costs the state
 // machine without Raft: batches of single-put transactions (100-byte
 // values over 10,000 keys) as the cell proposes them, each batch applied
-// and its image committed to Pebble. An op is one batch. Shapes:
+// and its image committed to Pebble (as a member's store configures it,
+// on an in-memory disk). An op is one batch. Shapes:
 //   - none: no proposer (the commands as before exactly-once);
 //   - member: one member's proposer with 64 calls in flight, so its floor
 //     trails its sequence by 64 (what BenchmarkPut's 64 callers make);
@@ -35,7 +36,12 @@ func BenchmarkApplyOncePuts(b *testing.B) {
 }
 
 func benchApplyOncePuts(b *testing.B, batch int, shape string) {
-	ts := openTestSM(b, nil, Options{})
+	// A store's state machine, on an in-memory disk: Pebble as a member
+	// configures it.
+	st, err := Open(Options{})
+	require.NoError(b, err)
+	defer func() { require.NoError(b, st.Close()) }()
+	ts := st.StateMachine()
 	value := make([]byte, 100)
 	const clients, inFlight, keys = 64, 64, 10_000
 	clientSeq := make([]uint64, clients)
