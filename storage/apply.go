@@ -153,6 +153,7 @@ type applier struct {
 
 	kbuf  []byte       // the KV key of the last getKV
 	ibuf  []byte       // index and history keys
+	ebuf  []byte       // the ends of range deletions
 	vbuf  []byte       // records
 	hbuf  []byte       // history records
 	items []kvItem     // scan's
@@ -180,7 +181,7 @@ func (a *applier) end() {
 	a.budget, a.spent = 0, 0
 	a.members = nil
 	a.slabs = slabs{} // what they served has left with the results
-	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
+	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.ebuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {
 			*buf = nil
 		}

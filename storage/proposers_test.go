@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
 	"github.com/stretchr/testify/require"
 )
@@ -215,13 +216,37 @@ func TestProposerLargeReadsTrimmed(t *testing.T) {
 func TestResultRecordRoundTrip(t *testing.T) {
 	res := &command.Result{Status: command.StatusOK, Rev: 9, Succeeded: true, SessionID: -3,
 		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}}}}
-	got, err := decodeResultRecord(appendResultRecord(nil, res))
+	for _, m := range []resultMeta{{}, {floor: 7, last: 1 << 40}, {floor: 9, last: 3, explicit: true}} {
+		got, gotMeta, err := decodeResultRecord(appendResultRecord(nil, res, m))
+		require.NoError(t, err)
+		require.Equal(t, res, got)
+		require.Equal(t, m, gotMeta)
+	}
+	// The first format's records, which earlier builds wrote, read as
+	// explicit results; their length is the size every build counts.
+	v1 := appendResultRecord1(nil, res)
+	got, m, err := decodeResultRecord(v1)
 	require.NoError(t, err)
 	require.Equal(t, res, got)
-	for _, bad := range [][]byte{nil, {2}, {resultFormat1}, {resultFormat1, 0, 4, 0, 0, 0}, {resultFormat1, 0, 0, 0, 0, 0xff, 0x7f}} {
-		_, err := decodeResultRecord(bad)
+	require.Equal(t, resultMeta{explicit: true}, m)
+	require.EqualValues(t, len(v1), resultSize(res))
+	for _, bad := range [][]byte{nil, {3}, {resultFormat1}, {resultFormat1, 0, 4, 0, 0, 0}, {resultFormat1, 0, 0, 0, 0, 0xff, 0x7f},
+		{resultFormat2, 0, 8, 0, 0, 0, 0, 0}, {resultFormat2, 0, 0, 0, 0, 0, 0}} {
+		_, _, err := decodeResultRecord(bad)
 		require.Error(t, err, "%x", bad)
 	}
+}
+
+// appendResultRecord1 is how builds of resultFormat1 wrote a result.
+func appendResultRecord1(dst []byte, res *command.Result) []byte {
+	var flags byte
+	if res.Succeeded {
+		flags |= resultSucceeded
+	}
+	if res.Trimmed {
+		flags |= resultTrimmed
+	}
+	return appendResultBody(append(dst, resultFormat1, byte(res.Status), flags), res)
 }
 
 // A proposer's record at the highest sequence number goes with it when
@@ -237,4 +262,78 @@ func TestProposerRetiredWithTheLastSequence(t *testing.T) {
 	require.Equal(t, ProposerStats{Horizon: 2}, ts.ProposerStats())
 	ts.reopen()
 	require.Equal(t, ProposerStats{Horizon: 2}, ts.ProposerStats())
+}
+
+// resultRecords counts the stored result records of proposer id (owner "").
+func resultRecords(ts *testSM, id uint64) int {
+	ts.t.Helper()
+	lo := appendResultsKey(nil, proposerRef{id: id})
+	n := 0
+	it, err := ts.image().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	require.NoError(ts.t, err)
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	require.NoError(ts.t, it.Error())
+	return n
+}
+
+// Forgotten results are not deleted one by one, but their records do not
+// pile up: a range goes each time the floor passes a chunk.
+func TestProposerForgottenRecordsPruned(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	const inFlight = 10
+	for seq := uint64(1); seq <= 1000; seq++ {
+		ts.do(onceCmd(1, seq, max(seq, inFlight)-inFlight+1, "k", "v"))
+		require.LessOrEqual(t, resultRecords(ts, 1), inFlight+floorChunk, "at %d", seq)
+	}
+	st := ts.ProposerStats()
+	require.Equal(t, inFlight, st.Results)
+	ts.reopen()
+	require.Equal(t, st, ts.ProposerStats())
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 990, 1, "k", "v")).Status)
+	require.True(t, ts.do(onceCmd(1, 991, 1, "k", "v")).Repeat)
+}
+
+// A result kept below its proposer's floor (a command whose floor passed
+// its own sequence) outlives the ranges of forgotten records, and a
+// restart, until the floor moves again.
+func TestProposerResultBelowFloorKept(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	for seq := uint64(1); seq <= 5; seq++ {
+		ts.do(onceCmd(1, seq, seq, "k", "v"))
+	}
+	below := ts.do(onceCmd(1, 6, 3*floorChunk, "k", "below"))
+	require.Equal(t, command.StatusOK, below.Status)
+	require.Equal(t, 1, resultRecords(ts, 1), "the records below went in a range")
+	ts.reopen()
+	r := ts.do(onceCmd(1, 6, 1, "k", "below"))
+	require.True(t, r.Repeat)
+	require.Equal(t, below.Rev, r.Rev)
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 5, 1, "k", "v")).Status)
+	ts.do(onceCmd(1, 3*floorChunk, 3*floorChunk+1, "k", "v"))
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 6, 1, "k", "below")).Status, "forgotten when the floor moved")
+	require.Equal(t, 1, ts.ProposerStats().Results)
+	ts.reopen()
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 6, 1, "k", "below")).Status)
+	require.Equal(t, 1, ts.ProposerStats().Results)
+}
+
+// A result that goes as soon as it is kept (the oldest past
+// MaxResultsPerProposer) still moves the floor for good, across a
+// restart, even when the floor's move deletes the records below it.
+func TestProposerTrimmedAtOnceKeepsFloor(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 2})
+	ts.do(onceCmd(1, floorChunk+36, 1, "k", "v"))
+	ts.do(onceCmd(1, floorChunk+37, 1, "k", "v"))
+	late := uint64(floorChunk - 1)
+	require.Equal(t, command.StatusOK, ts.do(onceCmd(1, late, 1, "k", "late")).Status)
+	kv, _ := ts.get("k")
+	for range 2 {
+		require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, late, 1, "k", "late")).Status)
+		ts.reopen()
+	}
+	again, _ := ts.get("k")
+	require.Equal(t, kv, again, "applied once")
 }
