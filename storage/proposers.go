@@ -83,25 +83,27 @@ func compareRefs(a, b proposerRef) int {
 	return cmp.Compare(a.id, b.id)
 }
 
-// proposerItem is one proposer's bookkeeping.
+// proposerItem is one proposer's bookkeeping, and its kept results.
 type proposerItem struct {
 	proposerRef
 	floor uint64 // results below are forgotten; commands below unknown ones refused
 	last  uint64 // the index it was last active at
-	// results and bytes count what it keeps (not persisted: rebuilt).
-	results int
-	bytes   int64
+	// results are its kept results, in sequence order. Published views
+	// share the array: only the Apply that made it (gen) writes into it;
+	// any other copies it first (applier.ownResults).
+	results []resultItem
+	gen     uint64
+	bytes   int64 // Σ results' sizes (not persisted: rebuilt)
 	// stored is set while a proposer record of it may exist (tagProposer),
 	// which its retirement deletes.
 	stored bool
 }
 
-// resultItem is one kept result. res is never changed once in a tree.
+// resultItem is one kept result. res is never changed once kept.
 type resultItem struct {
-	proposerRef
 	seq  uint64
 	res  *command.Result
-	size int64 // resultSize(res)
+	size uint32 // resultSize(res)
 	// explicit is set when its record is deleted as it is forgotten
 	// rather than implied by the floor (proposers_records.go).
 	explicit bool
@@ -109,33 +111,36 @@ type resultItem struct {
 
 func proposerLess(a, b proposerItem) bool { return compareRefs(a.proposerRef, b.proposerRef) < 0 }
 
-func resultLess(a, b resultItem) bool {
-	if c := compareRefs(a.proposerRef, b.proposerRef); c != 0 {
-		return c < 0
+// find returns the index of it's result seq, or where it would go.
+func (it *proposerItem) find(seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(it.results, seq, func(r resultItem, seq uint64) int { return cmp.Compare(r.seq, seq) })
+}
+
+// result returns it's kept result of seq, or nil.
+func (it *proposerItem) result(seq uint64) *command.Result {
+	if i, ok := it.find(seq); ok {
+		return it.results[i].res
 	}
-	return a.seq < b.seq
+	return nil
 }
 
 // proposerTable is memState's part for the table.
 type proposerTable struct {
 	proposers *btree.BTreeG[proposerItem]
-	results   *btree.BTreeG[resultItem]
 	horizon   uint64
 	bytes     int64 // Σ result sizes
+	results   int   // how many results are kept
 	// unsettled is set while a load has added results settle has not
 	// looked at.
 	unsettled bool
 }
 
 func newProposerTable() proposerTable {
-	return proposerTable{
-		proposers: btree.NewG(btreeDegree, proposerLess),
-		results:   btree.NewG(btreeDegree, resultLess),
-	}
+	return proposerTable{proposers: btree.NewG(btreeDegree, proposerLess)}
 }
 
 func (t proposerTable) clone() proposerTable {
-	t.proposers, t.results = t.proposers.Clone(), t.results.Clone()
+	t.proposers = t.proposers.Clone()
 	return t
 }
 
@@ -143,27 +148,29 @@ func (t proposerTable) clone() proposerTable {
 
 // proposerCheck decides what a command with a proposer does before it
 // runs: repeat a kept result (repeat non-nil), be refused (status set),
-// or run (neither).
-func (a *applier) proposerCheck(p *command.Proposer) (repeat *command.Result, refused command.Status, run bool) {
+// or run (neither). it is the proposer's bookkeeping for recordResult
+// (its ref alone when the table does not know it).
+func (a *applier) proposerCheck(p *command.Proposer) (it proposerItem, repeat *command.Result, refused command.Status, run bool) {
 	t := &a.mem.props
 	ref := refOf(p)
 	it, known := t.proposers.Get(proposerItem{proposerRef: ref})
 	if known {
-		if r, ok := t.results.Get(resultItem{proposerRef: ref, seq: seqOf(p)}); ok {
-			return r.res, 0, false
+		if r := it.result(seqOf(p)); r != nil {
+			return it, r, 0, false
 		}
 		if p.Key == "" && p.Seq < it.floor {
-			return nil, command.StatusRetired, false
+			return it, nil, command.StatusRetired, false
 		}
-		return nil, 0, true
+		return it, nil, 0, true
 	}
+	it.proposerRef = ref
 	// A keyed proposer has no birth to go by: a key unknown here is new
 	// (its record lasts as long as its owner keeps writing; see the
 	// bounds above).
 	if p.Key == "" && p.Born < t.horizon {
-		return nil, command.StatusRetired, false
+		return it, nil, command.StatusRetired, false
 	}
-	return nil, 0, true
+	return it, nil, 0, true
 }
 
 // repeatResult is the result a copy of an applied command gets: the kept
@@ -255,14 +262,13 @@ func (a *applier) keptResult(res *command.Result, cmd *command.Command) *command
 }
 
 // recordResult keeps res as the result of cmd's proposer p, applied at
-// index idx, and moves the proposer's floor and last activity. It writes
-// one record: the result's, which says the proposer's floor and last
-// index too (or, should the result go at once, the proposer's).
-func (a *applier) recordResult(idx uint64, p *command.Proposer, cmd *command.Command, res *command.Result) error {
+// index idx, and moves the proposer's floor and last activity; it is the
+// proposer as proposerCheck found it. It writes one record: the
+// result's, which says the proposer's floor and last index too (or,
+// should the result go at once, the proposer's).
+func (a *applier) recordResult(idx uint64, p *command.Proposer, it proposerItem, cmd *command.Command, res *command.Result) error {
 	t := &a.mem.props
-	ref := refOf(p)
-	it, _ := t.proposers.Get(proposerItem{proposerRef: ref})
-	it.proposerRef = ref
+	a.ownResults(&it)
 	it.last = idx
 	from := it.floor
 	if p.Key == "" && p.Floor > it.floor {
@@ -276,24 +282,24 @@ func (a *applier) recordResult(idx uint64, p *command.Proposer, cmd *command.Com
 	// A result below the floor (its command's floor passed its own
 	// sequence) is kept like any other, but the floor cannot imply when
 	// it goes.
-	ri := resultItem{proposerRef: ref, seq: seq, res: kept, size: resultSize(kept), explicit: seq < it.floor}
-	if old, had := t.results.ReplaceOrInsert(ri); had {
-		it.results--
-		it.bytes -= old.size
-		t.bytes -= old.size
+	ri := resultItem{seq: seq, res: kept, size: uint32(resultSize(kept)), explicit: seq < it.floor}
+	switch i, had := it.find(seq); {
+	case had: // not reached: a kept result is repeated, not run again
+		it.bytes -= int64(it.results[i].size)
+		t.bytes -= int64(it.results[i].size)
+		t.results--
+		it.results[i] = ri
+	default:
+		it.results = slices.Insert(it.results, i, ri)
 	}
-	it.results++
-	it.bytes += ri.size
-	t.bytes += ri.size
+	it.bytes += int64(ri.size)
+	t.bytes += int64(ri.size)
+	t.results++
 	went := false // ri itself, the oldest
-	if it.results > a.sm.opts.MaxResultsPerProposer {
+	if len(it.results) > a.sm.opts.MaxResultsPerProposer {
 		// The oldest go, and the floor rises past them: a copy of one of
 		// them that arrives later is refused, never applied again.
-		var oldest uint64
-		t.results.AscendGreaterOrEqual(resultItem{proposerRef: ref}, func(r resultItem) bool {
-			oldest = r.seq
-			return false
-		})
+		oldest := it.results[0].seq
 		if err := a.forgetResults(&it, oldest+1); err != nil {
 			return err
 		}
@@ -307,7 +313,7 @@ func (a *applier) recordResult(idx uint64, p *command.Proposer, cmd *command.Com
 		}
 	} else {
 		a.vbuf = appendResultRecord(a.vbuf[:0], kept, resultMeta{floor: it.floor, last: it.last, explicit: ri.explicit})
-		a.ibuf = appendResultKey(a.ibuf[:0], ref, seq)
+		a.ibuf = appendResultKey(a.ibuf[:0], it.proposerRef, seq)
 		if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 			return err
 		}
@@ -317,6 +323,16 @@ func (a *applier) recordResult(idx uint64, p *command.Proposer, cmd *command.Com
 	}
 	t.proposers.ReplaceOrInsert(it)
 	return nil
+}
+
+// ownResults makes it's results an array this Apply may write into: the
+// one it made, or a copy of a published one, with room to grow.
+func (a *applier) ownResults(it *proposerItem) {
+	if it.gen == a.gen {
+		return
+	}
+	it.gen = a.gen
+	it.results = append(make([]resultItem, 0, len(it.results)+min(len(it.results), 64)+2), it.results...)
 }
 
 // pruneResults deletes the records of it's forgotten results in one range
@@ -330,12 +346,9 @@ func (a *applier) pruneResults(it *proposerItem, from uint64) error {
 	if it.key != "" || end <= from/floorChunk*floorChunk {
 		return nil
 	}
-	a.mem.props.results.AscendGreaterOrEqual(resultItem{proposerRef: it.proposerRef}, func(r resultItem) bool {
-		if r.proposerRef == it.proposerRef {
-			end = min(end, r.seq)
-		}
-		return false
-	})
+	if len(it.results) > 0 {
+		end = min(end, it.results[0].seq)
+	}
 	if end == 0 {
 		return nil
 	}
@@ -351,31 +364,26 @@ func (a *applier) putProposer(it *proposerItem) error {
 	return a.b.Set(a.ibuf, a.vbuf, nil)
 }
 
-// forgetResults drops it's results below seq from the table. Their
-// records stay, below the floor, for pruneResults, but for the explicit
-// ones, which are deleted.
+// forgetResults drops it's results below seq (it's array is this
+// Apply's). Their records stay, below the floor, for pruneResults, but
+// for the explicit ones, which are deleted.
 func (a *applier) forgetResults(it *proposerItem, below uint64) error {
 	t := &a.mem.props
-	gone := a.gone[:0]
-	t.results.AscendRange(resultItem{proposerRef: it.proposerRef}, resultItem{proposerRef: it.proposerRef, seq: below},
-		func(r resultItem) bool {
-			gone = append(gone, r)
-			return true
-		})
-	a.gone = gone
-	defer clear(gone) // the results they point to may go
-	for _, r := range gone {
+	n, _ := it.find(below)
+	for i := range it.results[:n] {
+		r := &it.results[i]
 		if r.explicit {
-			a.ibuf = appendResultKey(a.ibuf[:0], r.proposerRef, r.seq)
+			a.ibuf = appendResultKey(a.ibuf[:0], it.proposerRef, r.seq)
 			if err := a.b.Delete(a.ibuf, nil); err != nil {
 				return err
 			}
 		}
-		t.results.Delete(r)
-		t.bytes -= r.size
-		it.results--
-		it.bytes -= r.size
+		t.bytes -= int64(r.size)
+		it.bytes -= int64(r.size)
 	}
+	t.results -= n
+	clear(it.results[:n]) // the results they point to may go
+	it.results = it.results[n:]
 	return nil
 }
 
@@ -387,7 +395,7 @@ func (a *applier) resolve(idx uint64, cmd *command.Command) (command.Result, err
 	if p == nil {
 		return a.status(command.StatusInvalid), nil
 	}
-	kept, refused, _ := a.proposerCheck(p)
+	it, kept, refused, _ := a.proposerCheck(p)
 	switch {
 	case kept != nil:
 		res := *kept
@@ -399,7 +407,7 @@ func (a *applier) resolve(idx uint64, cmd *command.Command) (command.Result, err
 	res := a.status(command.StatusNotApplied)
 	// The resolve is not a copy of the command it settles: no put values
 	// to keep, whatever its own body says.
-	if err := a.recordResult(idx, p, &command.Command{Kind: command.KindNoop}, &res); err != nil {
+	if err := a.recordResult(idx, p, it, &command.Command{Kind: command.KindNoop}, &res); err != nil {
 		return command.Result{}, err
 	}
 	return res, nil
@@ -470,20 +478,8 @@ func (a *applier) retireProposers(idx uint64) error {
 // one range, with the highest sequence number too.
 func (a *applier) retire(it *proposerItem) error {
 	t := &a.mem.props
-	gone := a.gone[:0]
-	t.results.AscendGreaterOrEqual(resultItem{proposerRef: it.proposerRef}, func(r resultItem) bool {
-		if r.proposerRef != it.proposerRef {
-			return false
-		}
-		gone = append(gone, r)
-		return true
-	})
-	a.gone = gone
-	defer clear(gone)
-	for _, r := range gone {
-		t.results.Delete(r)
-		t.bytes -= r.size
-	}
+	t.bytes -= it.bytes
+	t.results -= len(it.results)
 	a.ibuf = appendResultsKey(a.ibuf[:0], it.proposerRef)
 	a.ebuf = append(a.ebuf[:0], a.ibuf...)
 	if err := a.b.DeleteRange(a.ibuf, prefixEndInPlace(a.ebuf), nil); err != nil {
@@ -521,7 +517,7 @@ type ProposerStats struct {
 // ProposerStats reports the table's size as of the published state.
 func (sm *StateMachine) ProposerStats() ProposerStats {
 	t := sm.view.Load().props
-	return ProposerStats{Proposers: t.proposers.Len(), Results: t.results.Len(), Bytes: t.bytes, Horizon: t.horizon}
+	return ProposerStats{Proposers: t.proposers.Len(), Results: t.results, Bytes: t.bytes, Horizon: t.horizon}
 }
 
 // ProposerResult returns the result kept for p's command as of the
@@ -529,9 +525,10 @@ func (sm *StateMachine) ProposerStats() ProposerStats {
 // without settling it.
 func (sm *StateMachine) ProposerResult(p *command.Proposer) (command.Result, bool) {
 	t := sm.view.Load().props
-	r, ok := t.results.Get(resultItem{proposerRef: refOf(p), seq: seqOf(p)})
-	if !ok {
+	it, _ := t.proposers.Get(proposerItem{proposerRef: refOf(p)})
+	r := it.result(seqOf(p))
+	if r == nil {
 		return command.Result{}, false
 	}
-	return *r.res, true
+	return *r, true
 }

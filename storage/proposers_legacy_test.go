@@ -238,7 +238,7 @@ func probeTable(ts *testSM, probes []command.Proposer) []string {
 	out := make([]string, 0, len(probes))
 	for i := range probes {
 		p := &probes[i]
-		kept, refused, run := a.proposerCheck(p)
+		_, kept, refused, run := a.proposerCheck(p)
 		res, ok := ts.ProposerResult(p)
 		if kept != nil {
 			require.Equal(ts.t, *kept, res)

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/wirebytes"
@@ -291,9 +292,11 @@ func (t *proposerTable) add(k, val []byte) error {
 		if err != nil {
 			return err
 		}
-		t.merge(ref, m, false)
-		ri := resultItem{proposerRef: ref, seq: readUint64(seqb), res: res, size: resultSize(res), explicit: m.explicit}
-		t.results.ReplaceOrInsert(ri)
+		// The records of one proposer come in key order, which is
+		// sequence order; a load's arrays are its own.
+		it := t.merge(ref, m, false)
+		it.results = append(it.results, resultItem{seq: readUint64(seqb), res: res, size: uint32(resultSize(res)), explicit: m.explicit})
+		t.proposers.ReplaceOrInsert(it)
 		t.unsettled = true
 	default:
 		return fmt.Errorf("%w: proposer table key %x", ErrCorrupt, k)
@@ -302,13 +305,15 @@ func (t *proposerTable) add(k, val []byte) error {
 }
 
 // merge takes what one record says of ref's proposer: its floor and last
-// index are the highest its records say.
-func (t *proposerTable) merge(ref proposerRef, m resultMeta, stored bool) {
+// index are the highest its records say. It returns the proposer as it
+// now is in t.
+func (t *proposerTable) merge(ref proposerRef, m resultMeta, stored bool) proposerItem {
 	it, _ := t.proposers.Get(proposerItem{proposerRef: ref})
 	it.proposerRef = ref
 	it.floor, it.last = max(it.floor, m.floor), max(it.last, m.last)
 	it.stored = it.stored || stored
 	t.proposers.ReplaceOrInsert(it)
+	return it
 }
 
 // settle finishes a load: it drops the loaded results below their
@@ -319,27 +324,20 @@ func (t *proposerTable) settle() {
 		return
 	}
 	t.unsettled = false
-	loaded := t.results
-	t.results = newProposerTable().results
-	t.bytes = 0
-	counts := make(map[proposerRef]*proposerItem)
+	t.bytes, t.results = 0, 0
+	var all []proposerItem
 	t.proposers.Ascend(func(it proposerItem) bool {
-		it.results, it.bytes = 0, 0
-		counts[it.proposerRef] = &it
+		all = append(all, it)
 		return true
 	})
-	loaded.Ascend(func(r resultItem) bool {
-		it := counts[r.proposerRef]
-		if !r.explicit && r.seq < it.floor {
-			return true
+	for _, it := range all {
+		it.results = slices.DeleteFunc(it.results, func(r resultItem) bool { return !r.explicit && r.seq < it.floor })
+		it.bytes = 0
+		for _, r := range it.results {
+			it.bytes += int64(r.size)
 		}
-		t.results.ReplaceOrInsert(r)
-		it.results++
-		it.bytes += r.size
-		t.bytes += r.size
-		return true
-	})
-	for _, it := range counts {
-		t.proposers.ReplaceOrInsert(*it)
+		t.bytes += it.bytes
+		t.results += len(it.results)
+		t.proposers.ReplaceOrInsert(it)
 	}
 }

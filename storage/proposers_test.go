@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -336,4 +337,35 @@ func TestProposerTrimmedAtOnceKeepsFloor(t *testing.T) {
 	}
 	again, _ := ts.get("k")
 	require.Equal(t, kv, again, "applied once")
+}
+
+// A published table never changes (readers hold it without locks: a
+// member answering callers after a snapshot, Outcome's reads) though the
+// next Apply shares its arrays: out of order results, trailing floors,
+// trimming, resolves, within and across batches.
+func TestProposerPublishedTableUnchanged(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 8})
+	render := func(v *view) []string {
+		var out []string
+		v.props.proposers.Ascend(func(it proposerItem) bool {
+			out = append(out, fmt.Sprintf("%+v floor %d last %d bytes %d", it.proposerRef, it.floor, it.last, it.bytes))
+			for _, r := range it.results {
+				out = append(out, fmt.Sprintf("  %d %v %+v", r.seq, r.explicit, *r.res))
+			}
+			return true
+		})
+		return out
+	}
+	var views []*view
+	var want [][]string
+	for seq := uint64(1); seq <= 200; seq += 4 {
+		ts.apply(onceCmd(1, seq+3, seq/2+1, "k", "v"), onceCmd(1, seq+1, seq/2+1, "k", "v"),
+			onceCmd(1, seq, seq/2+1, "k", "v"), resolveCmd(1, seq+2), onceCmd(2, seq, seq, "k", "w"))
+		v := ts.view.Load()
+		views, want = append(views, v), append(want, render(v))
+	}
+	for i, v := range views {
+		require.Equal(t, want[i], render(v), "view %d", i)
+	}
+	require.Equal(t, 9, ts.ProposerStats().Results)
 }
