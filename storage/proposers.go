@@ -312,7 +312,7 @@ func (a *applier) recordResult(idx uint64, p *command.Proposer, it proposerItem,
 			return err
 		}
 	} else {
-		a.vbuf = appendResultRecord(a.vbuf[:0], kept, resultMeta{floor: it.floor, last: it.last, explicit: ri.explicit})
+		a.vbuf = appendResultRecord(a.vbuf[:0], kept, seq, resultMeta{floor: it.floor, last: it.last, explicit: ri.explicit})
 		a.ibuf = appendResultKey(a.ibuf[:0], it.proposerRef, seq)
 		if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
 			return err

@@ -134,9 +134,47 @@ type resultMeta struct {
 	explicit    bool
 }
 
-// appendResultRecord appends the stored form (resultFormat2) of res, kept
-// for a proposer whose floor and last index are now m's.
-func appendResultRecord(dst []byte, res *command.Result, m resultMeta) []byte {
+// How an op result is stored in a resultFormat2 record: in full, or as a
+// put's (one key, no value, written at the result's revision), which is
+// what most results hold.
+const (
+	opStored byte = 0 // deleted, then the KVs as resultFormat1 has them
+	opPut    byte = 1 // key, version, revision - create revision, session
+)
+
+// appendResultRecord appends the stored form (resultFormat2) of res, the
+// result of sequence seq of a proposer whose floor and last index are
+// now m's. The floor goes as its distance below seq (wrapping), small
+// for a proposer whose floor trails its calls.
+func appendResultRecord(dst []byte, res *command.Result, seq uint64, m resultMeta) []byte {
+	dst = append(dst, resultFormat2, byte(res.Status), resultFlags(res, m.explicit))
+	dst = binary.AppendVarint(dst, int64(seq-m.floor))
+	dst = binary.AppendUvarint(dst, m.last)
+	dst = binary.AppendVarint(dst, res.Rev)
+	dst = binary.AppendVarint(dst, res.SessionID)
+	dst = binary.AppendUvarint(dst, uint64(len(res.Ops)))
+	for i := range res.Ops {
+		op := &res.Ops[i]
+		if isPutResult(op, res.Rev) {
+			kv := &op.KVs[0]
+			dst = wirebytes.AppendString(append(dst, opPut), kv.Key)
+			dst = binary.AppendVarint(dst, kv.Version)
+			dst = binary.AppendVarint(dst, res.Rev-kv.CreateRev)
+			dst = binary.AppendVarint(dst, kv.Session)
+			continue
+		}
+		dst = appendOpResult(append(dst, opStored), op)
+	}
+	return dst
+}
+
+// isPutResult reports whether op stores as opPut: a put's result, as the
+// table keeps it (its value dropped), or anything that looks the same.
+func isPutResult(op *command.OpResult, rev int64) bool {
+	return op.Deleted == 0 && len(op.KVs) == 1 && op.KVs[0].Value == nil && op.KVs[0].ModRev == rev
+}
+
+func resultFlags(res *command.Result, explicit bool) byte {
 	var flags byte
 	if res.Succeeded {
 		flags |= resultSucceeded
@@ -144,34 +182,35 @@ func appendResultRecord(dst []byte, res *command.Result, m resultMeta) []byte {
 	if res.Trimmed {
 		flags |= resultTrimmed
 	}
-	if m.explicit {
+	if explicit {
 		flags |= resultExplicit
 	}
-	dst = append(dst, resultFormat2, byte(res.Status), flags)
-	dst = binary.AppendUvarint(dst, m.floor)
-	dst = binary.AppendUvarint(dst, m.last)
-	return appendResultBody(dst, res)
+	return flags
 }
 
-// appendResultBody appends what both result formats store after their
+// appendResultBody appends what a resultFormat1 record stores after its
 // flags.
 func appendResultBody(dst []byte, res *command.Result) []byte {
 	dst = binary.AppendVarint(dst, res.Rev)
 	dst = binary.AppendVarint(dst, res.SessionID)
 	dst = binary.AppendUvarint(dst, uint64(len(res.Ops)))
 	for i := range res.Ops {
-		op := &res.Ops[i]
-		dst = binary.AppendVarint(dst, op.Deleted)
-		dst = binary.AppendUvarint(dst, uint64(len(op.KVs)))
-		for j := range op.KVs {
-			kv := &op.KVs[j]
-			dst = wirebytes.AppendString(dst, kv.Key)
-			dst = wirebytes.AppendBytes(dst, kv.Value)
-			dst = binary.AppendVarint(dst, kv.Version)
-			dst = binary.AppendVarint(dst, kv.CreateRev)
-			dst = binary.AppendVarint(dst, kv.ModRev)
-			dst = binary.AppendVarint(dst, kv.Session)
-		}
+		dst = appendOpResult(dst, &res.Ops[i])
+	}
+	return dst
+}
+
+func appendOpResult(dst []byte, op *command.OpResult) []byte {
+	dst = binary.AppendVarint(dst, op.Deleted)
+	dst = binary.AppendUvarint(dst, uint64(len(op.KVs)))
+	for j := range op.KVs {
+		kv := &op.KVs[j]
+		dst = wirebytes.AppendString(dst, kv.Key)
+		dst = wirebytes.AppendBytes(dst, kv.Value)
+		dst = binary.AppendVarint(dst, kv.Version)
+		dst = binary.AppendVarint(dst, kv.CreateRev)
+		dst = binary.AppendVarint(dst, kv.ModRev)
+		dst = binary.AppendVarint(dst, kv.Session)
 	}
 	return dst
 }
@@ -192,13 +231,14 @@ func resultSize(res *command.Result) int64 {
 	return int64(n)
 }
 
-// The fewest bytes an op result and a KV take in a result record.
+// The fewest bytes an op result (either format's) and a KV take in a
+// result record.
 const minOpResult, minResultKV = 2, 6
 
-// decodeResultRecord decodes a result record of either format. A
-// resultFormat1 record is explicit: its writers deleted it when they
-// forgot it, whatever the floor.
-func decodeResultRecord(b []byte) (*command.Result, resultMeta, error) {
+// decodeResultRecord decodes a result record of either format, kept
+// under sequence seq. A resultFormat1 record is explicit: its writers
+// deleted it when they forgot it, whatever the floor.
+func decodeResultRecord(b []byte, seq uint64) (*command.Result, resultMeta, error) {
 	var m resultMeta
 	if len(b) == 0 {
 		return nil, m, fmt.Errorf("%w: empty result record", ErrCorrupt)
@@ -220,7 +260,7 @@ func decodeResultRecord(b []byte) (*command.Result, resultMeta, error) {
 	res.Succeeded, res.Trimmed = flags&resultSucceeded != 0, flags&resultTrimmed != 0
 	m.explicit = format == resultFormat1 || flags&resultExplicit != 0
 	if format == resultFormat2 {
-		m.floor = r.Uvarint()
+		m.floor = seq - uint64(r.Varint())
 		m.last = r.Uvarint()
 	}
 	res.Rev = r.Varint()
@@ -229,18 +269,20 @@ func decodeResultRecord(b []byte) (*command.Result, resultMeta, error) {
 		res.Ops = make([]command.OpResult, n)
 		for i := range res.Ops {
 			op := &res.Ops[i]
-			op.Deleted = r.Varint()
-			if k := r.Count(minResultKV); k > 0 {
-				op.KVs = make([]command.KV, k)
-				for j := range op.KVs {
-					kv := &op.KVs[j]
-					kv.Key = r.Str()
-					kv.Value = r.Bytes()
-					kv.Version = r.Varint()
-					kv.CreateRev = r.Varint()
-					kv.ModRev = r.Varint()
-					kv.Session = r.Varint()
-				}
+			if format == resultFormat1 {
+				readOpResult(&r, op)
+				continue
+			}
+			switch kind := r.U8(); kind {
+			case opPut:
+				kv := command.KV{Key: r.Str(), Version: r.Varint(), ModRev: res.Rev}
+				kv.CreateRev = res.Rev - r.Varint()
+				kv.Session = r.Varint()
+				op.KVs = []command.KV{kv}
+			case opStored:
+				readOpResult(&r, op)
+			default:
+				r.Fail("op result kind %d", kind)
 			}
 		}
 	}
@@ -248,6 +290,22 @@ func decodeResultRecord(b []byte) (*command.Result, resultMeta, error) {
 		return nil, m, err
 	}
 	return res, m, nil
+}
+
+func readOpResult(r *wirebytes.Reader, op *command.OpResult) {
+	op.Deleted = r.Varint()
+	if k := r.Count(minResultKV); k > 0 {
+		op.KVs = make([]command.KV, k)
+		for j := range op.KVs {
+			kv := &op.KVs[j]
+			kv.Key = r.Str()
+			kv.Value = r.Bytes()
+			kv.Version = r.Varint()
+			kv.CreateRev = r.Varint()
+			kv.ModRev = r.Varint()
+			kv.Session = r.Varint()
+		}
+	}
 }
 
 // add loads one stored record of the table into t. Once every record is
@@ -288,14 +346,15 @@ func (t *proposerTable) add(k, val []byte) error {
 		if err := kr.Done(); err != nil || len(seqb) != 8 {
 			return fmt.Errorf("%w: result key %x", ErrCorrupt, k)
 		}
-		res, m, err := decodeResultRecord(val)
+		seq := readUint64(seqb)
+		res, m, err := decodeResultRecord(val, seq)
 		if err != nil {
 			return err
 		}
 		// The records of one proposer come in key order, which is
 		// sequence order; a load's arrays are its own.
 		it := t.merge(ref, m, false)
-		it.results = append(it.results, resultItem{seq: readUint64(seqb), res: res, size: uint32(resultSize(res)), explicit: m.explicit})
+		it.results = append(it.results, resultItem{seq: seq, res: res, size: uint32(resultSize(res)), explicit: m.explicit})
 		t.proposers.ReplaceOrInsert(it)
 		t.unsettled = true
 	default:

@@ -216,24 +216,36 @@ func TestProposerLargeReadsTrimmed(t *testing.T) {
 
 func TestResultRecordRoundTrip(t *testing.T) {
 	res := &command.Result{Status: command.StatusOK, Rev: 9, Succeeded: true, SessionID: -3,
-		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}}}}
-	for _, m := range []resultMeta{{}, {floor: 7, last: 1 << 40}, {floor: 9, last: 3, explicit: true}} {
-		got, gotMeta, err := decodeResultRecord(appendResultRecord(nil, res, m))
+		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}},
+			{KVs: []command.KV{{Key: "put", Version: 3, CreateRev: 2, ModRev: 9, Session: 5}}}, // a put's, as kept
+			{KVs: []command.KV{{Key: "new", Version: 1, CreateRev: 9, ModRev: 9}}},
+			{KVs: []command.KV{{Key: "got", Value: []byte("v"), Version: 1, CreateRev: 9, ModRev: 9}}}}}
+	for _, c := range []struct {
+		seq uint64
+		m   resultMeta
+	}{{1, resultMeta{}}, {12, resultMeta{floor: 7, last: 1 << 40}}, {3, resultMeta{floor: 9, last: 3, explicit: true}},
+		{math.MaxUint64, resultMeta{last: 5}}, {0, resultMeta{floor: math.MaxUint64, last: 5}}} {
+		got, gotMeta, err := decodeResultRecord(appendResultRecord(nil, res, c.seq, c.m), c.seq)
 		require.NoError(t, err)
 		require.Equal(t, res, got)
-		require.Equal(t, m, gotMeta)
+		require.Equal(t, c.m, gotMeta)
 	}
 	// The first format's records, which earlier builds wrote, read as
 	// explicit results; their length is the size every build counts.
 	v1 := appendResultRecord1(nil, res)
-	got, m, err := decodeResultRecord(v1)
+	got, m, err := decodeResultRecord(v1, 12)
 	require.NoError(t, err)
 	require.Equal(t, res, got)
 	require.Equal(t, resultMeta{explicit: true}, m)
 	require.EqualValues(t, len(v1), resultSize(res))
+	// A put's result, the common one, takes fewer bytes than it did.
+	put := &command.Result{Rev: 123_456, Succeeded: true, Ops: []command.OpResult{{KVs: []command.KV{
+		{Key: "bench/key/000123", Version: 17, CreateRev: 100_000, ModRev: 123_456}}}}}
+	v2 := appendResultRecord(nil, put, 70_000, resultMeta{floor: 69_937, last: 140_000})
+	require.Less(t, len(v2), len(appendResultRecord1(nil, put)))
 	for _, bad := range [][]byte{nil, {3}, {resultFormat1}, {resultFormat1, 0, 4, 0, 0, 0}, {resultFormat1, 0, 0, 0, 0, 0xff, 0x7f},
-		{resultFormat2, 0, 8, 0, 0, 0, 0, 0}, {resultFormat2, 0, 0, 0, 0, 0, 0}} {
-		_, _, err := decodeResultRecord(bad)
+		{resultFormat2, 0, 8, 0, 0, 0, 0, 0}, {resultFormat2, 0, 0, 0, 0, 0, 0}, {resultFormat2, 0, 0, 0, 0, 0, 0, 1, 2}} {
+		_, _, err := decodeResultRecord(bad, 1)
 		require.Error(t, err, "%x", bad)
 	}
 }
