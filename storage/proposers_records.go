@@ -21,7 +21,8 @@ import (
 // index are the highest any of its records says (both only grow, and its
 // newest record, which says the current ones, is never deleted before a
 // newer one is written). A proposer record is written only when the
-// newest result is not (it was forgotten as soon as it was kept).
+// newest result is not (it was forgotten as soon as it was kept). It also
+// stores a put's result, the common one, in a short form (opPut).
 //
 // A result forgotten below its proposer's floor is not deleted one by
 // one: the floor implies it (a record below the floor is skipped when
@@ -48,7 +49,9 @@ const (
 
 // floorChunk is the alignment of the ranges of forgotten results deleted
 // at once. A proposer leaves fewer than this many forgotten records
-// behind (until its next range, or its retirement).
+// behind (until its next range, or its retirement), but while a result
+// kept below its floor, which its next floor move forgets, holds the
+// range back.
 const floorChunk = 64
 
 // Second bytes of the table's keys, after prefixProposer.
