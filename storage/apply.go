@@ -151,12 +151,15 @@ type applier struct {
 	m   smMeta // the state as of the entries applied so far
 	out *ApplyOutput
 
-	kbuf  []byte       // the KV key of the last getKV
-	ibuf  []byte       // index and history keys
-	vbuf  []byte       // records
-	hbuf  []byte       // history records
-	items []kvItem     // scan's
-	gone  []resultItem // forgetResults
+	kbuf  []byte   // the KV key of the last getKV
+	ibuf  []byte   // index and history keys
+	ebuf  []byte   // the ends of range deletions
+	vbuf  []byte   // records
+	hbuf  []byte   // history records
+	items []kvItem // scan's
+	// gen numbers the Apply calls: the proposer result arrays this one
+	// made are marked with it (proposerItem.gen).
+	gen uint64
 	// slabs serve this call's results and events (slab.go).
 	slabs slabs
 	// budget bounds the reads of this call (ApplyWithin; 0: none), spent
@@ -170,6 +173,7 @@ type applier struct {
 func (a *applier) begin(sm *StateMachine, b *pebble.Batch, out *ApplyOutput) {
 	a.sm, a.b, a.m, a.out = sm, b, sm.cur, out
 	a.mem = sm.view.Load().clone()
+	a.gen++
 }
 
 // end drops the references of one call, keeping only the buffers, unless
@@ -180,7 +184,7 @@ func (a *applier) end() {
 	a.budget, a.spent = 0, 0
 	a.members = nil
 	a.slabs = slabs{} // what they served has left with the results
-	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.vbuf, &a.hbuf} {
+	for _, buf := range []*[]byte{&a.kbuf, &a.ibuf, &a.ebuf, &a.vbuf, &a.hbuf} {
 		if cap(*buf) > 1<<20 {
 			*buf = nil
 		}
@@ -217,18 +221,19 @@ func (a *applier) execOnce(idx, term uint64, cmd *command.Command) (command.Resu
 	if cmd.Kind == command.KindResolve {
 		return a.resolve(idx, cmd)
 	}
-	kept, refused, run := a.proposerCheck(p)
+	it, kept, refused, run := a.proposerCheck(p)
 	switch {
 	case kept != nil:
 		return repeatResult(kept, cmd), nil
 	case !run:
 		return a.status(refused), nil
 	}
+	// exec leaves the proposer table alone: it is still as checked.
 	res, err := a.exec(idx, term, cmd)
 	if err != nil {
 		return command.Result{}, err
 	}
-	if err := a.recordResult(idx, p, cmd, &res); err != nil {
+	if err := a.recordResult(idx, p, it, cmd, &res); err != nil {
 		return command.Result{}, err
 	}
 	return res, nil

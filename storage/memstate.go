@@ -203,8 +203,11 @@ func loadMemState(r pebble.Reader) (memState, error) {
 		return s, err
 	}
 	// The proposer table lies past the history, which memory does not hold.
-	err := loadRange(r, prefixProposer, prefixProposer+1, s.add)
-	return s, err
+	if err := loadRange(r, prefixProposer, prefixProposer+1, s.add); err != nil {
+		return s, err
+	}
+	s.props.settle()
+	return s, nil
 }
 
 // loadRange calls add with every record whose key's first byte is in

@@ -2,12 +2,9 @@ package storage
 
 import (
 	"cmp"
-	"encoding/binary"
-	"fmt"
 	"slices"
 
 	"github.com/coordcell/coord/internal/command"
-	"github.com/coordcell/coord/internal/wirebytes"
 	"github.com/google/btree"
 )
 
@@ -52,22 +49,6 @@ const (
 // same entries however its batches fell.
 const retireEvery = 1024
 
-// Record formats of the table.
-const (
-	proposerFormat1 byte = 1 // floor, last active index
-	resultFormat1   byte = 1 // one command's result
-	horizonFormat1  byte = 1 // the retirement horizon
-)
-
-// Second bytes of the table's keys, after prefixProposer.
-const (
-	tagHorizon  = 'h'
-	tagProposer = 'p'
-	tagResult   = 'r'
-	refByID     = 'i'
-	refByKey    = 'k'
-)
-
 // proposerRef names one proposer: by owner and ID, or by owner and a
 // caller's idempotency key (key != "").
 type proposerRef struct {
@@ -102,267 +83,94 @@ func compareRefs(a, b proposerRef) int {
 	return cmp.Compare(a.id, b.id)
 }
 
-// proposerItem is one proposer's bookkeeping.
+// proposerItem is one proposer's bookkeeping, and its kept results.
 type proposerItem struct {
 	proposerRef
 	floor uint64 // results below are forgotten; commands below unknown ones refused
 	last  uint64 // the index it was last active at
-	// results and bytes count what it keeps (not persisted: rebuilt).
-	results int
-	bytes   int64
+	// results are its kept results, in sequence order. Published views
+	// share the array: only the Apply that made it (gen) writes into it;
+	// any other copies it first (applier.ownResults).
+	results []resultItem
+	gen     uint64
+	bytes   int64 // Σ results' sizes (not persisted: rebuilt)
+	// stored is set while a proposer record of it may exist (tagProposer),
+	// which its retirement deletes.
+	stored bool
 }
 
-// resultItem is one kept result. res is never changed once in a tree.
+// resultItem is one kept result. res is never changed once kept.
 type resultItem struct {
-	proposerRef
 	seq  uint64
 	res  *command.Result
-	size int64
+	size uint32 // resultSize(res)
+	// explicit is set when its record is deleted as it is forgotten
+	// rather than implied by the floor (proposers_records.go).
+	explicit bool
 }
 
 func proposerLess(a, b proposerItem) bool { return compareRefs(a.proposerRef, b.proposerRef) < 0 }
 
-func resultLess(a, b resultItem) bool {
-	if c := compareRefs(a.proposerRef, b.proposerRef); c != 0 {
-		return c < 0
+// find returns the index of it's result seq, or where it would go.
+func (it *proposerItem) find(seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(it.results, seq, func(r resultItem, seq uint64) int { return cmp.Compare(r.seq, seq) })
+}
+
+// result returns it's kept result of seq, or nil.
+func (it *proposerItem) result(seq uint64) *command.Result {
+	if i, ok := it.find(seq); ok {
+		return it.results[i].res
 	}
-	return a.seq < b.seq
+	return nil
 }
 
 // proposerTable is memState's part for the table.
 type proposerTable struct {
 	proposers *btree.BTreeG[proposerItem]
-	results   *btree.BTreeG[resultItem]
 	horizon   uint64
 	bytes     int64 // Σ result sizes
+	results   int   // how many results are kept
+	// unsettled is set while a load has added results settle has not
+	// looked at.
+	unsettled bool
 }
 
 func newProposerTable() proposerTable {
-	return proposerTable{
-		proposers: btree.NewG(btreeDegree, proposerLess),
-		results:   btree.NewG(btreeDegree, resultLess),
-	}
+	return proposerTable{proposers: btree.NewG(btreeDegree, proposerLess)}
 }
 
 func (t proposerTable) clone() proposerTable {
-	t.proposers, t.results = t.proposers.Clone(), t.results.Clone()
+	t.proposers = t.proposers.Clone()
 	return t
-}
-
-// Keys.
-
-func appendRefBody(dst []byte, r proposerRef) []byte {
-	dst = wirebytes.AppendString(dst, r.owner)
-	if r.key != "" {
-		return wirebytes.AppendString(append(dst, refByKey), r.key)
-	}
-	return appendUint64(append(dst, refByID), r.id)
-}
-
-func appendProposerKey(dst []byte, r proposerRef) []byte {
-	return appendRefBody(append(dst, prefixProposer, tagProposer), r)
-}
-
-func appendResultKey(dst []byte, r proposerRef, seq uint64) []byte {
-	return appendUint64(appendRefBody(append(dst, prefixProposer, tagResult), r), seq)
-}
-
-var horizonKey = []byte{prefixProposer, tagHorizon}
-
-// readRefBody parses what appendRefBody wrote, leaving r at the rest.
-func readRefBody(r *wirebytes.Reader) proposerRef {
-	var ref proposerRef
-	ref.owner = r.Str()
-	switch tag := r.U8(); tag {
-	case refByKey:
-		if ref.key = r.Str(); ref.key == "" {
-			r.Fail("empty idempotency key")
-		}
-	case refByID:
-		b := r.Take(8)
-		if len(b) == 8 {
-			ref.id = readUint64(b)
-		}
-	default:
-		r.Fail("proposer tag %#x", tag)
-	}
-	return ref
-}
-
-// Records.
-
-func appendProposerRecord(dst []byte, it *proposerItem) []byte {
-	dst = append(dst, proposerFormat1)
-	dst = binary.AppendUvarint(dst, it.floor)
-	return binary.AppendUvarint(dst, it.last)
-}
-
-func appendHorizonRecord(dst []byte, h uint64) []byte {
-	return binary.AppendUvarint(append(dst, horizonFormat1), h)
-}
-
-// Result record flags.
-const (
-	resultSucceeded = 1 << 0
-	resultTrimmed   = 1 << 1
-)
-
-// appendResultRecord appends the stored form of res.
-func appendResultRecord(dst []byte, res *command.Result) []byte {
-	dst = append(dst, resultFormat1, byte(res.Status))
-	var flags byte
-	if res.Succeeded {
-		flags |= resultSucceeded
-	}
-	if res.Trimmed {
-		flags |= resultTrimmed
-	}
-	dst = append(dst, flags)
-	dst = binary.AppendVarint(dst, res.Rev)
-	dst = binary.AppendVarint(dst, res.SessionID)
-	dst = binary.AppendUvarint(dst, uint64(len(res.Ops)))
-	for i := range res.Ops {
-		op := &res.Ops[i]
-		dst = binary.AppendVarint(dst, op.Deleted)
-		dst = binary.AppendUvarint(dst, uint64(len(op.KVs)))
-		for j := range op.KVs {
-			kv := &op.KVs[j]
-			dst = wirebytes.AppendString(dst, kv.Key)
-			dst = wirebytes.AppendBytes(dst, kv.Value)
-			dst = binary.AppendVarint(dst, kv.Version)
-			dst = binary.AppendVarint(dst, kv.CreateRev)
-			dst = binary.AppendVarint(dst, kv.ModRev)
-			dst = binary.AppendVarint(dst, kv.Session)
-		}
-	}
-	return dst
-}
-
-// The fewest bytes an op result and a KV take in a result record.
-const minOpResult, minResultKV = 2, 6
-
-func decodeResultRecord(b []byte) (*command.Result, error) {
-	r, err := newRecord(b, resultFormat1, "result")
-	if err != nil {
-		return nil, err
-	}
-	res := &command.Result{Status: command.Status(r.U8())}
-	flags := r.U8()
-	if flags&^(resultSucceeded|resultTrimmed) != 0 {
-		r.Fail("result flags %#x", flags)
-	}
-	res.Succeeded, res.Trimmed = flags&resultSucceeded != 0, flags&resultTrimmed != 0
-	res.Rev = r.Varint()
-	res.SessionID = r.Varint()
-	if n := r.Count(minOpResult); n > 0 {
-		res.Ops = make([]command.OpResult, n)
-		for i := range res.Ops {
-			op := &res.Ops[i]
-			op.Deleted = r.Varint()
-			if k := r.Count(minResultKV); k > 0 {
-				op.KVs = make([]command.KV, k)
-				for j := range op.KVs {
-					kv := &op.KVs[j]
-					kv.Key = r.Str()
-					kv.Value = r.Bytes()
-					kv.Version = r.Varint()
-					kv.CreateRev = r.Varint()
-					kv.ModRev = r.Varint()
-					kv.Session = r.Varint()
-				}
-			}
-		}
-	}
-	if err := recordDone(&r, "result"); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// addProposerRecord loads one stored record of the table into t.
-func (t *proposerTable) add(k, val []byte) error {
-	if len(k) < 2 || k[0] != prefixProposer {
-		return fmt.Errorf("%w: proposer table key %x", ErrCorrupt, k)
-	}
-	kr := wirebytes.NewReader(k[2:], ErrCorrupt)
-	switch k[1] {
-	case tagHorizon:
-		if len(k) != 2 {
-			return fmt.Errorf("%w: horizon key %x", ErrCorrupt, k)
-		}
-		r, err := newRecord(val, horizonFormat1, "horizon")
-		if err != nil {
-			return err
-		}
-		t.horizon = r.Uvarint()
-		return recordDone(&r, "horizon")
-	case tagProposer:
-		ref := readRefBody(&kr)
-		if err := kr.Done(); err != nil {
-			return fmt.Errorf("proposer key: %w", err)
-		}
-		r, err := newRecord(val, proposerFormat1, "proposer")
-		if err != nil {
-			return err
-		}
-		it := proposerItem{proposerRef: ref, floor: r.Uvarint(), last: r.Uvarint()}
-		if err := recordDone(&r, "proposer"); err != nil {
-			return err
-		}
-		// Its results may have been loaded first: they sort after.
-		if old, ok := t.proposers.Get(it); ok {
-			it.results, it.bytes = old.results, old.bytes
-		}
-		t.proposers.ReplaceOrInsert(it)
-	case tagResult:
-		ref := readRefBody(&kr)
-		seqb := kr.Take(8)
-		if err := kr.Done(); err != nil || len(seqb) != 8 {
-			return fmt.Errorf("%w: result key %x", ErrCorrupt, k)
-		}
-		res, err := decodeResultRecord(val)
-		if err != nil {
-			return err
-		}
-		ri := resultItem{proposerRef: ref, seq: readUint64(seqb), res: res, size: int64(len(val))}
-		t.results.ReplaceOrInsert(ri)
-		t.bytes += ri.size
-		p, _ := t.proposers.Get(proposerItem{proposerRef: ref})
-		p.proposerRef = ref
-		p.results++
-		p.bytes += ri.size
-		t.proposers.ReplaceOrInsert(p)
-	default:
-		return fmt.Errorf("%w: proposer table key %x", ErrCorrupt, k)
-	}
-	return nil
 }
 
 // The applier's side.
 
 // proposerCheck decides what a command with a proposer does before it
 // runs: repeat a kept result (repeat non-nil), be refused (status set),
-// or run (neither).
-func (a *applier) proposerCheck(p *command.Proposer) (repeat *command.Result, refused command.Status, run bool) {
+// or run (neither). it is the proposer's bookkeeping for recordResult
+// (its ref alone when the table does not know it).
+func (a *applier) proposerCheck(p *command.Proposer) (it proposerItem, repeat *command.Result, refused command.Status, run bool) {
 	t := &a.mem.props
 	ref := refOf(p)
 	it, known := t.proposers.Get(proposerItem{proposerRef: ref})
 	if known {
-		if r, ok := t.results.Get(resultItem{proposerRef: ref, seq: seqOf(p)}); ok {
-			return r.res, 0, false
+		if r := it.result(seqOf(p)); r != nil {
+			return it, r, 0, false
 		}
 		if p.Key == "" && p.Seq < it.floor {
-			return nil, command.StatusRetired, false
+			return it, nil, command.StatusRetired, false
 		}
-		return nil, 0, true
+		return it, nil, 0, true
 	}
+	it.proposerRef = ref
 	// A keyed proposer has no birth to go by: a key unknown here is new
 	// (its record lasts as long as its owner keeps writing; see the
 	// bounds above).
 	if p.Key == "" && p.Born < t.horizon {
-		return nil, command.StatusRetired, false
+		return it, nil, command.StatusRetired, false
 	}
-	return nil, 0, true
+	return it, nil, 0, true
 }
 
 // repeatResult is the result a copy of an applied command gets: the kept
@@ -454,13 +262,15 @@ func (a *applier) keptResult(res *command.Result, cmd *command.Command) *command
 }
 
 // recordResult keeps res as the result of cmd's proposer p, applied at
-// index idx, and moves the proposer's floor and last activity.
-func (a *applier) recordResult(idx uint64, p *command.Proposer, cmd *command.Command, res *command.Result) error {
+// index idx, and moves the proposer's floor and last activity; it is the
+// proposer as proposerCheck found it. It writes one record: the
+// result's, which says the proposer's floor and last index too (or,
+// should the result go at once, the proposer's).
+func (a *applier) recordResult(idx uint64, p *command.Proposer, it proposerItem, cmd *command.Command, res *command.Result) error {
 	t := &a.mem.props
-	ref := refOf(p)
-	it, _ := t.proposers.Get(proposerItem{proposerRef: ref})
-	it.proposerRef = ref
+	a.ownResults(&it)
 	it.last = idx
+	from := it.floor
 	if p.Key == "" && p.Floor > it.floor {
 		if err := a.forgetResults(&it, p.Floor); err != nil {
 			return err
@@ -468,74 +278,112 @@ func (a *applier) recordResult(idx uint64, p *command.Proposer, cmd *command.Com
 		it.floor = p.Floor
 	}
 	kept := a.keptResult(res, cmd)
-	a.vbuf = appendResultRecord(a.vbuf[:0], kept)
-	ri := resultItem{proposerRef: ref, seq: seqOf(p), res: kept, size: int64(len(a.vbuf))}
-	a.ibuf = appendResultKey(a.ibuf[:0], ref, ri.seq)
-	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
-		return err
+	seq := seqOf(p)
+	// A result below the floor (its command's floor passed its own
+	// sequence) is kept like any other, but the floor cannot imply when
+	// it goes.
+	ri := resultItem{seq: seq, res: kept, size: uint32(resultSize(kept)), explicit: seq < it.floor}
+	switch i, had := it.find(seq); {
+	case had: // not reached: a kept result is repeated, not run again
+		it.bytes -= int64(it.results[i].size)
+		t.bytes -= int64(it.results[i].size)
+		t.results--
+		it.results[i] = ri
+	default:
+		it.results = slices.Insert(it.results, i, ri)
 	}
-	if old, had := t.results.ReplaceOrInsert(ri); had {
-		it.results--
-		it.bytes -= old.size
-		t.bytes -= old.size
-	}
-	it.results++
-	it.bytes += ri.size
-	t.bytes += ri.size
-	if it.results > a.sm.opts.MaxResultsPerProposer {
+	it.bytes += int64(ri.size)
+	t.bytes += int64(ri.size)
+	t.results++
+	went := false // ri itself, the oldest
+	if len(it.results) > a.sm.opts.MaxResultsPerProposer {
 		// The oldest go, and the floor rises past them: a copy of one of
 		// them that arrives later is refused, never applied again.
-		var oldest uint64
-		t.results.AscendGreaterOrEqual(resultItem{proposerRef: ref}, func(r resultItem) bool {
-			oldest = r.seq
-			return false
-		})
+		oldest := it.results[0].seq
 		if err := a.forgetResults(&it, oldest+1); err != nil {
 			return err
 		}
 		it.floor = max(it.floor, oldest+1)
+		went = oldest == seq
 	}
-	return a.putProposer(&it)
+	if went {
+		// It went at once: the proposer's record says its floor and index.
+		if err := a.putProposer(&it); err != nil {
+			return err
+		}
+	} else {
+		a.vbuf = appendResultRecord(a.vbuf[:0], kept, seq, resultMeta{floor: it.floor, last: it.last, explicit: ri.explicit})
+		a.ibuf = appendResultKey(a.ibuf[:0], it.proposerRef, seq)
+		if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
+			return err
+		}
+	}
+	if err := a.pruneResults(&it, from); err != nil {
+		return err
+	}
+	t.proposers.ReplaceOrInsert(it)
+	return nil
+}
+
+// ownResults makes it's results an array this Apply may write into: the
+// one it made, or a copy of a published one, with room to grow.
+func (a *applier) ownResults(it *proposerItem) {
+	if it.gen == a.gen {
+		return
+	}
+	it.gen = a.gen
+	it.results = append(make([]resultItem, 0, len(it.results)+min(len(it.results), 64)+2), it.results...)
+}
+
+// pruneResults deletes the records of it's forgotten results in one range
+// once its floor has passed a floorChunk bound since from (its floor
+// before this command): every record below the bound, up to its lowest
+// kept result, which may be an explicit one below the floor. The newest
+// record is never among them: it is kept, or the proposer's record
+// stands for it.
+func (a *applier) pruneResults(it *proposerItem, from uint64) error {
+	end := it.floor / floorChunk * floorChunk
+	if it.key != "" || end <= from/floorChunk*floorChunk {
+		return nil
+	}
+	if len(it.results) > 0 {
+		end = min(end, it.results[0].seq)
+	}
+	if end == 0 {
+		return nil
+	}
+	a.ibuf = appendResultKey(a.ibuf[:0], it.proposerRef, 0)
+	a.ebuf = appendResultKey(a.ebuf[:0], it.proposerRef, end)
+	return a.b.DeleteRange(a.ibuf, a.ebuf, nil)
 }
 
 func (a *applier) putProposer(it *proposerItem) error {
 	a.ibuf = appendProposerKey(a.ibuf[:0], it.proposerRef)
 	a.vbuf = appendProposerRecord(a.vbuf[:0], it)
-	if err := a.b.Set(a.ibuf, a.vbuf, nil); err != nil {
-		return err
-	}
-	a.mem.props.proposers.ReplaceOrInsert(*it)
-	return nil
+	it.stored = true
+	return a.b.Set(a.ibuf, a.vbuf, nil)
 }
 
-// forgetResults drops it's results below seq.
+// forgetResults drops it's results below seq (it's array is this
+// Apply's). Their records stay, below the floor, for pruneResults, but
+// for the explicit ones, which are deleted.
 func (a *applier) forgetResults(it *proposerItem, below uint64) error {
 	t := &a.mem.props
-	gone := a.gone[:0]
-	t.results.AscendRange(resultItem{proposerRef: it.proposerRef}, resultItem{proposerRef: it.proposerRef, seq: below},
-		func(r resultItem) bool {
-			gone = append(gone, r)
-			return true
-		})
-	a.gone = gone
-	defer clear(gone) // the results they point to may go
-	for _, r := range gone {
-		if err := a.dropResult(r); err != nil {
-			return err
+	n, _ := it.find(below)
+	for i := range it.results[:n] {
+		r := &it.results[i]
+		if r.explicit {
+			a.ibuf = appendResultKey(a.ibuf[:0], it.proposerRef, r.seq)
+			if err := a.b.Delete(a.ibuf, nil); err != nil {
+				return err
+			}
 		}
-		it.results--
-		it.bytes -= r.size
+		t.bytes -= int64(r.size)
+		it.bytes -= int64(r.size)
 	}
-	return nil
-}
-
-func (a *applier) dropResult(r resultItem) error {
-	a.ibuf = appendResultKey(a.ibuf[:0], r.proposerRef, r.seq)
-	if err := a.b.Delete(a.ibuf, nil); err != nil {
-		return err
-	}
-	a.mem.props.results.Delete(r)
-	a.mem.props.bytes -= r.size
+	t.results -= n
+	clear(it.results[:n]) // the results they point to may go
+	it.results = it.results[n:]
 	return nil
 }
 
@@ -547,7 +395,7 @@ func (a *applier) resolve(idx uint64, cmd *command.Command) (command.Result, err
 	if p == nil {
 		return a.status(command.StatusInvalid), nil
 	}
-	kept, refused, _ := a.proposerCheck(p)
+	it, kept, refused, _ := a.proposerCheck(p)
 	switch {
 	case kept != nil:
 		res := *kept
@@ -559,7 +407,7 @@ func (a *applier) resolve(idx uint64, cmd *command.Command) (command.Result, err
 	res := a.status(command.StatusNotApplied)
 	// The resolve is not a copy of the command it settles: no put values
 	// to keep, whatever its own body says.
-	if err := a.recordResult(idx, p, &command.Command{Kind: command.KindNoop}, &res); err != nil {
+	if err := a.recordResult(idx, p, it, &command.Command{Kind: command.KindNoop}, &res); err != nil {
 		return command.Result{}, err
 	}
 	return res, nil
@@ -611,21 +459,9 @@ func (a *applier) retireProposers(idx uint64) error {
 	horizon := t.horizon
 	for i := range idle {
 		it := &idle[i]
-		if err := a.forgetResults(it, ^uint64(0)); err != nil {
+		if err := a.retire(it); err != nil {
 			return err
 		}
-		// forgetResults goes below its bound: the highest number, which a
-		// command may carry too, goes on its own.
-		if r, ok := t.results.Get(resultItem{proposerRef: it.proposerRef, seq: ^uint64(0)}); ok {
-			if err := a.dropResult(r); err != nil {
-				return err
-			}
-		}
-		a.ibuf = appendProposerKey(a.ibuf[:0], it.proposerRef)
-		if err := a.b.Delete(a.ibuf, nil); err != nil {
-			return err
-		}
-		t.proposers.Delete(*it)
 		horizon = max(horizon, it.last)
 	}
 	if horizon != t.horizon {
@@ -633,6 +469,38 @@ func (a *applier) retireProposers(idx uint64) error {
 		a.vbuf = appendHorizonRecord(a.vbuf[:0], horizon)
 		if err := a.b.Set(horizonKey, a.vbuf, nil); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// retire deletes it and every record of its results, kept or forgotten:
+// one range, with the highest sequence number too.
+func (a *applier) retire(it *proposerItem) error {
+	t := &a.mem.props
+	t.bytes -= it.bytes
+	t.results -= len(it.results)
+	a.ibuf = appendResultsKey(a.ibuf[:0], it.proposerRef)
+	a.ebuf = append(a.ebuf[:0], a.ibuf...)
+	if err := a.b.DeleteRange(a.ibuf, prefixEndInPlace(a.ebuf), nil); err != nil {
+		return err
+	}
+	if it.stored {
+		a.ibuf = appendProposerKey(a.ibuf[:0], it.proposerRef)
+		if err := a.b.Delete(a.ibuf, nil); err != nil {
+			return err
+		}
+	}
+	t.proposers.Delete(*it)
+	return nil
+}
+
+// prefixEndInPlace is prefixEnd written over p.
+func prefixEndInPlace(p []byte) []byte {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] != 0xff {
+			p[i]++
+			return p[:i+1]
 		}
 	}
 	return nil
@@ -649,7 +517,7 @@ type ProposerStats struct {
 // ProposerStats reports the table's size as of the published state.
 func (sm *StateMachine) ProposerStats() ProposerStats {
 	t := sm.view.Load().props
-	return ProposerStats{Proposers: t.proposers.Len(), Results: t.results.Len(), Bytes: t.bytes, Horizon: t.horizon}
+	return ProposerStats{Proposers: t.proposers.Len(), Results: t.results, Bytes: t.bytes, Horizon: t.horizon}
 }
 
 // ProposerResult returns the result kept for p's command as of the
@@ -657,9 +525,10 @@ func (sm *StateMachine) ProposerStats() ProposerStats {
 // without settling it.
 func (sm *StateMachine) ProposerResult(p *command.Proposer) (command.Result, bool) {
 	t := sm.view.Load().props
-	r, ok := t.results.Get(resultItem{proposerRef: refOf(p), seq: seqOf(p)})
-	if !ok {
+	it, _ := t.proposers.Get(proposerItem{proposerRef: refOf(p)})
+	r := it.result(seqOf(p))
+	if r == nil {
 		return command.Result{}, false
 	}
-	return *r.res, true
+	return *r, true
 }

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,10 +14,9 @@ import (
 // proposers1Testdata is a state machine whose proposer table was written
 // in the table's first record formats (proposerFormat1, resultFormat1),
 // by that version's code: legacyProposerLog applied one entry per Apply
-// with legacyProposerOpts, then closed (see its README).
+// with legacyProposerOpts, then closed (see its README). This build
+// writes resultFormat2, so it cannot write it again.
 const proposers1Testdata = "testdata/proposers1"
-
-var writeProposers1 = flag.Bool("proposers1.write", false, "rewrite "+proposers1Testdata+" (only with the code of its first record formats)")
 
 // legacyProposerOpts are the options the legacy log was applied with.
 var legacyProposerOpts = Options{ProposerRetainEntries: 500}
@@ -69,37 +67,6 @@ func legacyProposerLog() []*command.Command {
 	}
 	at(once("", 1, 7, 4, put("h", "10"))) // 1031: forgets 3
 	return cmds
-}
-
-// TestWriteProposers1 writes the legacy testdata when asked to.
-func TestWriteProposers1(t *testing.T) {
-	if !*writeProposers1 {
-		t.Skip("-proposers1.write not set")
-	}
-	fs := vfs.NewMem()
-	ts := openTestSM(t, fs, legacyProposerOpts)
-	for _, c := range legacyProposerLog() {
-		ts.apply(c)
-	}
-	st := ts.ProposerStats()
-	t.Logf("table: %+v", st)
-	ts.close()
-	require.NoError(t, os.RemoveAll(proposers1Testdata))
-	require.NoError(t, os.MkdirAll(proposers1Testdata, 0o755))
-	names, err := fs.List(smTestDir)
-	require.NoError(t, err)
-	for _, n := range names {
-		f, err := fs.Open(fs.PathJoin(smTestDir, n))
-		require.NoError(t, err)
-		st, err := f.Stat()
-		require.NoError(t, err)
-		data := make([]byte, st.Size())
-		if n, err := f.ReadAt(data, 0); n < len(data) {
-			require.NoError(t, err)
-		}
-		require.NoError(t, f.Close())
-		require.NoError(t, os.WriteFile(filepath.Join(proposers1Testdata, n), data, 0o644))
-	}
 }
 
 // legacyDisk returns an in-memory file system holding a copy of the
@@ -238,7 +205,7 @@ func probeTable(ts *testSM, probes []command.Proposer) []string {
 	out := make([]string, 0, len(probes))
 	for i := range probes {
 		p := &probes[i]
-		kept, refused, run := a.proposerCheck(p)
+		_, kept, refused, run := a.proposerCheck(p)
 		res, ok := ts.ProposerResult(p)
 		if kept != nil {
 			require.Equal(ts.t, *kept, res)

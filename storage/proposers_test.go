@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
 	"github.com/stretchr/testify/require"
 )
@@ -214,14 +216,50 @@ func TestProposerLargeReadsTrimmed(t *testing.T) {
 
 func TestResultRecordRoundTrip(t *testing.T) {
 	res := &command.Result{Status: command.StatusOK, Rev: 9, Succeeded: true, SessionID: -3,
-		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}}}}
-	got, err := decodeResultRecord(appendResultRecord(nil, res))
+		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}},
+			{KVs: []command.KV{{Key: "put", Version: 3, CreateRev: 2, ModRev: 9, Session: 5}}}, // a put's, as kept
+			{KVs: []command.KV{{Key: "new", Version: 1, CreateRev: 9, ModRev: 9}}},
+			{KVs: []command.KV{{Key: "got", Value: []byte("v"), Version: 1, CreateRev: 9, ModRev: 9}}}}}
+	for _, c := range []struct {
+		seq uint64
+		m   resultMeta
+	}{{1, resultMeta{}}, {12, resultMeta{floor: 7, last: 1 << 40}}, {3, resultMeta{floor: 9, last: 3, explicit: true}},
+		{math.MaxUint64, resultMeta{last: 5}}, {0, resultMeta{floor: math.MaxUint64, last: 5}}} {
+		got, gotMeta, err := decodeResultRecord(appendResultRecord(nil, res, c.seq, c.m), c.seq)
+		require.NoError(t, err)
+		require.Equal(t, res, got)
+		require.Equal(t, c.m, gotMeta)
+	}
+	// The first format's records, which earlier builds wrote, read as
+	// explicit results; their length is the size every build counts.
+	v1 := appendResultRecord1(nil, res)
+	got, m, err := decodeResultRecord(v1, 12)
 	require.NoError(t, err)
 	require.Equal(t, res, got)
-	for _, bad := range [][]byte{nil, {2}, {resultFormat1}, {resultFormat1, 0, 4, 0, 0, 0}, {resultFormat1, 0, 0, 0, 0, 0xff, 0x7f}} {
-		_, err := decodeResultRecord(bad)
+	require.Equal(t, resultMeta{explicit: true}, m)
+	require.EqualValues(t, len(v1), resultSize(res))
+	// A put's result, the common one, takes fewer bytes than it did.
+	put := &command.Result{Rev: 123_456, Succeeded: true, Ops: []command.OpResult{{KVs: []command.KV{
+		{Key: "bench/key/000123", Version: 17, CreateRev: 100_000, ModRev: 123_456}}}}}
+	v2 := appendResultRecord(nil, put, 70_000, resultMeta{floor: 69_937, last: 140_000})
+	require.Less(t, len(v2), len(appendResultRecord1(nil, put)))
+	for _, bad := range [][]byte{nil, {3}, {resultFormat1}, {resultFormat1, 0, 4, 0, 0, 0}, {resultFormat1, 0, 0, 0, 0, 0xff, 0x7f},
+		{resultFormat2, 0, 8, 0, 0, 0, 0, 0}, {resultFormat2, 0, 0, 0, 0, 0, 0}, {resultFormat2, 0, 0, 0, 0, 0, 0, 1, 2}} {
+		_, _, err := decodeResultRecord(bad, 1)
 		require.Error(t, err, "%x", bad)
 	}
+}
+
+// appendResultRecord1 is how builds of resultFormat1 wrote a result.
+func appendResultRecord1(dst []byte, res *command.Result) []byte {
+	var flags byte
+	if res.Succeeded {
+		flags |= resultSucceeded
+	}
+	if res.Trimmed {
+		flags |= resultTrimmed
+	}
+	return appendResultBody(append(dst, resultFormat1, byte(res.Status), flags), res)
 }
 
 // A proposer's record at the highest sequence number goes with it when
@@ -237,4 +275,109 @@ func TestProposerRetiredWithTheLastSequence(t *testing.T) {
 	require.Equal(t, ProposerStats{Horizon: 2}, ts.ProposerStats())
 	ts.reopen()
 	require.Equal(t, ProposerStats{Horizon: 2}, ts.ProposerStats())
+}
+
+// resultRecords counts the stored result records of proposer id (owner "").
+func resultRecords(ts *testSM, id uint64) int {
+	ts.t.Helper()
+	lo := appendResultsKey(nil, proposerRef{id: id})
+	n := 0
+	it, err := ts.image().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	require.NoError(ts.t, err)
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	require.NoError(ts.t, it.Error())
+	return n
+}
+
+// Forgotten results are not deleted one by one, but their records do not
+// pile up: a range goes each time the floor passes a chunk.
+func TestProposerForgottenRecordsPruned(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	const inFlight = 10
+	for seq := uint64(1); seq <= 1000; seq++ {
+		ts.do(onceCmd(1, seq, max(seq, inFlight)-inFlight+1, "k", "v"))
+		require.LessOrEqual(t, resultRecords(ts, 1), inFlight+floorChunk, "at %d", seq)
+	}
+	st := ts.ProposerStats()
+	require.Equal(t, inFlight, st.Results)
+	ts.reopen()
+	require.Equal(t, st, ts.ProposerStats())
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 990, 1, "k", "v")).Status)
+	require.True(t, ts.do(onceCmd(1, 991, 1, "k", "v")).Repeat)
+}
+
+// A result kept below its proposer's floor (a command whose floor passed
+// its own sequence) outlives the ranges of forgotten records, and a
+// restart, until the floor moves again.
+func TestProposerResultBelowFloorKept(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	for seq := uint64(1); seq <= 5; seq++ {
+		ts.do(onceCmd(1, seq, seq, "k", "v"))
+	}
+	below := ts.do(onceCmd(1, 6, 3*floorChunk, "k", "below"))
+	require.Equal(t, command.StatusOK, below.Status)
+	require.Equal(t, 1, resultRecords(ts, 1), "the records below went in a range")
+	ts.reopen()
+	r := ts.do(onceCmd(1, 6, 1, "k", "below"))
+	require.True(t, r.Repeat)
+	require.Equal(t, below.Rev, r.Rev)
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 5, 1, "k", "v")).Status)
+	ts.do(onceCmd(1, 3*floorChunk, 3*floorChunk+1, "k", "v"))
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 6, 1, "k", "below")).Status, "forgotten when the floor moved")
+	require.Equal(t, 1, ts.ProposerStats().Results)
+	ts.reopen()
+	require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, 6, 1, "k", "below")).Status)
+	require.Equal(t, 1, ts.ProposerStats().Results)
+}
+
+// A result that goes as soon as it is kept (the oldest past
+// MaxResultsPerProposer) still moves the floor for good, across a
+// restart, even when the floor's move deletes the records below it.
+func TestProposerTrimmedAtOnceKeepsFloor(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 2})
+	ts.do(onceCmd(1, floorChunk+36, 1, "k", "v"))
+	ts.do(onceCmd(1, floorChunk+37, 1, "k", "v"))
+	late := uint64(floorChunk - 1)
+	require.Equal(t, command.StatusOK, ts.do(onceCmd(1, late, 1, "k", "late")).Status)
+	kv, _ := ts.get("k")
+	for range 2 {
+		require.Equal(t, command.StatusRetired, ts.do(onceCmd(1, late, 1, "k", "late")).Status)
+		ts.reopen()
+	}
+	again, _ := ts.get("k")
+	require.Equal(t, kv, again, "applied once")
+}
+
+// A published table never changes (readers hold it without locks: a
+// member answering callers after a snapshot, Outcome's reads) though the
+// next Apply shares its arrays: out of order results, trailing floors,
+// trimming, resolves, within and across batches.
+func TestProposerPublishedTableUnchanged(t *testing.T) {
+	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 8})
+	render := func(v *view) []string {
+		var out []string
+		v.props.proposers.Ascend(func(it proposerItem) bool {
+			out = append(out, fmt.Sprintf("%+v floor %d last %d bytes %d", it.proposerRef, it.floor, it.last, it.bytes))
+			for _, r := range it.results {
+				out = append(out, fmt.Sprintf("  %d %v %+v", r.seq, r.explicit, *r.res))
+			}
+			return true
+		})
+		return out
+	}
+	var views []*view
+	var want [][]string
+	for seq := uint64(1); seq <= 200; seq += 4 {
+		ts.apply(onceCmd(1, seq+3, seq/2+1, "k", "v"), onceCmd(1, seq+1, seq/2+1, "k", "v"),
+			onceCmd(1, seq, seq/2+1, "k", "v"), resolveCmd(1, seq+2), onceCmd(2, seq, seq, "k", "w"))
+		v := ts.view.Load()
+		views, want = append(views, v), append(want, render(v))
+	}
+	for i, v := range views {
+		require.Equal(t, want[i], render(v), "view %d", i)
+	}
+	require.Equal(t, 9, ts.ProposerStats().Results)
 }

@@ -408,6 +408,7 @@ func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error 
 	if memErr != nil {
 		return fmt.Errorf("storage: install snapshot %d/%d: %w", index, term, memErr)
 	}
+	mem.props.settle()
 	if err := b.Set(metaConfKey, conf, nil); err != nil {
 		return fmt.Errorf("storage: install snapshot: %w", err)
 	}
