@@ -73,7 +73,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	etcdClient := fs.String("etcd-client", string(etcdcell.InProcess),
 		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")
 
-	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory")
+	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory "+
+		"(scale: each member process's CPU profile over each of its load points)")
 	fs.StringVar(&o.traceDir, "trace", "", "write each child's runtime execution trace into this directory (side-scenario.trace; each measured operation "+
 		"is a region \"op\"): large, so run it with one scenario, one side and one load point, e.g. -scenario put -sides coord -clients 64")
 	fs.StringVar(&o.traceReport, "trace-report", "", "instead of running, read a trace written by -trace and print where its slowest operations waited "+

@@ -41,7 +41,11 @@ var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "se
 // and each process's CPU time and peak RSS from its rusage.
 func runProcs(ctx context.Context, o *options, exe, side, name string, round int, stderr io.Writer) report.Child {
 	sc := name + procsSuffix
-	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, o.rounds)
+	rounds := o.rounds
+	if s, err := scenario.ByName(name); err == nil && s.Once {
+		rounds = 1
+	}
+	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, rounds)
 	ch := report.Child{Side: side, Scenario: sc}
 	start := time.Now()
 	if name == "inflight" || name == scaleScenario {

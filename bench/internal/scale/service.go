@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +30,8 @@ const retries = 5
 // Service answers the scale operations in a member process.
 type Service struct {
 	m cell.Member
+	// prof is the CPU profile's file while one runs (OpProfile).
+	prof *os.File
 	// trickle is the background writer's, while one runs.
 	trickle struct {
 		cancel context.CancelFunc
@@ -43,6 +47,33 @@ func NewService(m cell.Member) *Service { return &Service{m: m} }
 // ends before it answers.
 func (s *Service) Close() error {
 	s.stopTrickle()
+	return s.profile("")
+}
+
+// profile starts a CPU profile of this process into file, or with ""
+// stops the one running.
+func (s *Service) profile(file string) error {
+	if file == "" {
+		if s.prof != nil {
+			pprof.StopCPUProfile()
+			err := s.prof.Close()
+			s.prof = nil
+			return err
+		}
+		return nil
+	}
+	if s.prof != nil {
+		return errors.New("scale: a profile runs already")
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	s.prof = f
 	return nil
 }
 
@@ -166,6 +197,12 @@ func (s *Service) Handle(ctx context.Context, op string, body json.RawMessage) (
 			return nil, sc.AddLearner(mctx, r.Name, r.PeerAddr)
 		}
 		return nil, sc.RemoveMember(mctx, r.Name, r.PeerAddr)
+	case OpProfile:
+		var file string
+		if err := decode(&file); err != nil {
+			return nil, err
+		}
+		return nil, s.profile(file)
 	case OpTrickle:
 		var t Trickle
 		if err := decode(&t); err != nil {
