@@ -125,7 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&sc.ListKeys, "scale-list", 100_000, "scale: keys of the paged List")
 	fs.IntVar(&sc.ListPage, "scale-list-page", 1000, "scale: keys per page of the List (coord Limit/After, etcd's range limit)")
 	fs.IntVar(&sc.WatchBack, "scale-watch-back", 50_000, "scale: changes back the watch starts from (written just before it, one put each)")
-	fs.IntVar(&sc.Sessions, "scale-sessions", 100_000, "scale: sessions held through the clients")
+	fs.IntVar(&sc.Sessions, "scale-sessions", 100_000, "scale: sessions held through the clients (TTL -session-ttl; sessions and watches "+
+		"created by -client-create-workers at once, none started after -client-create-limit)")
 	fs.IntVar(&sc.Watches, "scale-watches", 500_000, "scale: watches held through the clients, each of a prefix of its own")
 	fs.IntVar(&sc.Clients, "scale-clients", 100, "scale: clients holding the sessions and watches (client i on member i%3)")
 	fs.DurationVar(&sc.Hold, "scale-hold", 30*time.Second, "scale: how long the sessions and watches are held while measured")

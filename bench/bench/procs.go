@@ -49,13 +49,13 @@ func runProcs(ctx context.Context, o *options, exe, side, name string, round int
 	ch := report.Child{Side: side, Scenario: sc}
 	start := time.Now()
 	if name == "inflight" || name == scaleScenario {
-		// A fresh cell for every round of it, so it starts its own; the
-		// scale run starts its own with its quota and limits.
+		// Each starts its own cells: inflight a fresh one for every stop
+		// of every round, scale one with its quota and limits.
+		run := runProcsInflight
 		if name == scaleScenario {
-			runProcsScale(ctx, o, exe, side, &ch, stderr)
-		} else {
-			runProcsInflight(ctx, o, exe, side, &ch, stderr)
+			run = runProcsScale
 		}
+		run(ctx, o, exe, side, &ch, stderr)
 		ch.WallSeconds = time.Since(start).Seconds()
 		for _, p := range ch.Processes {
 			ch.CPUSeconds += p.CPUSeconds
