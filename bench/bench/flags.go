@@ -73,7 +73,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	etcdClient := fs.String("etcd-client", string(etcdcell.InProcess),
 		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")
 
-	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory")
+	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory "+
+		"(scale: each member process's CPU profile over each of its load points)")
 	fs.StringVar(&o.traceDir, "trace", "", "write each child's runtime execution trace into this directory (side-scenario.trace; each measured operation "+
 		"is a region \"op\"): large, so run it with one scenario, one side and one load point, e.g. -scenario put -sides coord -clients 64")
 	fs.StringVar(&o.traceReport, "trace-report", "", "instead of running, read a trace written by -trace and print where its slowest operations waited "+
@@ -124,7 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&sc.ListKeys, "scale-list", 100_000, "scale: keys of the paged List")
 	fs.IntVar(&sc.ListPage, "scale-list-page", 1000, "scale: keys per page of the List (coord Limit/After, etcd's range limit)")
 	fs.IntVar(&sc.WatchBack, "scale-watch-back", 50_000, "scale: changes back the watch starts from (written just before it, one put each)")
-	fs.IntVar(&sc.Sessions, "scale-sessions", 100_000, "scale: sessions held through the clients")
+	fs.IntVar(&sc.Sessions, "scale-sessions", 100_000, "scale: sessions held through the clients (TTL -session-ttl; sessions and watches "+
+		"created by -client-create-workers at once, none started after -client-create-limit)")
 	fs.IntVar(&sc.Watches, "scale-watches", 500_000, "scale: watches held through the clients, each of a prefix of its own")
 	fs.IntVar(&sc.Clients, "scale-clients", 100, "scale: clients holding the sessions and watches (client i on member i%3)")
 	fs.DurationVar(&sc.Hold, "scale-hold", 30*time.Second, "scale: how long the sessions and watches are held while measured")

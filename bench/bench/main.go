@@ -43,7 +43,7 @@
 //
 //	go run ./bench -shape procs    # or -shape both, beside the one-process shape
 //
-// runs put, get, lock and inflight with each side's three members in three OS
+// runs put, get, lock, sessions and inflight with each side's three members in three OS
 // processes (coord: its TCP transport on loopback; etcd: three embedded
 // servers, each called through its in-process v3client), the workers
 // dealt over the processes and calling their own member in-process, as a
@@ -51,6 +51,62 @@
 // rusage) are reported, and their sums, under the scenario name with
 // "@procs"; the figures keep the one-process names, so the table lines
 // the shapes up. The member processes are the ones the soak uses.
+//
+// # CPU per operation
+//
+//	go run ./bench -scenario put,get,lock,sessions -shape procs -clients 64
+//
+// Every load point reports its CPU per operation (figure ".cpu_us"): in
+// one process, the child's CPU time over the measured window divided by
+// the successful operations; with -shape procs, the member processes'
+// (user + system, from getrusage, the counters /proc/<pid>/stat shows),
+// summed over the three, and the leader's alone (".cpu_us.leader"). Each
+// process runs its member and its share of the callers, on both sides
+// alike. sessions@procs reports what keeping sessions alive costs: each
+// process's CPU over an idle window (-duration), then, with its third of
+// -sessions sessions created on its own member, over -keepalive; the
+// difference per session per second, and per keep-alive interval (coord
+// TTL/4, etcd's clientv3 TTL/3). In interleaved rounds like every
+// scenario, so the four figures (put, linearizable get, lock cycle,
+// keep-alive) come side by side with their paired ranges.
+//
+// # Scale
+//
+//	go run ./bench -scenario scale -dir /var/tmp            # 1,000,000 keys of 1 KB, each side's 2 GiB cap
+//	go run ./bench -scenario scale -scale-keys 20000 -scale-quota 64MiB   # a smoke run
+//
+// runs issue 27's scale run once per side (only when named: it is long),
+// against three member processes (package scale answers in each). On an
+// empty cell it takes each member's memory and runs put (-scale-put-clients
+// 64), linearizable get and uncontended lock points; loads -scale-keys
+// keys of -scale-value-size bytes in transactions of -scale-batch, each
+// process a third; takes each member's RSS (with its file pages apart),
+// live Go heap (after a GC) and data directory against the live data
+// (keys and values loaded), at rest and after the same points run again
+// on the loaded cell (their p99 against the empty cell's); sets a memory
+// limit in each member (-scale-gomemlimit: 1.25x the live data by
+// default, debug.SetMemoryLimit, which is what GOMEMLIMIT sets), runs put
+// and get under it and takes the memory again; lists -scale-list keys on
+// a follower in pages of -scale-list-page (coord List with Limit and
+// After, etcd a range read with a limit), timed, with the member's heap
+// and RSS peak; writes -scale-watch-back single puts and watches on a
+// follower from the revision before them, timed to the last event; adds
+// a fourth member as a learner and times it from its process's start to
+// its having applied what the leader had committed (a snapshot, the log
+// being compacted; 10 writes a second go on meanwhile, as in a live
+// cell), in MB/s of live data; kills a follower's process (kill -9) and
+// times its restart to a linearizable read served; holds -scale-sessions
+// sessions and -scale-watches watches (each of a prefix of its own)
+// through -scale-clients clients in the parent for -scale-hold, with the
+// members' CPU and memory, the sessions expired and whether 100 of the
+// watches still deliver; then grows the cell to its cap (-scale-quota,
+// default each side's 2 GiB; coord's counts keys and values, etcd's its
+// database file) and shows, at the cap, every new write refused with the
+// quota's error (ErrQuotaExceeded, NOSPACE), deletes done, a linearizable
+// get served, and whether a write is taken again after the deletes. The
+// growth stops, and says so, while the machine has less memory available
+// than -scale-mem-floor. -member-gomemlimit sets GOMEMLIMIT in every
+// member process from its start (any -shape procs scenario, the soak).
 //
 // # Attacks on the client door
 //

@@ -112,10 +112,26 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock", "inflight"}) {
-		t.Errorf("-shape procs runs %v (%v), want put, get, lock, inflight", o.scenarios, err)
+	if o, err := parseFlags([]string{"-shape", "procs"}, &stderr); err != nil || !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "inflight"}) {
+		t.Errorf("-shape procs runs %v (%v), want put, get, lock, sessions, inflight", o.scenarios, err)
 	}
-	for _, bad := range [][]string{{"-shape", "procs", "-scenario", "watch"}, {"-shape", "cloud"}, {"-soak", "-1s"}, {"-soak-keys", "0"}} {
+	// The scale run only when named; its sizes parsed.
+	if o, err := parseFlags(nil, &stderr); err != nil || slices.Contains(o.scenarios, "scale") {
+		t.Errorf("all runs %v (%v): scale only when named", o.scenarios, err)
+	}
+	if o, err := parseFlags([]string{"-scenario", "scale", "-scale-quota", "64MiB", "-scale-gomemlimit", "1300MiB"}, &stderr); err != nil ||
+		o.scale.quotaBytes != 64<<20 || o.scale.cap() != 64<<20 || o.scale.Keys != 1_000_000 {
+		t.Errorf("scale flags: %+v (%v)", o.scale, err)
+	} else if l, on, _ := o.scale.memLimit(1 << 30); !on || l != 1300<<20 {
+		t.Errorf("-scale-gomemlimit 1300MiB: %d %v", l, on)
+	}
+	if o, _ := parseFlags([]string{"-scale-gomemlimit", "1.5x"}, &stderr); o != nil {
+		if l, on, _ := o.scale.memLimit(1000); !on || l != 1500 {
+			t.Errorf("-scale-gomemlimit 1.5x of 1000 bytes: %d %v", l, on)
+		}
+	}
+	for _, bad := range [][]string{{"-shape", "procs", "-scenario", "watch"}, {"-shape", "cloud"}, {"-soak", "-1s"}, {"-soak-keys", "0"},
+		{"-scale-quota", "lots"}, {"-scale-gomemlimit", "-2x"}, {"-scale-batch", "200"}, {"-scale-keys", "0"}, {"-scale-mem-floor", "x"}} {
 		if _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -41,17 +41,21 @@ var procsScenarios = map[string]bool{"put": true, "get": true, "lock": true, "se
 // and each process's CPU time and peak RSS from its rusage.
 func runProcs(ctx context.Context, o *options, exe, side, name string, round int, stderr io.Writer) report.Child {
 	sc := name + procsSuffix
-	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, o.rounds)
+	rounds := o.rounds
+	if s, err := scenario.ByName(name); err == nil && s.Once {
+		rounds = 1
+	}
+	fmt.Fprintf(stderr, "== %s %s, round %d of %d\n", side, sc, round, rounds)
 	ch := report.Child{Side: side, Scenario: sc}
 	start := time.Now()
 	if name == "inflight" || name == scaleScenario {
-		// A fresh cell for every round of it, so it starts its own; the
-		// scale run starts its own with its quota and limits.
+		// Each starts its own cells: inflight a fresh one for every stop
+		// of every round, scale one with its quota and limits.
+		run := runProcsInflight
 		if name == scaleScenario {
-			runProcsScale(ctx, o, exe, side, &ch, stderr)
-		} else {
-			runProcsInflight(ctx, o, exe, side, &ch, stderr)
+			run = runProcsScale
 		}
+		run(ctx, o, exe, side, &ch, stderr)
 		ch.WallSeconds = time.Since(start).Seconds()
 		for _, p := range ch.Processes {
 			ch.CPUSeconds += p.CPUSeconds

@@ -336,7 +336,7 @@ func (r *scaleRun) phaseQuota(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.addMems("cap", "at the cap", ms)
+	r.addMemsOf("cap", fmt.Sprintf("at the cap (%.0f MB live)", mb(r.live+written)), ms, r.live+written)
 
 	var q scale.QuotaResult
 	if err := r.call(ctx, 0, scale.OpQuotaCheck, scale.QuotaCheck{Prefix: scaleCheckPrefix, Writes: 20, ValueSize: r.s.ValueSize,

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/coordcell/coord/bench/internal/cell"
@@ -39,8 +41,15 @@ func (r *scaleRun) runPoints(ctx context.Context, tag, state string, points []sc
 	cfg := &r.o.cfg
 	out := map[string]procsResult{}
 	for _, p := range points {
+		stop, err := r.startProfiles(ctx, tag+"-"+p.name)
+		if err != nil {
+			return out, err
+		}
 		res, err := spread(ctx, r.c, scenario.MemberLoad{Kind: p.kind, Workers: p.workers, Warmup: cfg.Warmup,
 			Duration: cfg.Duration, ValueSize: cfg.ValueSize, Keys: cfg.GetKeys})
+		if perr := stop(); err == nil {
+			err = perr
+		}
 		if err != nil {
 			return out, fmt.Errorf("%s %s: %w", tag, p.name, err)
 		}
@@ -58,10 +67,38 @@ func (r *scaleRun) runPoints(ctx context.Context, tag, state string, points []sc
 	return out, nil
 }
 
-// addMems adds each member's memory under tag, against the live data,
-// and the largest ratio. A member's RSS is compared with what it holds:
-// every member holds the whole keyspace.
-func (r *scaleRun) addMems(tag, state string, ms []scale.Mem) {
+// startProfiles starts a CPU profile in every member process into
+// -profile's directory (side-scale-<name>-m<i>.cpu.pprof), when it is
+// set; the function it returns stops them.
+func (r *scaleRun) startProfiles(ctx context.Context, name string) (func() error, error) {
+	if r.o.profileDir == "" {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(r.o.profileDir, 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(r.o.profileDir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := scaleEach[struct{}](ctx, r, scale.OpProfile, func(i int) any {
+		return filepath.Join(dir, fmt.Sprintf("%s-scale-%s-m%d.cpu.pprof", r.side, name, i))
+	}); err != nil {
+		return nil, err
+	}
+	return func() error {
+		_, err := scaleEach[struct{}](ctx, r, scale.OpProfile, func(int) any { return "" })
+		return err
+	}, nil
+}
+
+// addMems adds each member's memory under tag, against the live data
+// loaded, and the largest ratio. A member's RSS is compared with what it
+// holds: every member holds the whole keyspace.
+func (r *scaleRun) addMems(tag, state string, ms []scale.Mem) { r.addMemsOf(tag, state, ms, r.live) }
+
+// addMemsOf is addMems against live bytes of data.
+func (r *scaleRun) addMemsOf(tag, state string, ms []scale.Mem, live int64) {
 	maxRSS, maxHeap := 0.0, 0.0
 	for i, m := range ms {
 		l := fmt.Sprintf("%s, m%d", state, i)
@@ -77,16 +114,16 @@ func (r *scaleRun) addMems(tag, state string, ms []scale.Mem) {
 		if m.HeapLive > 0 {
 			r.add(p+"heap_live", l+": Go heap live (after a GC)", "MB", mb(m.HeapLive), false)
 		}
-		if r.live > 0 {
-			rr := float64(m.RSS) / float64(r.live)
+		if live > 0 {
+			rr := float64(m.RSS) / float64(live)
 			r.add(p+"rss_ratio", l+": RSS / live data", "x", rr, false)
 			maxRSS = max(maxRSS, rr)
 			if m.HeapLive > 0 {
-				maxHeap = max(maxHeap, float64(m.HeapLive)/float64(r.live))
+				maxHeap = max(maxHeap, float64(m.HeapLive)/float64(live))
 			}
 		}
 	}
-	if r.live > 0 {
+	if live > 0 {
 		r.add(tag+".rss_ratio.max", state+": RSS / live data, the largest of the members", "x", maxRSS, false)
 		if maxHeap > 0 {
 			r.add(tag+".heap_ratio.max", state+": Go heap live / live data, the largest of the members", "x", maxHeap, false)

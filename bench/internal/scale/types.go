@@ -33,6 +33,7 @@ const (
 	OpRemove     = "scale-remove"      // a Membership: remove a member
 	OpQuotaCheck = "scale-quota-check" // a QuotaCheck: writes past the cap, deletes, a write after them
 	OpTrickle    = "scale-trickle"     // a Trickle: start or stop a put every while in the background
+	OpProfile    = "scale-profile"     // a file name: start a CPU profile into it; "" stops it
 )
 
 // Trickle starts (Every > 0) or stops (Every 0) a background writer that
