@@ -103,10 +103,9 @@ func (h *history) checkWatch(w *watch) {
 		}
 		seen[id] = true
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	missed := 0
 	var first putID
+	h.mu.Lock()
 	for id := range h.acked {
 		if id.rev > w.from && id.rev <= last && !seen[id] {
 			if missed == 0 || id.rev < first.rev {
@@ -115,11 +114,10 @@ func (h *history) checkWatch(w *watch) {
 			missed++
 		}
 	}
+	h.mu.Unlock()
 	if missed > 0 {
-		h.mu.Unlock()
 		h.fail("watch: %d acknowledged puts after its start (revision %d) not delivered, the first %s at %d",
 			missed, w.from, first.key, first.rev)
-		h.mu.Lock()
 	}
 }
 

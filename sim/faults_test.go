@@ -1,16 +1,17 @@
 package sim
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
 
-// runFaults impairs the cell until ctx-like end (the history's length)
+// runFaults impairs the cell until ctx ends (the history's length)
 // with one fault every 0.4 to 2.2 s of virtual time drawn from rng: an
 // isolation, a partition, a crash (at most two members down at once) or
 // a restart, a pause of a member's Raft traffic or a resume, a client cut
 // from its member, message loss or delay, or a heal of the network.
-func (h *history) runFaults(ctx interface{ Done() <-chan struct{} }, rng *rand.Rand) {
+func (h *history) runFaults(ctx context.Context, rng *rand.Rand) {
 	down, paused := map[int]bool{}, map[int]bool{}
 	for {
 		select {

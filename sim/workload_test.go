@@ -182,24 +182,26 @@ func (h *history) lockWorker(ctx context.Context, w int, rng *rand.Rand) {
 // with it, that no other hold had the same token and that no token is
 // admitted after a higher one.
 func (h *history) admit(w int, tok coord.Token) {
+	if v := h.admitLocked(w, tok); v != "" {
+		h.fail("%s", v)
+	}
+}
+
+// admitLocked is admit under h.mu; it returns the violation, if any.
+func (h *history) admitLocked(w int, tok coord.Token) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.done.holds++
 	if other, dup := h.holds[tok]; dup {
-		h.mu.Unlock()
-		h.fail("lock worker %d was granted token %d, already granted to a hold of worker %d", w, tok, other)
-		h.mu.Lock()
-		return
+		return fmt.Sprintf("lock worker %d was granted token %d, already granted to a hold of worker %d", w, tok, other)
 	}
 	h.holds[tok] = w
 	if err := h.fence.Admit("res", tok); err != nil {
-		return // a newer holder wrote first: the fence did its work
+		return "" // a newer holder wrote first: the fence did its work
 	}
 	if tok < h.admitted {
-		h.mu.Unlock()
-		h.fail("the fence admitted token %d after %d", tok, h.admitted)
-		h.mu.Lock()
-		return
+		return fmt.Sprintf("the fence admitted token %d after %d", tok, h.admitted)
 	}
 	h.admitted = tok
+	return ""
 }

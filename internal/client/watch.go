@@ -316,16 +316,16 @@ func (up *upstream) run() {
 			return resume, nil
 		case clientwire.CodeCompacted:
 			return nextAnswered, &spi.CompactedError{Oldest: end.CompactRev}
-		case clientwire.CodeCanceled, clientwire.CodeAmbiguous, clientwire.CodeNoQuorum, clientwire.CodeTimeout,
-			clientwire.CodeNoLeader, clientwire.CodeNotLeader, clientwire.CodeNotCaughtUp, clientwire.CodeTooManyRequests:
+		default:
+			if !clientwire.Passing(end.Code) {
+				return nextAnswered, clientwire.ErrorOf(end.Code, end.Message)
+			}
 			if up.ctx.Err() != nil {
 				return nextAnswered, closedOr(up.ctx.Err())
 			}
 			// The member ended it for a passing reason of its own (see
 			// clientwire.Passing): resume after a moment.
 			return nextPause, nil
-		default:
-			return nextAnswered, clientwire.ErrorOf(end.Code, end.Message)
 		}
 	}))
 }
