@@ -119,7 +119,10 @@ func TestAmbiguousCASOutcome(t *testing.T) {
 	lead := c.LeaderIndex()
 	f := (lead + 1) % 3
 	ctx := context.Background()
-	_, err := c.Node(lead).Put(ctx, "job", []byte("running"))
+	// Through the follower, so it has heard the leader before the cut (a
+	// follower that never knew one refuses the write as certainly not
+	// applied, which is right but not what this test is about).
+	_, err := c.Node(f).Put(ctx, "job", []byte("running"))
 	require.NoError(t, err)
 
 	c.Network().Block(c.Name(f), c.Name(lead))
@@ -156,12 +159,17 @@ func TestOutcomeOfAppliedWrite(t *testing.T) {
 	lead := c.LeaderIndex()
 	f := (lead + 1) % 3
 	ctx := context.Background()
+	// The follower must know its leader before the cut: one that never
+	// heard it refuses the write as certainly not applied (ErrNoQuorum),
+	// CI's seed 3730824744957666194.
+	_, err := c.Node(f).Put(ctx, "warm", nil)
+	require.NoError(t, err)
 	// The leader cannot answer the follower: the follower's write applies
 	// on the cell, but the follower never sees it while blocked.
 	c.Network().Block(c.Name(lead), c.Name(f))
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	_, err := c.Node(f).Put(short, "k", []byte("v"))
+	_, err = c.Node(f).Put(short, "k", []byte("v"))
 	var amb *coord.AmbiguousError
 	require.ErrorAs(t, err, &amb, "got %v", err)
 	kv, err := c.Node(lead).Get(ctx, "k")
