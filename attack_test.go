@@ -146,7 +146,7 @@ func TestOutsiderCannotSpeakForTheCell(t *testing.T) {
 
 	before, rev, err := nodes[0].List(ctx, "")
 	require.NoError(t, err)
-	membersBefore, err := nodes[0].Members(ctx)
+	membersBefore, err := nodes[0].Admin().Members(ctx)
 	require.NoError(t, err)
 
 	cell := coord.CellID("", peers)
@@ -218,7 +218,7 @@ func TestOutsiderCannotSpeakForTheCell(t *testing.T) {
 	require.NoError(t, err)
 	// The orphan owned no keys, so the key space is exactly as it was.
 	require.Equal(t, keysOf(before), keysOf(after), "the key space changed (revision before: %d)", rev)
-	membersAfter, err := nodes[0].Members(ctx)
+	membersAfter, err := nodes[0].Admin().Members(ctx)
 	require.NoError(t, err)
 	require.Equal(t, membersBefore, membersAfter)
 	_, err = nodes[2].Put(ctx, "still", []byte("works"))

@@ -129,7 +129,7 @@ func TestBadRequestsAndClosedMember(t *testing.T) {
 	for range w.Events() {
 	}
 	require.ErrorIs(t, w.Err(), coord.ErrInvalidArgument)
-	require.ErrorIs(t, n.AddLearner(ctx, "d", ""), coord.ErrInvalidConfig)
+	require.ErrorIs(t, n.Admin().AddLearner(ctx, "d", ""), coord.ErrInvalidConfig)
 	_, err := n.Put(ctx, "k", []byte("v"))
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
@@ -154,7 +154,7 @@ func TestJoinedMemberRestartsWithoutJoin(t *testing.T) {
 	defer a.Close()
 	_, err = a.Put(ctx, "k", []byte("1"))
 	require.NoError(t, err)
-	require.NoError(t, a.AddLearner(ctx, "b", "b"))
+	require.NoError(t, a.Admin().AddLearner(ctx, "b", "b"))
 	disk := storage.NewMemDisk()
 	b, err := coord.Open(ctx, fast(coord.Config{Name: "b", Transport: network.Join("b"), Disk: disk, Join: true,
 		Peers: []coord.Peer{{Name: "a", Addr: "a"}}}))

@@ -268,7 +268,7 @@ func BenchmarkLearnerSerializableGet(b *testing.B) {
 	if _, err := leader.Put(ctx, "key", make([]byte, 100)); err != nil {
 		b.Fatal(err)
 	}
-	if err := leader.AddLearner(ctx, "learner", "learner"); err != nil {
+	if err := leader.Admin().AddLearner(ctx, "learner", "learner"); err != nil {
 		b.Fatal(err)
 	}
 	l := c.Node(c.Join("learner"))

@@ -33,7 +33,7 @@ func ExampleClientConfig_cache() {
 			log.Fatal(err)
 		}
 		defer n.Close()
-		members = append(members, n.ClientAddr())
+		members = append(members, n.Admin().ClientAddr())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -120,7 +120,7 @@ func TestClientCredentialProvesOneName(t *testing.T) {
 		forged := aliceTLS.Clone()
 		cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 		forged.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
-		raw, err := dialTLS(ctx, c.Node(0).ClientAddr(), forged)
+		raw, err := dialTLS(ctx, c.Node(0).Admin().ClientAddr(), forged)
 		if err == nil {
 			_, err = clientwire.Handshake(ctx, raw, clientwire.ClientOptions{Name: "bob"})
 			raw.Close()
@@ -141,7 +141,7 @@ func TestClientCredentialProvesOneName(t *testing.T) {
 	require.ErrorIs(t, err, coord.ErrForbidden)
 	tc := credTLS(t, creds["alice"])
 	for i := range c.Size() {
-		raw, err := dialTLS(ctx, c.Node(i).ClientAddr(), tc)
+		raw, err := dialTLS(ctx, c.Node(i).Admin().ClientAddr(), tc)
 		require.NoError(t, err)
 		// The Hello's name is not an identity under TLS.
 		w, err := clientwire.Handshake(ctx, raw, clientwire.ClientOptions{Name: "bob"})
@@ -218,7 +218,7 @@ func TestClientCredentialRevoked(t *testing.T) {
 	require.NoError(t, err)
 	before := bob.Member()
 	for i := range c.Size() {
-		c.Node(i).SetClientRevoked(map[string]uint64{"root": 1, "alice": 1})
+		c.Node(i).Admin().SetClientRevoked(map[string]uint64{"root": 1, "alice": 1})
 	}
 	// alice's connection ends, and no member takes her back.
 	require.Eventually(t, func() bool {
@@ -340,7 +340,7 @@ func TestClientCredentialAsPEMFiles(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
 	n := c.Node(0)
-	raw, err := dialTLS(ctx, n.ClientAddr(), &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots,
+	raw, err := dialTLS(ctx, n.Admin().ClientAddr(), &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots,
 		ServerName: n.Status().Name, MinVersion: tls.VersionTLS13})
 	require.NoError(t, err)
 	w, err := clientwire.Handshake(ctx, raw, clientwire.ClientOptions{Name: "whoever"})

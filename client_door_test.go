@@ -101,7 +101,7 @@ func TestClientDoorSilentFlood(t *testing.T) {
 		cfg.ClientHandshakeTimeout = 2 * time.Second
 	})
 	n := c.Node(0)
-	addr := n.ClientAddr()
+	addr := n.Admin().ClientAddr()
 	ctx := ctxT(t, 60*time.Second)
 
 	stop := make(chan struct{})
@@ -176,14 +176,14 @@ func TestClientDoorPerIdentity(t *testing.T) {
 	n := c.Node(0)
 	ctx := ctxT(t, 20*time.Second)
 	for range 2 {
-		_, err := dialRaw(t, ctx, n.ClientAddr(), "bob")
+		_, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "bob")
 		require.NoError(t, err)
 	}
-	_, err := dialRaw(t, ctx, n.ClientAddr(), "bob")
+	_, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "bob")
 	var re *clientwire.RefusedError
 	require.ErrorAs(t, err, &re, "a third connection of bob")
 	require.Equal(t, clientwire.RefuseBusy, re.Reason)
-	_, err = dialRaw(t, ctx, n.ClientAddr(), "alice")
+	_, err = dialRaw(t, ctx, n.Admin().ClientAddr(), "alice")
 	require.NoError(t, err, "another identity is admitted")
 	st := doorStats(n)
 	require.Equal(t, 3, st.Admitted)
@@ -202,7 +202,7 @@ func TestClientDoorIdleAndStalled(t *testing.T) {
 	})
 	n := c.Node(0)
 	ctx := ctxT(t, 30*time.Second)
-	addr := n.ClientAddr()
+	addr := n.Admin().ClientAddr()
 	idle, _ := rawDoor(t, addr, "idle", clientwire.DefaultMaxFrame, 0)
 	live, err := dialRaw(t, ctx, addr, "live")
 	require.NoError(t, err)
@@ -247,10 +247,10 @@ func TestClientDoorSlowReaderCut(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	_, err := n.Put(ctx, "big", bytes.Repeat([]byte("v"), 32<<10))
 	require.NoError(t, err)
-	good, err := dialRaw(t, ctx, n.ClientAddr(), "good")
+	good, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "good")
 	require.NoError(t, err)
 
-	slow, v := rawDoor(t, n.ClientAddr(), "slow", clientwire.MinMaxFrame, 4096)
+	slow, v := rawDoor(t, n.Admin().ClientAddr(), "slow", clientwire.MinMaxFrame, 4096)
 	reads := frames(t, nil, v, 1, 1000, &clientwire.Read{Key: "big"})
 	go func() { _, _ = slow.Write(reads) }()
 	require.Eventually(t, func() bool { return doorStats(n).CutSlow == 1 }, 20*time.Second, 5*time.Millisecond,
@@ -277,7 +277,7 @@ func TestClientDoorWatchesBoundedInBytes(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	// The socket keeps its usual buffers: this client reads in the end,
 	// and a tiny receive window would make the kernel trickle it.
-	w, v := rawDoor(t, n.ClientAddr(), "watcher", clientwire.MinMaxFrame, 0)
+	w, v := rawDoor(t, n.Admin().ClientAddr(), "watcher", clientwire.MinMaxFrame, 0)
 	// 16 MB of events in all, more than the kernel's buffers take.
 	const watches, puts = 16, 64
 	var b []byte
@@ -334,7 +334,7 @@ func TestClientDoorWatchesBoundedInBytes(t *testing.T) {
 func TestClientDoorKeepAliveIDs(t *testing.T) {
 	c := serveCluster(t, 1, nil)
 	n := c.Node(0)
-	conn, v := rawDoor(t, n.ClientAddr(), "ka", clientwire.DefaultMaxFrame, 0)
+	conn, v := rawDoor(t, n.Admin().ClientAddr(), "ka", clientwire.DefaultMaxFrame, 0)
 	ids := make([]int64, 1<<20) // one byte each on the wire
 	for i := range ids {
 		ids[i] = 1
@@ -374,7 +374,7 @@ func TestClientDoorCloseWithUnreadReplies(t *testing.T) {
 				_, err := n.Put(ctx, fmt.Sprintf("big/%02d", i), value)
 				require.NoError(t, err)
 			}
-			conn, v := rawDoor(t, n.ClientAddr(), "never", clientwire.DefaultMaxFrame, 4096)
+			conn, v := rawDoor(t, n.Admin().ClientAddr(), "never", clientwire.DefaultMaxFrame, 4096)
 			_, err := conn.Write(frames(t, nil, v, 1, 4, &clientwire.Read{Key: "big/", Prefix: true}))
 			require.NoError(t, err)
 			// The member has written what the kernel takes, and waits
@@ -409,7 +409,7 @@ func TestClientDoorCloseWhileClientNeverReads(t *testing.T) {
 	require.NoError(t, err)
 	cfg := ca.config(t, "never")
 	cfg.ServerName = n.Status().Name
-	raw, err := net.Dial("tcp", n.ClientAddr())
+	raw, err := net.Dial("tcp", n.Admin().ClientAddr())
 	require.NoError(t, err)
 	defer raw.Close()
 	require.NoError(t, raw.(*net.TCPConn).SetReadBuffer(4096))

@@ -34,7 +34,7 @@ func ExampleConnect() {
 			log.Fatal(err)
 		}
 		defer n.Close()
-		members = append(members, n.ClientAddr())
+		members = append(members, n.Admin().ClientAddr())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -113,7 +113,7 @@ func TestClientServeAddrs(t *testing.T) {
 			t.Skipf("no TCP here: %v", err)
 		}
 		served := make(chan error, 1)
-		go func() { served <- n.ServeClients(l) }()
+		go func() { served <- n.Admin().ServeClients(l) }()
 		// A connection the member closes over a bad frame was accepted,
 		// so ServeClients has registered l.
 		conn, err := net.Dial("tcp", l.Addr().String())

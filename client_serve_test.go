@@ -114,8 +114,8 @@ func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
 	c := serveCluster(t, 3, nil)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(1)
-	require.NotEmpty(t, n.ClientAddr())
-	rc, err := dialRaw(t, ctx, n.ClientAddr(), "w1")
+	require.NotEmpty(t, n.Admin().ClientAddr())
+	rc, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "w1")
 	require.NoError(t, err)
 	w := rc.Welcome()
 	require.Equal(t, c.Name(1), w.Member)
@@ -167,10 +167,10 @@ func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
 func TestServeClientsTrust(t *testing.T) {
 	c := serveCluster(t, 3, nil)
 	ctx := ctxT(t, 20*time.Second)
-	a, err := dialRaw(t, ctx, c.Node(0).ClientAddr(), "alice")
+	a, err := dialRaw(t, ctx, c.Node(0).Admin().ClientAddr(), "alice")
 	require.NoError(t, err)
 	// A plaintext client naming a member is still only a client.
-	b, err := dialRaw(t, ctx, c.Node(1).ClientAddr(), c.Name(0))
+	b, err := dialRaw(t, ctx, c.Node(1).Admin().ClientAddr(), c.Name(0))
 	require.NoError(t, err)
 	sid := a.newSession(t, ctx, c.Node(0).MinSessionTTL())
 	_, err = a.propose(t, ctx, putCmd("own", "a", sid))
@@ -202,7 +202,7 @@ func TestServeClientsTrust(t *testing.T) {
 	require.Equal(t, rev, c.Node(1).Status().Revision, "a refused command writes nothing")
 	// The owner's session lives on, and its owner may still use it,
 	// through any member (the owner is in the replicated state).
-	a2, err := dialRaw(t, ctx, c.Node(2).ClientAddr(), "alice")
+	a2, err := dialRaw(t, ctx, c.Node(2).Admin().ClientAddr(), "alice")
 	require.NoError(t, err)
 	require.Equal(t, []int64{sid}, a2.keepAlive(t, ctx, 1, sid).Confirmed)
 	_, err = a2.propose(t, ctx, putCmd("own2", "a", sid))
@@ -224,7 +224,7 @@ func TestServeClientsKeepAliveFolding(t *testing.T) {
 	ids := make([][]int64, 10)
 	var wg sync.WaitGroup
 	for i := range clients {
-		rc, err := dialRaw(t, ctx, m.ClientAddr(), "w"+string(rune('a'+i)))
+		rc, err := dialRaw(t, ctx, m.Admin().ClientAddr(), "w"+string(rune('a'+i)))
 		require.NoError(t, err)
 		clients[i] = rc
 		wg.Go(func() {
@@ -308,7 +308,7 @@ func TestServeClientsLimits(t *testing.T) {
 		cfg.ClientMaxInFlight = 2
 	})
 	ctx := ctxT(t, 20*time.Second)
-	addr := c.Node(0).ClientAddr()
+	addr := c.Node(0).Admin().ClientAddr()
 	good, err := dialRaw(t, ctx, addr, "good")
 	require.NoError(t, err)
 
@@ -373,7 +373,7 @@ func TestServeClientsPolicy(t *testing.T) {
 		}
 	})
 	ctx := ctxT(t, 20*time.Second)
-	addr := c.Node(0).ClientAddr()
+	addr := c.Node(0).Admin().ClientAddr()
 	_, err := dialRaw(t, ctx, addr, "mallory")
 	var re *clientwire.RefusedError
 	require.ErrorAs(t, err, &re)
@@ -414,11 +414,11 @@ func TestServeClientsEndsAtClose(t *testing.T) {
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(0)
-	require.Empty(t, n.ClientAddr())
+	require.Empty(t, n.Admin().ClientAddr())
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
-	go func() { served <- n.ServeClients(l) }()
+	go func() { served <- n.Admin().ServeClients(l) }()
 	rc, err := dialRaw(t, ctx, l.Addr().String(), "w")
 	require.NoError(t, err)
 	require.NoError(t, rc.Ping(ctx))
@@ -429,5 +429,5 @@ func TestServeClientsEndsAtClose(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the client connection outlived the member")
 	}
-	require.ErrorIs(t, n.ServeClients(l), coord.ErrClosed, "a closed member serves nothing")
+	require.ErrorIs(t, n.Admin().ServeClients(l), coord.ErrClosed, "a closed member serves nothing")
 }

@@ -45,7 +45,7 @@ func (ids *identities) all() []string {
 func clientAddrs(c *coordtest.Cluster) []string {
 	var out []string
 	for i := range c.Size() {
-		out = append(out, c.Node(i).ClientAddr())
+		out = append(out, c.Node(i).Admin().ClientAddr())
 	}
 	return out
 }
@@ -174,7 +174,7 @@ func TestClientTLS(t *testing.T) {
 	})
 	var addrs []string
 	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr())
+		addrs = append(addrs, n.Admin().ClientAddr())
 	}
 	ctx := ctxT(t, 30*time.Second)
 	w1, err := coord.Connect(ctx, coord.ClientConfig{Name: "worker-1", Members: addrs, TLS: ca.config(t, "worker-1")})
@@ -222,7 +222,7 @@ func TestClientSecretWithTLS(t *testing.T) {
 		c.TLS, c.ClientSecret, c.ClientPolicy = ca.config(t, c.Name), clientSecret, ids.policy
 		c.ClientAddr = "127.0.0.1:0"
 	})
-	addrs := []string{nodes[0].ClientAddr()}
+	addrs := []string{nodes[0].Admin().ClientAddr()}
 	ctx := ctxT(t, 30*time.Second)
 	bySecret, err := coord.Connect(ctx, coord.ClientConfig{Name: "by-secret", Members: addrs, Secret: clientSecret})
 	require.NoError(t, err)

@@ -170,13 +170,13 @@ func ExampleSemaphore() {
 // process opens with Join, and once it has caught up it is promoted to a
 // voter (Promote says ErrNotCaughtUp until then). With gossip
 // (Config.Gossip) the autopilot does all of this by itself.
-func ExampleNode_AddLearner() {
+func ExampleAdmin_AddLearner() {
 	ctx := context.Background()
 	var existing *coord.Node // a member of the running cell
 	peers := []coord.Peer{{Name: "a", Addr: "10.0.0.1:7000"}, {Name: "b", Addr: "10.0.0.2:7000"},
 		{Name: "c", Addr: "10.0.0.3:7000"}}
 
-	if err := existing.AddLearner(ctx, "d", "10.0.0.4:7000"); err != nil {
+	if err := existing.Admin().AddLearner(ctx, "d", "10.0.0.4:7000"); err != nil {
 		log.Fatal(err)
 	}
 	// On the new machine:
@@ -190,7 +190,7 @@ func ExampleNode_AddLearner() {
 	}
 	defer d.Close()
 	for {
-		err := existing.Promote(ctx, "d")
+		err := existing.Admin().Promote(ctx, "d")
 		if !errors.Is(err, coord.ErrNotCaughtUp) {
 			if err != nil {
 				log.Fatal(err)

@@ -19,7 +19,7 @@ import (
 func voterNames(t *testing.T, n *coord.Node) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ms, err := n.Members(ctx)
+	ms, err := n.Admin().Members(ctx)
 	if err != nil {
 		return nil
 	}
@@ -75,7 +75,7 @@ func TestGossipFormsOneCell(t *testing.T) {
 			require.NoError(t, err)
 			waitUntil(t, 60*time.Second, "all 7 members in one cell, 5 voting", func() bool {
 				l := c.Leader()
-				ms, err := l.Members(ctx)
+				ms, err := l.Admin().Members(ctx)
 				return err == nil && len(ms) == 7 && len(voterNames(t, l)) == 5
 			})
 			// Followers learn of the leader from its messages: wait for each.
@@ -88,7 +88,7 @@ func TestGossipFormsOneCell(t *testing.T) {
 				}
 				return true
 			})
-			t.Logf("autopilot: %+v", c.Leader().Autopilot())
+			t.Logf("autopilot: %+v", c.Leader().Admin().Autopilot())
 		})
 	}
 }
@@ -101,7 +101,7 @@ func TestGossipReplacesDeadVoter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	waitUntil(t, 60*time.Second, "3 voters and a standby", func() bool {
-		ms, err := c.Leader().Members(ctx)
+		ms, err := c.Leader().Admin().Members(ctx)
 		return err == nil && len(ms) == 4 && len(voterNames(t, c.Leader())) == 3
 	})
 	l := c.LeaderIndex()
@@ -116,13 +116,13 @@ func TestGossipReplacesDeadVoter(t *testing.T) {
 	start := time.Now()
 	c.Crash(victim)
 	waitUntil(t, 60*time.Second, "the dead voter replaced and removed", func() bool {
-		ms, err := c.Leader().Members(ctx)
+		ms, err := c.Leader().Admin().Members(ctx)
 		if err != nil || len(ms) != 3 {
 			return false
 		}
 		return !slices.Contains(voterNames(t, c.Leader()), c.Name(victim)) && len(voterNames(t, c.Leader())) == 3
 	})
-	t.Logf("dead voter to replacement: %v (threshold 2s + stabilization 1s); autopilot: %+v", time.Since(start), c.Leader().Autopilot())
+	t.Logf("dead voter to replacement: %v (threshold 2s + stabilization 1s); autopilot: %+v", time.Since(start), c.Leader().Admin().Autopilot())
 	require.False(t, c.Leader().Status().Autopilot.At.IsZero(), "Status shows the leader's autopilot decisions")
 	_, err := c.Leader().Put(ctx, "k", []byte("v"))
 	require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestGossipOneCellAnyStartOrder(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			waitUntil(t, 60*time.Second, "all 7 members in one cell", func() bool {
-				ms, err := c.Leader().Members(ctx)
+				ms, err := c.Leader().Admin().Members(ctx)
 				return err == nil && len(ms) == 7
 			})
 			// Two cells would mean two leaders: every member follows one.
@@ -206,7 +206,7 @@ func TestGossipMinorityPartitionRemovesNoMajority(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	waitUntil(t, 60*time.Second, "5 voters", func() bool {
-		ms, err := c.Leader().Members(ctx)
+		ms, err := c.Leader().Admin().Members(ctx)
 		return err == nil && len(ms) == 5 && len(voterNames(t, c.Leader())) == 5
 	})
 	l := c.LeaderIndex()
@@ -234,7 +234,7 @@ func TestGossipMinorityPartitionRemovesNoMajority(t *testing.T) {
 	for _, i := range majority {
 		require.Contains(t, vs, c.Name(i))
 	}
-	t.Logf("voters after the partition: %v; autopilot: %+v", vs, c.Node(majority[0]).Autopilot())
+	t.Logf("voters after the partition: %v; autopilot: %+v", vs, c.Node(majority[0]).Admin().Autopilot())
 }
 
 // TestGossipZoneLossKeepsServing runs 6 members over 3 zones (a: 3,
@@ -249,7 +249,7 @@ func TestGossipZoneLossKeepsServing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	spread := func() bool {
-		ms, err := c.Leader().Members(ctx)
+		ms, err := c.Leader().Admin().Members(ctx)
 		if err != nil || len(ms) != 6 {
 			return false
 		}
@@ -264,7 +264,7 @@ func TestGossipZoneLossKeepsServing(t *testing.T) {
 		return voters == 5 && per["a"] <= 2 && per["b"] <= 2 && per["c"] <= 2
 	}
 	waitUntil(t, 60*time.Second, "5 voters spread 2+2+1 over the zones", spread)
-	t.Logf("voters before: %v; autopilot: %+v", voterNames(t, c.Leader()), c.Leader().Autopilot())
+	t.Logf("voters before: %v; autopilot: %+v", voterNames(t, c.Leader()), c.Leader().Admin().Autopilot())
 	for i := range 3 {
 		c.Crash(i)
 	}
@@ -274,7 +274,7 @@ func TestGossipZoneLossKeepsServing(t *testing.T) {
 		return len(vs) == 3 && !slices.ContainsFunc(vs, func(n string) bool { return n == "n0" || n == "n1" || n == "n2" })
 	})
 	putVia(t, c, 4, "after-removal")
-	t.Logf("voters after: %v; autopilot: %+v", votersOf(c, 3), c.Node(3).Autopilot())
+	t.Logf("voters after: %v; autopilot: %+v", votersOf(c, 3), c.Node(3).Admin().Autopilot())
 }
 
 // TestGossipHealthSuspect cuts a follower off: a member whose gossip
@@ -289,7 +289,7 @@ func TestGossipHealthSuspect(t *testing.T) {
 	health := func(i int) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		ms, err := c.Node(i).Members(ctx)
+		ms, err := c.Node(i).Admin().Members(ctx)
 		if err != nil {
 			return ""
 		}
@@ -303,7 +303,7 @@ func TestGossipHealthSuspect(t *testing.T) {
 	waitUntil(t, 30*time.Second, "every member alive to the leader", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		ms, err := c.Node(l).Members(ctx)
+		ms, err := c.Node(l).Admin().Members(ctx)
 		return err == nil && len(ms) == 5 && !slices.ContainsFunc(ms, func(m coord.Member) bool { return m.Health != coord.GossipAlive })
 	})
 	c.Isolate(victim)
@@ -437,7 +437,7 @@ func (h apRecorder) log(t *testing.T, since time.Time) {
 func membersOf(c *coordtest.Cluster, i int) []coord.Member {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	ms, err := c.Node(i).Members(ctx)
+	ms, err := c.Node(i).Admin().Members(ctx)
 	if err != nil {
 		return nil
 	}
@@ -532,7 +532,7 @@ func TestGossipFlappingStandbyNotChurned(t *testing.T) {
 		hold(time.Second)
 	}
 	t.Logf("after %v of flapping (%s dead since the start): voters %v; leader's last decision %+v",
-		time.Since(start).Round(time.Millisecond), c.Name(v), votersOf(c, l), c.Node(l).Autopilot())
+		time.Since(start).Round(time.Millisecond), c.Name(v), votersOf(c, l), c.Node(l).Admin().Autopilot())
 	var p apEvent
 	waitUntil(t, 60*time.Second, c.Name(s)+" stable, promoted in place of "+c.Name(v), func() bool {
 		// The decision is logged after the change commits: wait for both.

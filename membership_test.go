@@ -16,7 +16,7 @@ import (
 
 func memberNames(t *testing.T, n *coord.Node, ctx context.Context) map[string]bool {
 	t.Helper()
-	ms, err := n.Members(ctx)
+	ms, err := n.Admin().Members(ctx)
 	require.NoError(t, err)
 	out := map[string]bool{}
 	for _, m := range ms {
@@ -36,11 +36,11 @@ func TestLearnerCatchesUpBySnapshotAndServes(t *testing.T) {
 		_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(fmt.Sprint(i)))
 		require.NoError(t, err)
 	}
-	require.NoError(t, leader.AddLearner(ctx, "learner", "learner"))
-	require.ErrorIs(t, leader.AddLearner(ctx, "learner", "learner"), coord.ErrMemberExists)
+	require.NoError(t, leader.Admin().AddLearner(ctx, "learner", "learner"))
+	require.ErrorIs(t, leader.Admin().AddLearner(ctx, "learner", "learner"), coord.ErrMemberExists)
 	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": true}, memberNames(t, leader, ctx))
 	// Not started yet: it cannot have caught up.
-	require.ErrorIs(t, c.Node(1).Promote(ctx, "learner"), coord.ErrNotCaughtUp)
+	require.ErrorIs(t, c.Node(1).Admin().Promote(ctx, "learner"), coord.ErrNotCaughtUp)
 
 	li := c.Join("learner")
 	l := c.Node(li)
@@ -57,9 +57,9 @@ func TestLearnerCatchesUpBySnapshotAndServes(t *testing.T) {
 	ev := nextEvent(t, w)
 	require.Equal(t, kv.ModRev, ev.Rev, "watches on a learner")
 
-	require.Eventually(t, func() bool { return c.Node(2).Promote(ctx, "learner") == nil }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return c.Node(2).Admin().Promote(ctx, "learner") == nil }, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, l, ctx))
-	require.ErrorIs(t, leader.Promote(ctx, "nobody"), coord.ErrUnknownMember)
+	require.ErrorIs(t, leader.Admin().Promote(ctx, "nobody"), coord.ErrUnknownMember)
 }
 
 func TestReplaceAVoterWithoutDowntime(t *testing.T) {
@@ -97,11 +97,11 @@ func TestReplaceAVoterWithoutDowntime(t *testing.T) {
 		}
 	}()
 
-	require.NoError(t, c.Leader().AddLearner(ctx, "n3", "n3"))
+	require.NoError(t, c.Leader().Admin().AddLearner(ctx, "n3", "n3"))
 	c.Join("n3")
-	require.Eventually(t, func() bool { return c.Leader().Promote(ctx, "n3") == nil }, 20*time.Second, 50*time.Millisecond)
-	require.NoError(t, c.Leader().RemoveMember(ctx, c.Name(old)))
-	require.ErrorIs(t, c.Leader().AddLearner(ctx, c.Name(old), "x"), coord.ErrMemberExists, "a removed member's name is never reused")
+	require.Eventually(t, func() bool { return c.Leader().Admin().Promote(ctx, "n3") == nil }, 20*time.Second, 50*time.Millisecond)
+	require.NoError(t, c.Leader().Admin().RemoveMember(ctx, c.Name(old)))
+	require.ErrorIs(t, c.Leader().Admin().AddLearner(ctx, c.Name(old), "x"), coord.ErrMemberExists, "a removed member's name is never reused")
 	names := memberNames(t, writer, ctx)
 	require.NotContains(t, names, c.Name(old))
 	require.Contains(t, names, "n3")
@@ -186,19 +186,19 @@ func TestFollowerPromoteAsksTheLeader(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	li := c.LeaderIndex()
 	follower := c.Node((li + 1) % 3)
-	require.NoError(t, c.Node(li).AddLearner(ctx, "learner", "learner"))
+	require.NoError(t, c.Node(li).Admin().AddLearner(ctx, "learner", "learner"))
 
-	err := follower.Promote(ctx, "learner")
+	err := follower.Admin().Promote(ctx, "learner")
 	require.ErrorIs(t, err, coord.ErrNotCaughtUp, "not started: it cannot have caught up")
 	if c.LeaderIndex() == li {
 		require.ErrorContains(t, err, "from the leader")
 	}
-	require.ErrorIs(t, follower.Promote(ctx, "nobody"), coord.ErrUnknownMember)
+	require.ErrorIs(t, follower.Admin().Promote(ctx, "nobody"), coord.ErrUnknownMember)
 
 	c.Join("learner")
-	require.Eventually(t, func() bool { return follower.Promote(ctx, "learner") == nil }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return follower.Admin().Promote(ctx, "learner") == nil }, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, follower, ctx))
-	require.NoError(t, follower.Promote(ctx, "learner"), "promoting a voter changes nothing")
+	require.NoError(t, follower.Admin().Promote(ctx, "learner"), "promoting a voter changes nothing")
 }
 
 // A wiped member that hears only from a leader elected after it lost its

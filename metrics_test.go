@@ -51,7 +51,7 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 	regs := make([]*prometheus.Registry, c.Size())
 	for i := range c.Size() {
 		regs[i] = prometheus.NewRegistry()
-		require.NoError(t, c.Node(i).RegisterMetrics(regs[i]))
+		require.NoError(t, c.Node(i).Admin().RegisterMetrics(regs[i]))
 	}
 	li := c.LeaderIndex()
 	before := scrape(t, regs[li])
@@ -128,14 +128,14 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 
 	// Registering twice is refused, as the registry does for any
 	// collector.
-	require.Error(t, leader.RegisterMetrics(regs[li]))
+	require.Error(t, leader.Admin().RegisterMetrics(regs[li]))
 }
 
 func TestMetricsAfterClose(t *testing.T) {
 	c := coordtest.NewCluster(t, 1)
 	n := c.Leader()
 	reg := prometheus.NewRegistry()
-	require.NoError(t, n.RegisterMetrics(reg))
+	require.NoError(t, n.Admin().RegisterMetrics(reg))
 	require.NoError(t, n.Close())
 	m := scrape(t, reg)
 	require.Equal(t, 0.0, m["coord_up"])
@@ -149,7 +149,7 @@ func TestMetricsSessionJeopardyAndExpiry(t *testing.T) {
 	fi := (li + 1) % 3
 	f := c.Node(fi)
 	reg := prometheus.NewRegistry()
-	require.NoError(t, f.RegisterMetrics(reg))
+	require.NoError(t, f.Admin().RegisterMetrics(reg))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := f.NewSession(ctx, coord.WithTTL(f.MinSessionTTL()))
@@ -177,7 +177,7 @@ func TestMetricsWatchEnds(t *testing.T) {
 	}))
 	n := c.Leader()
 	reg := prometheus.NewRegistry()
-	require.NoError(t, n.RegisterMetrics(reg))
+	require.NoError(t, n.Admin().RegisterMetrics(reg))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	slow := n.Watch(ctx, "w/", coord.WithMaxLag(2))
@@ -208,7 +208,7 @@ func TestMetricsClientSessionsAndCellExpiries(t *testing.T) {
 	byName := map[string]int{}
 	for i := range c.Size() {
 		regs[i] = prometheus.NewRegistry()
-		require.NoError(t, c.Node(i).RegisterMetrics(regs[i]))
+		require.NoError(t, c.Node(i).Admin().RegisterMetrics(regs[i]))
 		byName[c.Name(i)] = i
 	}
 	sum := func(name string) float64 {

@@ -253,7 +253,7 @@ func TestTxnDuplicateKey(t *testing.T) {
 	n := c.Leader()
 	_, err := n.Put(ctx, "d/a", []byte("0"))
 	require.NoError(t, err)
-	cl, err := coord.Connect(ctx, coord.ClientConfig{Name: "dup", Members: []string{n.ClientAddr()}})
+	cl, err := coord.Connect(ctx, coord.ClientConfig{Name: "dup", Members: []string{n.Admin().ClientAddr()}})
 	require.NoError(t, err)
 	defer cl.Close()
 	before := n.Status().LastIndex
@@ -273,7 +273,7 @@ func TestTxnDuplicateKey(t *testing.T) {
 			require.ErrorIs(t, err, coord.ErrInvalidArgument, "%s, %s in Else", cname, name)
 		}
 	}
-	rc, err := dialRaw(t, ctx, n.ClientAddr(), "raw")
+	rc, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "raw")
 	require.NoError(t, err)
 	_, err = rc.propose(t, ctx, &command.Command{Kind: command.KindTxn, Txn: &command.Txn{Then: []command.Op{
 		{Type: command.OpPut, Key: "d/a", Value: one}, {Type: command.OpPut, Key: "d/a", Value: []byte("2")}}}})

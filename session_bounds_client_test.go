@@ -24,7 +24,7 @@ func TestClientSessionsBoundedPerIdentity(t *testing.T) {
 	regs := make([]*prometheus.Registry, c.Size())
 	for i := range c.Size() {
 		regs[i] = prometheus.NewRegistry()
-		require.NoError(t, c.Node(i).RegisterMetrics(regs[i]))
+		require.NoError(t, c.Node(i).Admin().RegisterMetrics(regs[i]))
 	}
 	refused := func() (n float64) {
 		for _, reg := range regs {

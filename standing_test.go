@@ -73,7 +73,7 @@ func TestRemovedMemberStops(t *testing.T) {
 	require.NoError(t, n.Ready(ctx))
 	code, _ := get(t, n.Handler(), "/readyz")
 	require.Equal(t, http.StatusOK, code)
-	require.NoError(t, c.Node(li).RemoveMember(ctx, c.Name(victim)))
+	require.NoError(t, c.Node(li).Admin().RemoveMember(ctx, c.Name(victim)))
 	requireRemoved(t, c, n, logs)
 	_, err := c.Node(li).Put(ctx, "k", []byte("v"))
 	require.NoError(t, err, "the two others carry on")
@@ -88,7 +88,7 @@ func TestRemovedLeaderStops(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	li := c.LeaderIndex()
 	n := c.Node(li)
-	require.NoError(t, n.RemoveMember(ctx, c.Name(li)))
+	require.NoError(t, n.Admin().RemoveMember(ctx, c.Name(li)))
 	requireRemoved(t, c, n, logs)
 	other := c.Node((li + 1) % 3)
 	require.Eventually(t, func() bool {
@@ -110,7 +110,7 @@ func TestMemberRemovedWhileCutOffStops(t *testing.T) {
 			li := c.LeaderIndex()
 			victim := (li + 1) % 3
 			if learner {
-				require.NoError(t, c.Node(li).AddLearner(ctx, "l", "l"))
+				require.NoError(t, c.Node(li).Admin().AddLearner(ctx, "l", "l"))
 				victim = c.Join("l")
 			}
 			n := c.Node(victim)
@@ -124,7 +124,7 @@ func TestMemberRemovedWhileCutOffStops(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond) // the isolated old leader steps down; no event to wait on
 			}
-			require.NoError(t, c.Node(li).RemoveMember(ctx, c.Name(victim)), "seed %d", c.Seed())
+			require.NoError(t, c.Node(li).Admin().RemoveMember(ctx, c.Name(victim)), "seed %d", c.Seed())
 			select {
 			case <-n.Done():
 				t.Fatalf("stopped while cut off: %v (seed %d)", n.Err(), c.Seed())
@@ -150,7 +150,7 @@ func TestJoinerReadyMeansCaughtUp(t *testing.T) {
 		_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(strings.Repeat("v", 512)))
 		require.NoError(t, err)
 	}
-	require.NoError(t, leader.AddLearner(ctx, "joiner", "joiner"))
+	require.NoError(t, leader.Admin().AddLearner(ctx, "joiner", "joiner"))
 	commit := leader.Status().Commit
 	j := c.Node(c.Join("joiner"))
 	require.NoError(t, j.Ready(ctx), "seed %d", c.Seed())
@@ -249,7 +249,7 @@ func TestClientLearnsEveryMemberWithoutGossip(t *testing.T) {
 		got := cl.Learned()
 		return len(got) == 2 && slicesHaveSame(got, want)
 	}, 30*time.Second, 20*time.Millisecond, "learned %q (seed %d)", cl.Learned(), c.Seed())
-	ms, err := c.Node(1).Members(ctx)
+	ms, err := c.Node(1).Admin().Members(ctx)
 	require.NoError(t, err)
 	for _, m := range ms {
 		require.Equal(t, m.Name, m.ClientAddr, "member %s's client address", m.Name)
@@ -378,7 +378,7 @@ func TestMemberRemovedWhileCutOffOverTCP(t *testing.T) {
 	for li = leaderOf(); li == victim; li = leaderOf() {
 		time.Sleep(10 * time.Millisecond) // the cut-off leader steps down; no event to wait on
 	}
-	require.NoError(t, nodes[li].RemoveMember(ctx, peers[victim].Name))
+	require.NoError(t, nodes[li].Admin().RemoveMember(ctx, peers[victim].Name))
 	trs[victim].cut.Store(false)
 	select {
 	case <-nodes[victim].Done():

@@ -15,7 +15,7 @@ func TestStatusMembersMatchMembers(t *testing.T) {
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	for i := range 3 {
-		ms, err := c.Node(i).Members(ctx)
+		ms, err := c.Node(i).Admin().Members(ctx)
 		require.NoError(t, err)
 		var names []string
 		for _, m := range ms {

@@ -215,7 +215,7 @@ func (h *history) checkRemovedMemberStops() {
 	ctx, cancel := context.WithTimeout(context.Background(), settleBound)
 	defer cancel()
 	h.logf("remove %s", c.Name(victim))
-	if err := c.Node(leader).RemoveMember(ctx, c.Name(victim)); err != nil {
+	if err := c.Node(leader).Admin().RemoveMember(ctx, c.Name(victim)); err != nil {
 		h.fail("remove %s: %v", c.Name(victim), err)
 		return
 	}

@@ -109,7 +109,7 @@ func member() int {
 				say("error %s %v", arg, err)
 			}
 		case "roles":
-			ms, err := n.Members(rctx)
+			ms, err := n.Admin().Members(rctx)
 			if err != nil {
 				say("roles error %v", err)
 				break
@@ -122,7 +122,7 @@ func member() int {
 					standby = append(standby, m.Name)
 				}
 			}
-			say("roles voter=%s standby=%s decision=%+v", strings.Join(voters, ","), strings.Join(standby, ","), n.Autopilot())
+			say("roles voter=%s standby=%s decision=%+v", strings.Join(voters, ","), strings.Join(standby, ","), n.Admin().Autopilot())
 		}
 		cancel()
 	}

@@ -41,7 +41,7 @@ type Local struct {
 
 // ClientAddr returns the node's client address.
 func (l *Local) ClientAddr(context.Context) (string, error) {
-	a := l.N.ClientAddr()
+	a := l.N.Admin().ClientAddr()
 	if a == "" {
 		return "", errors.New("attack: the member serves no clients (Config.ClientAddr)")
 	}

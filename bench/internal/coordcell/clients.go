@@ -26,7 +26,7 @@ func (c *Cell) Connect(ctx context.Context, m int, name string) (cell.Client, er
 	if err != nil {
 		return nil, err
 	}
-	cl, err := Dial(ctx, n.ClientAddr(), name)
+	cl, err := Dial(ctx, n.Admin().ClientAddr(), name)
 	if err != nil {
 		return nil, fmt.Errorf("coord client %s to member %d: %w", name, m, err)
 	}

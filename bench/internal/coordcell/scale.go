@@ -104,12 +104,12 @@ func (m *Member) ScaleStatus(ctx context.Context) (cell.ScaleStatus, error) {
 
 // AddLearner adds a learner (coord Node.AddLearner).
 func (m *Member) AddLearner(ctx context.Context, name, peerAddr string) error {
-	return m.n.AddLearner(ctx, name, peerAddr)
+	return m.n.Admin().AddLearner(ctx, name, peerAddr)
 }
 
 // RemoveMember removes a member (coord Node.RemoveMember).
 func (m *Member) RemoveMember(ctx context.Context, name, _ string) error {
-	if err := m.n.RemoveMember(ctx, name); err != nil {
+	if err := m.n.Admin().RemoveMember(ctx, name); err != nil {
 		return fmt.Errorf("remove %s: %w", name, err)
 	}
 	return nil
