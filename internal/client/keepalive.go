@@ -87,6 +87,9 @@ func (k *clientKeeper) addLocked(s *spi.Session) {
 	k.held.Add(s)
 	if !s.Manual() {
 		k.added[s.ID()] = struct{}{}
+		if iv := s.TTL() / sessions.KeepAliveDivisor; k.interval == 0 || iv < k.interval {
+			k.interval = iv
+		}
 	}
 }
 
@@ -201,36 +204,46 @@ func (k *clientKeeper) run() {
 // CPU starvation, enough to make every keep-alive late.
 func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	k.mu.Lock()
-	var all, some []int64
-	interval := time.Duration(1<<63 - 1)
-	for id, s := range k.held.All() {
-		urgent := k.held.Urgent(id)
-		if s.Manual() && !urgent {
-			continue
+	// Only a regular keep-alive looks at every session (and sets the
+	// interval from their TTLs): a tick between two carries the added and
+	// urged ones alone, so a client holding many sessions does not walk
+	// them all every tick. An Add lowers the interval at once.
+	full := k.fresh || force || k.interval == 0 || !now.Before(k.nextDueLocked(k.interval))
+	var ids []int64
+	if full {
+		interval := time.Duration(0)
+		for id, s := range k.held.All() {
+			if s.Manual() && !k.held.Urgent(id) {
+				continue
+			}
+			ids = append(ids, id)
+			if iv := s.TTL() / sessions.KeepAliveDivisor; interval == 0 || iv < interval {
+				interval = iv
+			}
 		}
-		all = append(all, id)
-		interval = min(interval, s.TTL()/sessions.KeepAliveDivisor)
-		if _, added := k.added[id]; urgent || added {
-			some = append(some, id)
+		k.interval = interval
+	} else {
+		for id := range k.added {
+			if k.held.Has(id) {
+				ids = append(ids, id)
+			}
+		}
+		for id := range k.held.UrgentIDs() {
+			if _, dup := k.added[id]; !dup && k.held.Has(id) {
+				ids = append(ids, id)
+			}
 		}
 	}
-	full := k.fresh || force
 	k.fresh = false
 	k.held.ClearUrgent()
 	clear(k.added)
-	k.interval = interval
-	next := k.nextDueLocked(interval)
+	next := k.nextDueLocked(k.interval)
 	k.mu.Unlock()
-	if len(all) == 0 {
-		return now.Add(time.Hour)
-	}
-	full = full || !now.Before(next)
-	ids := all
-	if !full {
-		if len(some) == 0 {
-			return next
+	if len(ids) == 0 {
+		if full {
+			return now.Add(time.Hour)
 		}
-		ids = some
+		return next
 	}
 	seq, ok := k.send(now, ids)
 	if !ok {
@@ -243,7 +256,7 @@ func (k *clientKeeper) sendDue(now time.Time, force bool) time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.lastSeq, k.lastAt, k.ackAt = seq, now, time.Time{}
-	return k.nextDueLocked(interval)
+	return k.nextDueLocked(k.interval)
 }
 
 // nextDueLocked is when the next regular keep-alive is due. The member
@@ -337,13 +350,19 @@ func (k *clientKeeper) onAck(a *clientwire.KeepAliveAck) {
 // a client may not propose an expiry).
 func (k *clientKeeper) checkLocal(now time.Time) {
 	k.mu.Lock()
-	local := k.held.Sessions()
+	local, gen := k.held.DueForCheck(now)
 	k.mu.Unlock()
-	spi.ExpiredHere(local, now, func(s *spi.Session) {
+	if local == nil {
+		return
+	}
+	next := spi.ExpiredHere(local, now, func(s *spi.Session) {
 		k.c.log.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(), "ttl", s.TTL())
 		k.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
 			Session: &command.Session{ID: s.ID()}})
 	})
+	k.mu.Lock()
+	k.held.CheckedUntil(next, gen)
+	k.mu.Unlock()
 }
 
 // renew has the next tick's keep-alive carry s and waits until one is

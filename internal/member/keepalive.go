@@ -354,9 +354,12 @@ func (e *sessionEngine) handleAck(a *sessions.Ack) {
 // without waiting for the leader to notice.
 func (e *sessionEngine) checkLocal(now time.Time) {
 	e.mu.Lock()
-	local := e.held.Sessions()
+	local, gen := e.held.DueForCheck(now)
 	e.mu.Unlock()
-	spi.ExpiredHere(local, now, func(s *spi.Session) {
+	if local == nil {
+		return
+	}
+	next := spi.ExpiredHere(local, now, func(s *spi.Session) {
 		e.n.cfg.Logger.Info("session expired here: no keep-alive confirmed in time", "session", s.ID(),
 			"last_confirmed_ago", now.Sub(s.LastAcked()).Round(time.Millisecond), "ttl", s.TTL())
 		// The holder's own decision about its own session: valid in
@@ -365,6 +368,9 @@ func (e *sessionEngine) checkLocal(now time.Time) {
 		e.ProposeAsync(&command.Command{Kind: command.KindSessionEnd,
 			Session: &command.Session{ID: s.ID(), Expired: true, LockDelay: e.n.sessionLockDelayed(s.ID())}})
 	})
+	e.mu.Lock()
+	e.held.CheckedUntil(next, gen)
+	e.mu.Unlock()
 }
 
 // renew sends a keep-alive for one session now and waits until one is

@@ -24,6 +24,12 @@ type Holding[W any] struct {
 	seq    uint64
 	sent   map[uint64]Batch[W]
 	maxTTL time.Duration // the longest TTL of a session kept so far
+	// checkAt is when a session kept can first have entered jeopardy or
+	// expired since the last check (zero: at the next one); gen counts
+	// the sessions added, so that a check that began before an Add does
+	// not push checkAt past the new session's deadline.
+	checkAt time.Time
+	gen     uint64
 }
 
 // Batch is a keep-alive sent and not yet answered.
@@ -43,6 +49,8 @@ func NewHolding[W any]() *Holding[W] {
 func (h *Holding[W]) Add(s *Session) {
 	h.local[s.ID()] = s
 	h.maxTTL = max(h.maxTTL, s.TTL())
+	h.gen++
+	h.checkAt = time.Time{}
 }
 
 // Get returns the session of id, if it is kept.
@@ -73,6 +81,30 @@ func (h *Holding[W]) IDs() []int64 { return slices.Collect(maps.Keys(h.local)) }
 // Urge has the next keep-alive carry session id, even if it is manual
 // (renewed only on demand): a renew waits on it.
 func (h *Holding[W]) Urge(id int64) { h.urgent[id] = struct{}{} }
+
+// UrgentIDs is every session a renew waits on, in no order.
+func (h *Holding[W]) UrgentIDs() iter.Seq[int64] { return maps.Keys(h.urgent) }
+
+// DueForCheck returns the sessions for ExpiredHere to check at now, or
+// none when no session kept can have entered jeopardy or expired since
+// the last check: a confirmation only moves those moments later, so a
+// holder of many sessions does not look at each of them every tick. gen
+// goes back to CheckedUntil with ExpiredHere's answer.
+func (h *Holding[W]) DueForCheck(now time.Time) (local []*Session, gen uint64) {
+	if !h.checkAt.IsZero() && now.Before(h.checkAt) {
+		return nil, h.gen
+	}
+	return h.Sessions(), h.gen
+}
+
+// CheckedUntil records ExpiredHere's answer for the sessions DueForCheck
+// returned with gen: none of them needs looking at before next (zero:
+// at every check), unless sessions were added since.
+func (h *Holding[W]) CheckedUntil(next time.Time, gen uint64) {
+	if gen == h.gen {
+		h.checkAt = next
+	}
+}
 
 // Urgent reports whether a renew waits on session id.
 func (h *Holding[W]) Urgent(id int64) bool {
@@ -156,11 +188,26 @@ func RenewEvery(ctx context.Context, s *Session, interval time.Duration, urge fu
 // ExpiredHere checks each of local at now (jeopardy, local expiry) and
 // calls expired for each that expired here: its holder then ends it in
 // the cell, so that its locks pass on without waiting for the leader to
-// notice.
-func ExpiredHere(local []*Session, now time.Time, expired func(*Session)) {
+// notice. It returns when the next of them can enter jeopardy or expire
+// (zero: any time, as while one is being confirmed), for
+// Holding.CheckedUntil.
+func ExpiredHere(local []*Session, now time.Time, expired func(*Session)) (next time.Time) {
+	always := false
 	for _, s := range local {
 		if s.Check(now) {
 			expired(s)
+			continue
+		}
+		at, ok := s.NextCheck()
+		switch {
+		case !ok:
+			always = true
+		case next.IsZero() || at.Before(next):
+			next = at
 		}
 	}
+	if always {
+		return time.Time{}
+	}
+	return next
 }

@@ -100,3 +100,61 @@ func TestRenewEvery(t *testing.T) {
 	_, err = RenewEvery(context.Background(), s, time.Hour, func() {}, closed, context.Canceled)
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// TestHoldingChecksOnlyWhenDue: between the moments a session can enter
+// jeopardy or expire, DueForCheck hands out nothing, so a holder of many
+// sessions does not look at each every tick; a confirmation only moves
+// those moments later, an Add makes the next check look, and a check
+// that began before an Add does not skip the added session.
+func TestHoldingChecksOnlyWhenDue(t *testing.T) {
+	h := NewHolding[struct{}]()
+	start := time.Now()
+	ttl := time.Second
+	a := NewSession(1, ttl, false, nopKeeper{}, nil, start, false)
+	h.Add(a)
+
+	local, gen := h.DueForCheck(start)
+	require.Len(t, local, 1, "a session just added is checked")
+	next := ExpiredHere(local, start, func(*Session) { t.Fatal("nothing expired") })
+	require.Equal(t, start.Add(ttl/2+1), next, "jeopardy after half a TTL of silence comes first")
+	h.CheckedUntil(next, gen)
+	local, _ = h.DueForCheck(start.Add(ttl / 4))
+	require.Nil(t, local, "nothing can happen before the jeopardy moment")
+
+	// A session added while a check ran is not skipped by its answer.
+	local, gen = h.DueForCheck(next)
+	b := NewSession(2, ttl, false, nopKeeper{}, nil, start, false)
+	h.Add(b)
+	next = ExpiredHere(local, next, func(*Session) { t.Fatal("nothing expired") })
+	require.True(t, a.inJeopard, "the check put a in jeopardy")
+	require.Equal(t, start.Add(ttl), next, "then its expiry")
+	h.CheckedUntil(next, gen)
+	local, gen = h.DueForCheck(start.Add(ttl / 4))
+	require.Len(t, local, 2, "the Add made the next check look")
+
+	// A confirmation of both moves the next moment later; the check at
+	// the old deadline would then find nothing to do, and the new one is
+	// what CheckedUntil keeps.
+	a.Confirmed(start.Add(ttl / 2))
+	b.Confirmed(start.Add(ttl / 2))
+	next = ExpiredHere(local, start.Add(ttl/4), func(*Session) { t.Fatal("nothing expired") })
+	h.CheckedUntil(next, gen)
+	require.Equal(t, start.Add(ttl/2+ttl/2+1), next)
+
+	// At the deadline each session expires, and is handed out to be.
+	var expired []int64
+	local, gen = h.DueForCheck(start.Add(3 * ttl / 2))
+	next = ExpiredHere(local, start.Add(3*ttl/2), func(s *Session) { expired = append(expired, s.ID()) })
+	require.ElementsMatch(t, []int64{1, 2}, expired)
+	h.CheckedUntil(next, gen)
+
+	// A session being confirmed can end at any time: every check looks.
+	c := NewSession(3, ttl, false, nopKeeper{}, nil, start, true)
+	h.Add(c)
+	local, gen = h.DueForCheck(start)
+	next = ExpiredHere(local, start, func(*Session) {})
+	require.True(t, next.IsZero())
+	h.CheckedUntil(next, gen)
+	local, _ = h.DueForCheck(start)
+	require.NotEmpty(t, local)
+}

@@ -260,6 +260,30 @@ func (s *Session) Check(now time.Time) bool {
 	return expired
 }
 
+// NextCheck is when Check can next act on the session (jeopardy, then
+// expiry), as things stand: a confirmed keep-alive only moves it later.
+// ok is false while a confirmation holds off the deadline: its end may
+// come at any time.
+func (s *Session) NextCheck() (at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.confirming {
+		return time.Time{}, false
+	}
+	if s.inJeopard || s.err != nil {
+		return s.until, true
+	}
+	// Check's jeopardy is strictly after half a TTL of silence.
+	return minTime(s.until, s.lastAcked.Add(s.ttl/2+1)), true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // SessionStats counts session events on a member: Created counts the
 // sessions created through it (its own and its clients', as a client
 // has no metrics), Expired and Jeopardy its own sessions' local events,
