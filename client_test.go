@@ -326,9 +326,16 @@ func clientKeepAliveBatching(t *testing.T) {
 	for i := range 3 {
 		batchesBefore += coord.KeepAliveBatches(c.Node(i))
 	}
+	commitBefore := c.Leader().Status().Commit
 	start := time.Now()
 	time.Sleep(6 * ttl / 4) // the window measured
 	intervals := float64(time.Since(start)) / float64(ttl/4)
+	// Sessions kept alive write nothing to the log: no silence mark, no
+	// seen mark, no clock (a leader that hears every session every
+	// interval finds none silent).
+	if moved := c.Leader().Status().Commit - commitBefore; moved > 0 {
+		t.Errorf("the log moved %d entries while every session was kept alive", moved)
+	}
 	var total int64
 	for i, cl := range clients {
 		n := coord.ClientKeepAliveSends(cl) - before[i]

@@ -113,8 +113,9 @@ func (k *clientKeeper) reconnected() {
 }
 
 // foldWait is the longest a keep-alive waits on the member for the
-// batch that carries it (clientFold): half an interval, an eighth of an
-// election timeout, and the member's tick.
+// batch that carries it (clientFold): an eighth of an election timeout
+// and the member's tick, or, at a member of an earlier build, half an
+// interval more: the client allows for either.
 func (k *clientKeeper) foldWait(interval time.Duration) time.Duration {
 	et := k.c.ElectionTimeout()
 	return interval/2 + et/8 + et/4

@@ -36,18 +36,24 @@ import (
 //
 // Cadence: a folded keep-alive rides the member's next regular batch
 // (one per interval, whatever the number of clients), unless it would
-// wait longer than half its interval (plus an eighth of an election
-// timeout): then the member sends an early batch carrying only the
-// keep-alives that waited that long. Clients time their next keep-alive
-// from the ack of the last (clientKeeper.nextDue), so they arrive just
-// before the member's next regular batch and stay in its phase; one that
-// arrives out of phase is answered by an early batch and drifts into
-// phase within a few intervals (each early answer moves its arrival
-// later by more than the client's lead). The member's regular phase is
-// set only by regular batches, so early ones never pull the clients
-// already in phase. The longest wait is thus half an interval and a
-// tick, which keeps a client's confirmations less than two intervals
-// apart (jeopardy is half a TTL, two intervals, without one).
+// wait longer than an eighth of an election timeout: then the member
+// sends an early batch carrying only the keep-alives that waited that
+// long. Clients time their next keep-alive from the ack of the last
+// (clientKeeper.nextDue), so they arrive just before the member's next
+// regular batch and stay in its phase; one that arrives out of phase is
+// answered by an early batch and drifts into phase within a few
+// intervals (each early answer comes sooner than the client's lead, so
+// its next arrival is earlier in the member's interval, until a regular
+// batch takes it). The member's regular phase is set only by regular
+// batches, so early ones never pull the clients already in phase.
+//
+// The longest wait is thus an eighth of an election timeout and a tick
+// (three eighths), under the half election timeout of slack the leader
+// gives a session before it counts it silent (sessions.Table.silentAt):
+// a client out of phase is heard as regularly as a member's own session.
+// Waiting up to half an interval, as this member once did, had the
+// leader hear such a client's sessions up to half an interval late, and
+// write a silence mark and a seen mark for each of them every time.
 type clientFold struct {
 	waiters []*clientWaiter
 	known   map[int64]knownID // client sessions this member sent lately
@@ -82,10 +88,10 @@ func (w *clientWaiter) interval() time.Duration {
 
 // early reports whether w should go before the member's next regular
 // batch: it is a retry, it carries a session this member has not sent
-// lately (new, or its client just moved here), or it has waited half its
-// interval and an eighth of an election timeout.
+// lately (new, or its client just moved here), or it has waited an
+// eighth of an election timeout.
 func (f *clientFold) early(w *clientWaiter, now time.Time, et time.Duration) bool {
-	if w.urgent || now.Sub(w.at) >= w.interval()/2+et/8 {
+	if w.urgent || now.Sub(w.at) >= et/8 {
 		return true
 	}
 	for id, ttl := range w.ids {
