@@ -136,9 +136,10 @@ func (c *core) checkRaft(from string, m *pb.Message) error {
 			return err
 		}
 		// A leader never commits past what we acknowledged as durable;
-		// if it thinks so we lost our log (a wiped data directory).
+		// if it thinks so we lost our log (a wiped data directory):
+		// stepFromWire counts the report (lostState), so this check
+		// stays free of effects.
 		if last, _ := c.rlog.LastIndex(); m.GetCommit() > last {
-			c.lostState(from, m.GetCommit(), last)
 			return errDropCommit
 		}
 	case pb.MsgSnap:
@@ -413,6 +414,10 @@ func (c *core) checkAck(from string, a *chunkAck) error {
 // down.
 func (c *core) stepFromWire(from string, m *pb.Message) {
 	if err := c.checkRaft(from, m); err != nil {
+		if errors.Is(err, errDropCommit) {
+			last, _ := c.rlog.LastIndex()
+			c.lostState(from, m.GetCommit(), last)
+		}
 		c.dropped(from, m.GetType().String(), err)
 		return
 	}
