@@ -32,12 +32,12 @@ func namesOf(kvs []command.KV) []string {
 // seen as it was then, whichever of its changes came after.
 func TestRangeAtRevRebuildsKeys(t *testing.T) {
 	ts := openTestSM(t, nil, Options{})
-	ts.put("a", "a1")                                  // 1
-	ts.put("b", "b1")                                  // 2
+	ts.put("a", "a1")                                   // 1
+	ts.put("b", "b1")                                   // 2
 	ts.txn(command.Txn{Then: []command.Op{delOp("a")}}) // 3
-	ts.put("c", "c1")                                  // 4
-	ts.put("a", "a2")                                  // 5: a again, a new life
-	ts.put("b", "b2")                                  // 6
+	ts.put("c", "c1")                                   // 4
+	ts.put("a", "a2")                                   // 5: a again, a new life
+	ts.put("b", "b2")                                   // 6
 	ts.txn(command.Txn{Then: []command.Op{delOp("c")}}) // 7
 
 	all := RangeRead{Start: "", End: NoEnd}
