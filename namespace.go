@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // Namespace returns a Cell whose key space is the keys of c under
@@ -145,6 +146,17 @@ func (ns *namespaceCell) List(ctx context.Context, prefix string, opts ...ReadOp
 	opts = append(slices.Clip(opts), func(o *readOptions) {
 		if o.After != "" {
 			o.After = ns.prefix + o.After
+		}
+		// A range ends within the namespace: "\x00" (every key from
+		// the start) at its end, "" (the key alone) as it is.
+		switch {
+		case !o.Range || o.End == "":
+		case o.End == "\x00":
+			if o.End = spi.PrefixEnd(ns.prefix); o.End == "" {
+				o.End = "\x00"
+			}
+		default:
+			o.End = ns.prefix + o.End
 		}
 	})
 	kvs, rev, err := ns.c.List(ctx, ns.prefix+prefix, opts...)

@@ -94,6 +94,42 @@ type ReadOptions struct {
 	// Limit and After page a List; 0 and "": the whole prefix.
 	Limit int
 	After string
+
+	// The ranged read's options (etcd's Range), any of which makes the
+	// read Ranged. Rev reads as of that revision (0: the current one).
+	Rev int64
+	// End, when not "", makes a List's first argument the start of
+	// [start, End) rather than a prefix; "\x00" is every key from start.
+	// Range is set by the root's Range option, which resolves End
+	// before the read goes to a backend.
+	End       string
+	Range     bool
+	KeysOnly  bool
+	CountOnly bool
+	// SortTarget (0: key) and SortDescend order the keys before Limit.
+	SortTarget  uint8
+	SortDescend bool
+	// Revision filters, inclusive; 0: no bound.
+	MinModRev, MaxModRev, MinCreateRev, MaxCreateRev int64
+	// Counted, when not nil, receives how many keys matched, before Limit.
+	Counted *int64
+}
+
+// MaxSortTarget is the highest SortTarget (by value).
+const MaxSortTarget = 4
+
+// Ranged reports whether o asks for more than a (paged) prefix read: a
+// past revision, a range, keys or count only, a sort, a filter, a count.
+func (o ReadOptions) Ranged() bool {
+	return o.Rev != 0 || o.End != "" || o.Range || o.KeysOnly || o.CountOnly || o.SortTarget != 0 || o.SortDescend ||
+		o.MinModRev != 0 || o.MaxModRev != 0 || o.MinCreateRev != 0 || o.MaxCreateRev != 0 || o.Counted != nil
+}
+
+// PointOnly reports whether o holds only what a Get takes: Serializable,
+// Rev and KeysOnly.
+func (o ReadOptions) PointOnly() bool {
+	p := ReadOptions{Serializable: o.Serializable, Rev: o.Rev, KeysOnly: o.KeysOnly}
+	return o == p
 }
 
 // Paged reports whether o asks for a page of a prefix (Limit or After),
