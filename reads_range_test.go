@@ -1,6 +1,7 @@
 package coord_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -170,5 +171,66 @@ func TestListRangeAndCount(t *testing.T) {
 		require.ErrorIs(t, err, coord.ErrInvalidArgument, name)
 		_, _, err = cell.List(ctx, "g/", coord.MinModRev(-1))
 		require.ErrorIs(t, err, coord.ErrInvalidArgument, name)
+	}
+}
+
+// TestWatchExactKeyAndRange: ExactKey watches one key (not the keys it
+// prefixes), WatchRange a [start, end) range, each batch of a revision
+// still closed by EndOfRev; on a member, through a client, through a
+// Namespace and with ListWatch.
+func TestWatchExactKeyAndRange(t *testing.T) {
+	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+	ctx := ctxT(t, 60*time.Second)
+	cl := connect(t, c)
+	n := c.Leader()
+	for name, cell := range map[string]coord.Cell{"member": c.Node(1), "client": cl} {
+		p := name + "/"
+		start, err := n.Put(ctx, p+"sched", []byte("0"))
+		require.NoError(t, err)
+		exact := cell.Watch(ctx, p+"sched", coord.ExactKey(), coord.FromRev(start.ModRev))
+		ranged := cell.Watch(ctx, p+"b", coord.WatchRange(p+"d"), coord.FromRev(start.ModRev))
+		ns := coord.Namespace(cell, p).Watch(ctx, "c", coord.WatchRange("\x00"), coord.FromRev(start.ModRev))
+		_, err = n.Txn(ctx).Then(coord.OpPut(p+"sched2", []byte("x")), coord.OpPut(p+"sched", []byte("1")),
+			coord.OpPut(p+"a", nil), coord.OpPut(p+"b", nil), coord.OpPut(p+"c9", nil), coord.OpPut(p+"d", nil)).Commit()
+		require.NoError(t, err)
+		last, err := n.Put(ctx, p+"sched", []byte("2"))
+		require.NoError(t, err)
+		collect := func(w *coord.Watcher, until int64) []string {
+			var got []string
+			for ev := range w.Events() {
+				got = append(got, fmt.Sprintf("%s@%d:%v", ev.KV.Key, ev.Rev, ev.EndOfRev))
+				if ev.Rev >= until && ev.EndOfRev {
+					w.Close()
+				}
+			}
+			return got
+		}
+		r1 := last.ModRev - 1
+		require.Equal(t, []string{fmt.Sprintf("%ssched@%d:true", p, r1), fmt.Sprintf("%ssched@%d:true", p, last.ModRev)},
+			collect(exact, last.ModRev), name)
+		require.Equal(t, []string{fmt.Sprintf("%sb@%d:false", p, r1), fmt.Sprintf("%sc9@%d:true", p, r1)},
+			collect(ranged, r1), name)
+		require.Equal(t, []string{fmt.Sprintf("sched2@%d:false", r1), fmt.Sprintf("sched@%d:false", r1),
+			fmt.Sprintf("c9@%d:false", r1), fmt.Sprintf("d@%d:true", r1)}, collect(ns, r1), "%s: in the order applied", name)
+
+		// ListWatch with ExactKey lists the key alone.
+		lctx, cancel := context.WithCancel(ctx)
+		var listed []string
+		err = cell.ListWatch(lctx, p+"sched", func(kvs []coord.KV, rev int64) error {
+			listed = keyNames(kvs)
+			cancel()
+			return nil
+		}, func(coord.Event) error { return nil }, coord.ExactKey())
+		require.ErrorIs(t, err, context.Canceled, name)
+		require.Equal(t, []string{p + "sched"}, listed, name)
+
+		w := cell.Watch(ctx, "", coord.ExactKey())
+		for range w.Events() {
+		}
+		require.ErrorIs(t, w.Err(), coord.ErrInvalidKey, name)
+		w = cell.Watch(ctx, "k", coord.ExactKey(), coord.WatchRange("z"))
+		for range w.Events() {
+		}
+		require.ErrorIs(t, w.Err(), coord.ErrInvalidArgument, name)
 	}
 }

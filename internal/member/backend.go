@@ -227,7 +227,7 @@ func (e *emitter) Event(ctx context.Context, rev int64, ev *storage.Event, end b
 	if ev.Type == storage.EventDelete {
 		t = spi.EventDelete
 	}
-	if e.o.Wants(t) {
+	if e.o.Wants(t) && e.o.Admits(ev.KV.Key) {
 		out := spi.Event{Type: t, KV: ev.KV, Rev: rev}
 		if e.o.PrevKV {
 			out.PrevKV = ev.Prev

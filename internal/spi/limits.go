@@ -138,6 +138,12 @@ func (l Limits) CheckWatch(prefix string, o *WatchOptions) error {
 		return fmt.Errorf("%w: FromRev(%d): revisions start at 0", errs.InvalidArgument, o.FromRev)
 	case o.MaxLag < 0:
 		return fmt.Errorf("%w: WithMaxLag(%d) is negative", errs.InvalidArgument, o.MaxLag)
+	case o.Exact && o.Range:
+		return fmt.Errorf("%w: ExactKey and WatchRange together", errs.InvalidArgument)
+	case o.Exact && prefix == "":
+		return fmt.Errorf("%w: ExactKey of the empty key", errs.InvalidKey)
+	case len(o.End) > l.MaxKey:
+		return fmt.Errorf("%w: WatchRange end of %d bytes, limit %d", errs.KeyTooLarge, len(o.End), l.MaxKey)
 	}
 	return nil
 }

@@ -148,6 +148,43 @@ type WatchOptions struct {
 	MaxLagSet  bool
 	// ChannelSize is the buffer of the consumer's channel.
 	ChannelSize int
+	// Exact (the root's ExactKey) watches the watch's key alone; Range
+	// (WatchRange) the keys in [key, End), End "\x00" every key from key
+	// on. ResolveWatch turns either into the prefix a backend watches
+	// and the match below, which backends filter by (Admits).
+	Exact, Range bool
+	End          string
+	// Matching is set by ResolveWatch: only keys in [MatchFrom,
+	// MatchEnd) are delivered (MatchEnd "\x00": no end).
+	Matching            bool
+	MatchFrom, MatchEnd string
+}
+
+// Admits reports whether a watch with o delivers changes of key.
+func (o *WatchOptions) Admits(key string) bool {
+	return !o.Matching || key >= o.MatchFrom && (o.MatchEnd == "\x00" || key < o.MatchEnd)
+}
+
+// ResolveWatch returns the prefix a watch of key with o (Exact or Range)
+// watches, and sets o's match: the key itself, or the longest prefix
+// the range's keys share. Without either it returns key, a prefix.
+func ResolveWatch(key string, o *WatchOptions) string {
+	switch {
+	case o.Matching || !o.Exact && !o.Range:
+		return key
+	case o.Exact:
+		o.Matching, o.MatchFrom, o.MatchEnd = true, key, key+"\x00"
+		return key
+	}
+	o.Matching, o.MatchFrom, o.MatchEnd = true, key, o.End
+	if o.End == "\x00" || o.End <= key {
+		return "" // an empty range matches nothing: any prefix does
+	}
+	n := 0
+	for n < len(key) && n < len(o.End) && key[n] == o.End[n] {
+		n++
+	}
+	return key[:n]
 }
 
 // Wants reports whether a watch with o delivers events of type t.
