@@ -234,3 +234,45 @@ func TestWatchExactKeyAndRange(t *testing.T) {
 		require.ErrorIs(t, w.Err(), coord.ErrInvalidArgument, name)
 	}
 }
+
+// TestTxnSessionCompare: SessionOf compares the session that owns a key
+// (etcd's lease compare): the owner's ID while the key is ephemeral, 0
+// for an ordinary or absent key; on a member and through a client.
+func TestTxnSessionCompare(t *testing.T) {
+	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+	ctx := ctxT(t, 60*time.Second)
+	cl := connect(t, c)
+	for name, cell := range map[string]coord.Cell{"member": c.Node(1), "client": cl} {
+		s, err := cell.NewSession(ctx)
+		require.NoError(t, err, name)
+		eph, plain := name+"/eph", name+"/plain"
+		_, err = cell.Put(ctx, eph, []byte("x"), coord.Ephemeral(s))
+		require.NoError(t, err, name)
+		_, err = cell.Put(ctx, plain, []byte("x"))
+		require.NoError(t, err, name)
+		id := int64(s.ID())
+		for _, tc := range []struct {
+			cmp  coord.Cmp
+			want bool
+		}{
+			{coord.SessionOf(eph).Eq(id), true},
+			{coord.SessionOf(eph).Ne(id), false},
+			{coord.SessionOf(eph).Gt(0), true},
+			{coord.SessionOf(plain).Eq(0), true},
+			{coord.SessionOf(name + "/absent").Eq(0), true},
+			{coord.SessionOf(plain).Eq(id), false},
+		} {
+			res, err := cell.Txn(ctx).If(tc.cmp).Commit()
+			require.NoError(t, err, name)
+			require.Equal(t, tc.want, res.Succeeded, "%s: %+v", name, tc.cmp)
+		}
+		// A write guarded by it, as etcd's lease compare guards one.
+		res, err := cell.Txn(ctx).If(coord.SessionOf(eph).Eq(id)).Then(coord.OpPut(name+"/guarded", []byte("y"))).Commit()
+		require.NoError(t, err, name)
+		require.True(t, res.Succeeded, name)
+		require.NoError(t, s.Close(ctx), name)
+		res, err = cell.Txn(ctx).If(coord.SessionOf(eph).Eq(id)).Commit()
+		require.NoError(t, err, name)
+		require.False(t, res.Succeeded, "%s: the key went with its session", name)
+	}
+}
