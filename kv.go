@@ -240,7 +240,8 @@ func writeOpts(opts []WriteOption) writeOptions {
 }
 
 // Get returns the key. It fails with ErrNotFound if the key does not
-// exist. By default the read is linearizable (it reflects every write
+// exist (at WithRev's revision, when given; KeysOnly leaves its value
+// out). By default the read is linearizable (it reflects every write
 // completed before the call, on any member); Serializable() reads this
 // member's state without asking the leader; through a Client, one of a
 // key under ClientConfig.Cache is answered from the client's memory.
@@ -251,6 +252,12 @@ func (c *cellOps) Get(ctx context.Context, key string, opts ...ReadOption) (KV, 
 // List returns every key under prefix, in key order, and the revision
 // of the state it read: Watch(ctx, prefix, FromRev(rev)) then continues
 // exactly after it. Reads are linearizable unless Serializable() is given.
+//
+// Range(end) reads [prefix, end) instead of a prefix; WithRev reads as
+// of a past revision (and then returns the current revision, as etcd's
+// header); KeysOnly, CountOnly, Counted, SortBy and the revision filters
+// are etcd's Range options (docs/keys-and-watches.md). Through a Client
+// they need a member of this version or later, else ErrInvalidArgument.
 //
 // Limit and After return one page of the prefix instead (see Limit). A
 // List (or a page) that would return more than Config.MaxReadBytes fails

@@ -61,8 +61,9 @@ type Event struct {
 }
 
 // CompactedError ends a watch that needed revisions older than the
-// retained history. It matches ErrCompacted with errors.Is. ListWatch
-// recovers from it for you.
+// retained history, and fails a read WithRev of such a revision. It
+// matches ErrCompacted with errors.Is. ListWatch recovers from it for
+// you.
 type CompactedError struct {
 	// Oldest is the oldest revision still available: a watch may resume
 	// from Oldest-1 or later.
@@ -183,7 +184,8 @@ type Watcher struct {
 	src *Watcher
 }
 
-// Watch streams every change to keys under prefix, from this member's
+// Watch streams every change to keys under prefix (the key alone with
+// ExactKey, a range with WatchRange), from this member's
 // current revision (or from FromRev) until ctx ends or Close is called.
 // Changes arrive in revision order, each exactly once, with no gaps. A
 // member that lags the leader starts a little in the past, so nothing
