@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -212,4 +213,39 @@ func TestRangeAtRevMatchesReplay(t *testing.T) {
 		}
 		require.Equal(t, want, got, "seed %d rev %d", seed, rev)
 	}
+}
+
+// The keys a session's end deleted are back in a read before it; a
+// history record of format 1 (no previous states, from an older build)
+// cannot be read past: a *CompactedError naming the first revision
+// after it.
+func TestRangeAtRevSessionEndAndFormat1(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	id := ts.newSession()
+	ts.txn(command.Txn{Then: []command.Op{ephemeralPut("e1", "x", id), ephemeralPut("e2", "y", id)}})
+	before := ts.Revision()
+	ts.endSession(id)
+	require.Empty(t, rangeKeys(t, ts, RangeRead{End: NoEnd}))
+	require.Equal(t, []string{"e1", "e2"}, rangeKeys(t, ts, RangeRead{End: NoEnd, Rev: before}))
+
+	ts.put("k", "v1")
+	old := ts.Revision()
+	ts.put("k", "v2")
+	// Rewrite that last record as an older build wrote it.
+	b := []byte{historyFormat1}
+	b = binary.AppendUvarint(b, 1)
+	b = append(b, byte(EventPut))
+	b = binary.AppendUvarint(b, 1)
+	b = append(b, 'k')
+	b = binary.AppendUvarint(b, 2)
+	b = append(b, "v2"...)
+	for _, v := range []uint64{2, uint64(old), 0} {
+		b = binary.AppendUvarint(b, v)
+	}
+	require.NoError(t, ts.image().Set(appendHistoryKey(nil, old+1), b, nil))
+	_, err := ts.Range(RangeRead{End: NoEnd, Rev: old})
+	var ce *CompactedError
+	require.True(t, errors.As(err, &ce), "%v", err)
+	require.Equal(t, old+2, ce.Oldest)
+	require.Equal(t, []string{"k"}, rangeKeys(t, ts, RangeRead{End: NoEnd, Rev: old + 1}))
 }
