@@ -249,3 +249,28 @@ func TestRangeAtRevSessionEndAndFormat1(t *testing.T) {
 	require.Equal(t, old+2, ce.Oldest)
 	require.Equal(t, []string{"k"}, rangeKeys(t, ts, RangeRead{End: NoEnd, Rev: old + 1}))
 }
+
+// BenchmarkRangeAtRev reads 100 keys as of 1,000 revisions back, over
+// 10,000 live keys: the cost is the history walked, not the key space.
+func BenchmarkRangeAtRev(b *testing.B) {
+	ts := openTestSM(b, nil, Options{})
+	for i := 0; i < 10_000; i += 100 {
+		var ops []command.Op
+		for j := i; j < i+100; j++ {
+			ops = append(ops, putOp(fmt.Sprintf("k%05d", j), "value"))
+		}
+		ts.txn(command.Txn{Then: ops})
+	}
+	rev := ts.Revision()
+	for i := range 1000 {
+		ts.put(fmt.Sprintf("k%05d", i*10), "changed")
+	}
+	r := RangeRead{Start: "k00100", End: "k00200", Rev: rev, MaxBytes: 4 << 20}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := ts.Range(r)
+		if err != nil || len(res.KVs) != 100 || string(res.KVs[0].Value) != "value" {
+			b.Fatalf("%v %d", err, len(res.KVs))
+		}
+	}
+}
