@@ -46,6 +46,16 @@ func (a *Admin) AddLearner(ctx context.Context, name, addr string) error {
 // asks the leader.
 func (a *Admin) Promote(ctx context.Context, name string) error { return a.m.Promote(ctx, name) }
 
+// MoveLeader hands the cell's leadership to the voter name (etcd's
+// MoveLeader), from any member: the leader starts the hand-over (asked
+// by a follower through the cell) and it returns once this member sees
+// name lead. Writes in flight are sent on to the new leader, as after
+// any change of leader. ErrUnknownMember for no such member, ErrInvalidArgument
+// for a learner, ErrNoQuorum when the hand-over did not complete within
+// two election timeouts (the target cut off or far behind; the old
+// leader carries on). Moving it to the leader itself is a no-op.
+func (a *Admin) MoveLeader(ctx context.Context, name string) error { return a.m.MoveLeader(ctx, name) }
+
 // RemoveMember removes a member (voter or learner) from the cell. Its name
 // cannot be used again. Removing the leader makes it step down first.
 func (a *Admin) RemoveMember(ctx context.Context, name string) error {

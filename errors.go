@@ -141,6 +141,11 @@ var (
 	// transaction, nothing changed. Page a List with Limit and After;
 	// read less in one transaction.
 	ErrReadTooLarge = errs.ReadTooLarge
+	// ErrFutureRev: a read WithRev asked for a revision above the cell's
+	// current one (on a Serializable read, above this member's). Nothing
+	// was read; a revision is reached only by a write, so retrying soon
+	// does not help unless one is under way.
+	ErrFutureRev = errs.FutureRev
 )
 
 // The sentinel errors of clients (Connect) and of the members serving

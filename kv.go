@@ -82,6 +82,112 @@ func After(key string) ReadOption {
 	return func(o *readOptions) { o.After = key }
 }
 
+// WithRev makes Get or List read the keys as they were at revision rev:
+// the read is linearizable first (unless Serializable), then answered
+// from the state at rev, rebuilt from the live keys and the change
+// history above rev. The revision List returns is the current one, as
+// etcd's header revision (the KVs are as of rev; to watch on from them,
+// use FromRev(rev)). A rev older than the retained history
+// (Config.HistoryRevisions) fails with a *CompactedError (ErrCompacted);
+// one above the current revision with ErrFutureRev. A read at a past
+// revision also pays, within Config.MaxReadBytes, for the history it
+// reads: every change since rev, whatever its key, so a read of a busy
+// cell's distant past can fail with ErrReadTooLarge. rev = 0 reads the
+// current state, as without WithRev; a negative rev is ErrInvalidArgument.
+func WithRev(rev int64) ReadOption {
+	return func(o *readOptions) { o.Rev = rev }
+}
+
+// Range makes List read the keys in [key, end) instead of those under a
+// prefix: List(ctx, "a", Range("c")) reads "a" up to but not including
+// "c". end "\x00" reads every key from key on (etcd's form; with key "\x00"
+// too, every key); an end at or before key reads nothing, and an empty
+// end the key alone. Limit, After, and every other read option apply to
+// the range as to a prefix. Get takes no Range (ErrInvalidArgument).
+func Range(end string) ReadOption {
+	return func(o *readOptions) { o.End, o.Range = end, true }
+}
+
+// KeysOnly makes Get and List return the keys without their values
+// (Value nil): such a read costs only its keys against
+// Config.MaxReadBytes.
+func KeysOnly() ReadOption {
+	return func(o *readOptions) { o.KeysOnly = true }
+}
+
+// CountOnly makes List return no keys, only their count, through
+// Counted (which it needs to be of use). It walks every key it counts,
+// each costing its key and the per-key overhead against
+// Config.MaxReadBytes.
+func CountOnly() ReadOption {
+	return func(o *readOptions) { o.CountOnly = true }
+}
+
+// Counted makes List store in *n how many keys it matched: those of its
+// prefix or range, after After, within the revision filters, before
+// Limit. So a List with Limit(l) was truncated (etcd's more) exactly
+// when *n > len(kvs), and one read fills etcd's count and more. The List
+// then walks every matching key (its key and the per-key overhead count
+// against Config.MaxReadBytes, values only for the keys returned). *n is
+// written only when List succeeds. Get takes no Counted.
+func Counted(n *int64) ReadOption {
+	return func(o *readOptions) { o.Counted = n }
+}
+
+// SortTarget is what SortBy orders keys by.
+type SortTarget int
+
+// The sort targets.
+const (
+	SortByKey       SortTarget = iota // the key, bytewise (List's default)
+	SortByVersion                     // KV.Version
+	SortByCreateRev                   // KV.CreateRev
+	SortByModRev                      // KV.ModRev
+	SortByValue                       // KV.Value, bytewise
+)
+
+// SortOrder is the direction of SortBy.
+type SortOrder int
+
+// The sort orders.
+const (
+	SortAscend SortOrder = iota
+	SortDescend
+)
+
+// SortBy makes List order its keys by target, in order, before Limit
+// applies (as etcd does): SortBy(SortByCreateRev, SortDescend) with
+// Limit(1) is the newest key. Keys that tie keep key order (reverse key
+// order when descending). A sort other than by key ascending walks every
+// matching key, as Counted does. An unknown target or order is
+// ErrInvalidArgument.
+func SortBy(target SortTarget, order SortOrder) ReadOption {
+	return func(o *readOptions) {
+		if target < SortByKey || target > SortByValue || (order != SortAscend && order != SortDescend) {
+			o.SortTarget = 255 // refused by the read's checks
+			return
+		}
+		o.SortTarget, o.SortDescend = uint8(target), order == SortDescend
+	}
+}
+
+// MinModRev makes List return only keys last written at rev or later
+// (0: no bound).
+func MinModRev(rev int64) ReadOption { return func(o *readOptions) { o.MinModRev = rev } }
+
+// MaxModRev makes List return only keys last written at rev or earlier
+// (0: no bound).
+func MaxModRev(rev int64) ReadOption { return func(o *readOptions) { o.MaxModRev = rev } }
+
+// MinCreateRev makes List return only keys created at rev or later (0:
+// no bound).
+func MinCreateRev(rev int64) ReadOption { return func(o *readOptions) { o.MinCreateRev = rev } }
+
+// MaxCreateRev makes List return only keys created at rev or earlier (0:
+// no bound): with SortBy(SortByCreateRev, SortDescend) and Limit(1), the
+// newest key created before rev, as etcd's concurrency.Mutex asks.
+func MaxCreateRev(rev int64) ReadOption { return func(o *readOptions) { o.MaxCreateRev = rev } }
+
 func readOpts(opts []ReadOption) readOptions {
 	var o readOptions
 	for _, f := range opts {
@@ -134,7 +240,8 @@ func writeOpts(opts []WriteOption) writeOptions {
 }
 
 // Get returns the key. It fails with ErrNotFound if the key does not
-// exist. By default the read is linearizable (it reflects every write
+// exist (at WithRev's revision, when given; KeysOnly leaves its value
+// out). By default the read is linearizable (it reflects every write
 // completed before the call, on any member); Serializable() reads this
 // member's state without asking the leader; through a Client, one of a
 // key under ClientConfig.Cache is answered from the client's memory.
@@ -145,6 +252,12 @@ func (c *cellOps) Get(ctx context.Context, key string, opts ...ReadOption) (KV, 
 // List returns every key under prefix, in key order, and the revision
 // of the state it read: Watch(ctx, prefix, FromRev(rev)) then continues
 // exactly after it. Reads are linearizable unless Serializable() is given.
+//
+// Range(end) reads [prefix, end) instead of a prefix; WithRev reads as
+// of a past revision (and then returns the current revision, as etcd's
+// header); KeysOnly, CountOnly, Counted, SortBy and the revision filters
+// are etcd's Range options (docs/keys-and-watches.md). Through a Client
+// they need a member of this version or later, else ErrInvalidArgument.
 //
 // Limit and After return one page of the prefix instead (see Limit). A
 // List (or a page) that would return more than Config.MaxReadBytes fails
@@ -189,12 +302,12 @@ func getKey(ctx context.Context, b *cellOps, key string, opts []ReadOption) (KV,
 		return KV{}, err
 	}
 	o := readOpts(opts)
-	if o.Paged() {
-		return KV{}, fmt.Errorf("%w: Get(%q) with Limit or After: they page a List", ErrInvalidArgument, key)
+	if err := spi.CheckGet(key, o); err != nil {
+		return KV{}, err
 	}
 	kv, ok, err := b.get(ctx, key, o)
 	if err != nil {
-		return KV{}, err
+		return KV{}, watchErr(err)
 	}
 	if !ok {
 		return KV{}, fmt.Errorf("%w: %q", ErrNotFound, key)
@@ -204,10 +317,17 @@ func getKey(ctx context.Context, b *cellOps, key string, opts []ReadOption) (KV,
 
 func listPrefix(ctx context.Context, b *cellOps, prefix string, opts []ReadOption) ([]KV, int64, error) {
 	o := readOpts(opts)
+	if o.Range && o.End == "" {
+		if prefix == "" {
+			return nil, 0, fmt.Errorf("%w: List of the empty key alone (Range(\"\"))", ErrInvalidKey)
+		}
+		o.End = prefix + "\x00" // the key alone
+	}
 	if err := b.limits().CheckList(prefix, o); err != nil {
 		return nil, 0, err
 	}
-	return b.list(ctx, prefix, o)
+	kvs, rev, err := b.list(ctx, prefix, o)
+	return kvs, rev, watchErr(err)
 }
 
 // putKey and deleteKey are one-operation transactions, validated and

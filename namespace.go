@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord/internal/lockq"
+	"github.com/coordcell/coord/internal/spi"
 )
 
 // Namespace returns a Cell whose key space is the keys of c under
@@ -146,6 +147,17 @@ func (ns *namespaceCell) List(ctx context.Context, prefix string, opts ...ReadOp
 		if o.After != "" {
 			o.After = ns.prefix + o.After
 		}
+		// A range ends within the namespace: "\x00" (every key from
+		// the start) at its end, "" (the key alone) as it is.
+		switch {
+		case !o.Range || o.End == "":
+		case o.End == "\x00":
+			if o.End = spi.PrefixEnd(ns.prefix); o.End == "" {
+				o.End = "\x00"
+			}
+		default:
+			o.End = ns.prefix + o.End
+		}
 	})
 	kvs, rev, err := ns.c.List(ctx, ns.prefix+prefix, opts...)
 	if err != nil {
@@ -192,7 +204,7 @@ func (ns *namespaceCell) Watch(ctx context.Context, prefix string, opts ...Watch
 		return failedWatcher(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	return relayWatch(ctx, cancel, ns.c.Watch(ctx, ns.prefix+prefix, opts...), ns.stripEvent)
+	return relayWatch(ctx, cancel, ns.c.Watch(ctx, ns.prefix+prefix, ns.watchRange(opts)...), ns.stripEvent)
 }
 
 // ListWatch is c.ListWatch of the prefix in the namespace, keys
@@ -205,7 +217,22 @@ func (ns *namespaceCell) ListWatch(ctx context.Context, prefix string, onList fu
 	return ns.c.ListWatch(ctx, ns.prefix+prefix,
 		func(kvs []KV, rev int64) error { return onList(ns.stripAll(kvs), rev) },
 		func(ev Event) error { return onEvent(ns.stripEvent(ev)) },
-		opts...)
+		ns.watchRange(opts)...)
+}
+
+// watchRange ends a WatchRange within the namespace, as List's Range.
+func (ns *namespaceCell) watchRange(opts []WatchOption) []WatchOption {
+	return append(slices.Clip(opts), func(o *watchOptions) {
+		switch {
+		case !o.Range:
+		case o.End == "\x00":
+			if o.End = spi.PrefixEnd(ns.prefix); o.End == "" {
+				o.End = "\x00"
+			}
+		default:
+			o.End = ns.prefix + o.End
+		}
+	})
 }
 
 // NewSession makes a session as c does; its recipes' keys are outside

@@ -208,6 +208,12 @@ func CreateRev(key string) IntTarget { return IntTarget{key, command.TargetCreat
 // ModRev targets the revision of the key's last put (0 = absent).
 func ModRev(key string) IntTarget { return IntTarget{key, command.TargetModRev} }
 
+// SessionOf targets the session that owns the key, an ephemeral key's
+// (its Session.ID as an int64); 0 for an ordinary key or an absent one.
+// It is etcd's lease compare: SessionOf(k).Eq(int64(s.ID())) holds while
+// k is s's. (It cannot be called Session: that is the session type.)
+func SessionOf(key string) IntTarget { return IntTarget{key, command.TargetSession} }
+
 func (t IntTarget) cmp(op command.CompareOp, v int64) Cmp {
 	return Cmp{c: command.Compare{Key: t.key, Target: t.target, Op: op, Int: v}}
 }

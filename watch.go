@@ -61,8 +61,9 @@ type Event struct {
 }
 
 // CompactedError ends a watch that needed revisions older than the
-// retained history. It matches ErrCompacted with errors.Is. ListWatch
-// recovers from it for you.
+// retained history, and fails a read WithRev of such a revision. It
+// matches ErrCompacted with errors.Is. ListWatch recovers from it for
+// you.
 type CompactedError struct {
 	// Oldest is the oldest revision still available: a watch may resume
 	// from Oldest-1 or later.
@@ -132,6 +133,23 @@ func PutsOnly() WatchOption { return func(o *watchOptions) { o.Puts, o.Dels = tr
 // DeletesOnly delivers only deletes (and progress reports).
 func DeletesOnly() WatchOption { return func(o *watchOptions) { o.Puts, o.Dels = false, true } }
 
+// ExactKey makes Watch's key one key, not a prefix: Watch(ctx,
+// "config/sched", ExactKey()) delivers the changes of "config/sched" and
+// not of "config/sched2". The key must not be empty (ErrInvalidKey).
+// ListWatch with it lists that key alone.
+func ExactKey() WatchOption { return func(o *watchOptions) { o.Exact = true } }
+
+// WatchRange makes Watch deliver the changes of the keys in [key, end)
+// instead of those under a prefix, as List's Range reads them: end
+// "\x00" is every key from key on, and an end at or before key matches
+// nothing. The watch is served as one of the longest prefix its keys
+// share, filtered: it costs the member (and, through a Client, the
+// connection) the changes under that prefix. ListWatch with it lists
+// the range. With ExactKey, ErrInvalidArgument.
+func WatchRange(end string) WatchOption {
+	return func(o *watchOptions) { o.Range, o.End = true, end }
+}
+
 // WithProgressNotify makes the watch report, whenever nothing was
 // delivered for d, the revision it is current to (an EventProgress), so a
 // watcher of a quiet prefix knows it is not stale.
@@ -166,7 +184,8 @@ type Watcher struct {
 	src *Watcher
 }
 
-// Watch streams every change to keys under prefix, from this member's
+// Watch streams every change to keys under prefix (the key alone with
+// ExactKey, a range with WatchRange), from this member's
 // current revision (or from FromRev) until ctx ends or Close is called.
 // Changes arrive in revision order, each exactly once, with no gaps. A
 // member that lags the leader starts a little in the past, so nothing

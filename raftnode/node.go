@@ -25,6 +25,7 @@ package raftnode
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"hash/fnv"
 	"iter"
@@ -418,6 +419,43 @@ func (n *Node) transferLeadership() {
 			if st := n.Status(); st.Leader != n.id {
 				return
 			}
+		}
+	}
+}
+
+// TransferLeader hands leadership from this member, which must lead
+// (leading false otherwise, nothing done), to the voter id, and waits
+// until this member sees id lead. It gives up, with errs.NoQuorum, after
+// two election timeouts (Raft abandons a transfer the target has not
+// completed within one) or when ctx ends.
+func (n *Node) TransferLeader(ctx context.Context, id uint64) (leading bool, err error) {
+	started := make(chan bool, 1)
+	n.runOnLoop(func() { started <- n.c.transferTo(id) })
+	select {
+	case leading = <-started:
+		if !leading {
+			return false, nil
+		}
+	case <-n.stopc:
+		return false, errs.Closed
+	case <-ctx.Done():
+		return true, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+	}
+	deadline := time.After(2 * n.electTTL)
+	tick := time.NewTicker(min(n.cfg.TickInterval, 2*time.Millisecond))
+	defer tick.Stop()
+	for {
+		if n.Status().Leader == id {
+			return true, nil
+		}
+		select {
+		case <-deadline:
+			return true, fmt.Errorf("%w: leadership did not move within two election timeouts", errs.NoQuorum)
+		case <-ctx.Done():
+			return true, fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+		case <-n.stopc:
+			return true, errs.Closed
+		case <-tick.C:
 		}
 	}
 }

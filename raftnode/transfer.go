@@ -88,3 +88,15 @@ func (c *core) transferTarget() bool {
 	}
 	return best != 0
 }
+
+// transferTo starts handing leadership to voter id when this member
+// leads, and reports whether it leads.
+func (c *core) transferTo(id uint64) bool {
+	if c.rn.BasicStatus().RaftState != raft.StateLeader {
+		return false
+	}
+	if id != c.id {
+		c.rn.TransferLeader(id)
+	}
+	return true
+}

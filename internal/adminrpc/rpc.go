@@ -224,7 +224,7 @@ func (r *RPC) serve(from string, req Request) {
 	reply := Reply{ID: req.ID}
 	var err error
 	switch req.Op {
-	case OpPromote:
+	case OpPromote, OpMoveLeader:
 		err = r.cfg.Serve(ctx, req)
 	default:
 		err = fmt.Errorf("operation %q not supported by this member", req.Op)

@@ -37,6 +37,10 @@ var (
 const (
 	// OpPromote asks the leader to make the learner Request.Name a voter.
 	OpPromote = "promote"
+	// OpMoveLeader asks the leader to hand leadership to the voter
+	// Request.Name. A leader of an earlier build answers that it does not
+	// support it.
+	OpMoveLeader = "move-leader"
 )
 
 // Request is what a follower asks the leader.

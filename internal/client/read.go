@@ -90,6 +90,13 @@ func (c *Client) retryRead(ctx context.Context, send func(*clientwire.ClientConn
 }
 
 func (c *Client) Get(ctx context.Context, key string, o spi.ReadOptions) (command.KV, bool, error) {
+	if o.Ranged() {
+		kvs, _, err := c.readRange(ctx, &clientwire.Read{Key: key, Serializable: o.Serializable}, o)
+		if err != nil || len(kvs) == 0 {
+			return command.KV{}, false, err
+		}
+		return kvs[0], true, nil
+	}
 	if o.Serializable {
 		if kv, ok, hit := c.cache.get(ctx, key); hit {
 			return kv, ok, nil
@@ -108,6 +115,10 @@ func (c *Client) Get(ctx context.Context, key string, o spi.ReadOptions) (comman
 }
 
 func (c *Client) List(ctx context.Context, prefix string, o spi.ReadOptions) ([]command.KV, int64, error) {
+	if o.Ranged() {
+		return c.readRange(ctx, &clientwire.Read{Key: prefix, Prefix: o.End == "", Serializable: o.Serializable,
+			After: o.After, Limit: uint32(o.Limit)}, o)
+	}
 	if o.Serializable {
 		if kvs, rev, hit := c.cache.list(ctx, prefix, o); hit {
 			return kvs, rev, nil
@@ -117,6 +128,28 @@ func (c *Client) List(ctx context.Context, prefix string, o spi.ReadOptions) ([]
 		After: o.After, Limit: uint32(o.Limit)})
 	if err != nil {
 		return nil, 0, err
+	}
+	return res.KVs, res.Rev, nil
+}
+
+// readRange sends r as a ranged read with o's options (never from the
+// cache, which holds only the current state) and fills o.Counted. A
+// member too old for them answers nothing: the read fails with
+// ErrInvalidArgument rather than ignore an option.
+func (c *Client) readRange(ctx context.Context, r *clientwire.Read, o spi.ReadOptions) ([]command.KV, int64, error) {
+	r.Ranged = true
+	r.Range = clientwire.RangeOptions{End: o.End, Rev: o.Rev, KeysOnly: o.KeysOnly, CountOnly: o.CountOnly,
+		Count: o.Counted != nil, SortTarget: o.SortTarget, SortDescend: o.SortDescend,
+		MinModRev: o.MinModRev, MaxModRev: o.MaxModRev, MinCreateRev: o.MinCreateRev, MaxCreateRev: o.MaxCreateRev}
+	res, err := c.read(ctx, r)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case res.CompactRev != 0:
+		return nil, 0, &spi.CompactedError{Oldest: res.CompactRev}
+	}
+	if o.Counted != nil {
+		*o.Counted = res.Count
 	}
 	return res.KVs, res.Rev, nil
 }

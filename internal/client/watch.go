@@ -535,7 +535,7 @@ func (d *downstream) deliver(c *Client, it dsItem) error {
 		if e.Type == clientwire.EventDelete {
 			t = spi.EventDelete
 		}
-		if !d.o.Wants(t) {
+		if !d.o.Wants(t) || !d.o.Admits(e.KV.Key) {
 			continue
 		}
 		ev := spi.Event{Type: t, KV: e.KV, Rev: it.rev}

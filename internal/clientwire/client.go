@@ -266,7 +266,8 @@ type call struct {
 
 func isResponse(k Kind) bool {
 	switch k {
-	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError, KindTimeToLiveResult, KindMembersResult:
+	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError, KindTimeToLiveResult, KindMembersResult,
+		KindRangeResult:
 		return true
 	}
 	return false
@@ -282,7 +283,12 @@ func (c *ClientConn) Ping(ctx context.Context) error {
 // fails with ErrVersion, sending nothing, when the member speaks a
 // version without them.
 func (c *ClientConn) Read(ctx context.Context, r *Read) (*ReadResult, error) {
-	if err := c.checkPaged(r); err != nil {
+	if !r.Ranged {
+		if err := c.checkPaged(r); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.checkRanged(r); err != nil {
 		return nil, err
 	}
 	m, err := c.Call(ctx, r)
@@ -290,7 +296,7 @@ func (c *ClientConn) Read(ctx context.Context, r *Read) (*ReadResult, error) {
 		return nil, err
 	}
 	res, ok := m.(*ReadResult)
-	if !ok {
+	if !ok || res.Ranged != r.Ranged {
 		return nil, c.violation(m)
 	}
 	return res, nil

@@ -53,6 +53,7 @@ var codeTable = [...]error{
 	fence.ErrMarkStore,    // 33
 	errs.InvalidArgument,  // 34
 	errs.ReadTooLarge,     // 35
+	errs.FutureRev,        // 36
 }
 
 // sentinelOfCode is the sentinel a code stands for, or nil.

@@ -32,7 +32,7 @@ func TestClientErrorCodesBothWays(t *testing.T) {
 		CodeStaleToken: fence.ErrStaleToken, CodeInvalidToken: fence.ErrInvalidToken,
 		CodeMarksFormat: fence.ErrMarksFormat, CodeMarksInUse: fence.ErrMarksInUse,
 		CodeMarkStore: fence.ErrMarkStore, CodeInvalidArgument: errs.InvalidArgument,
-		CodeReadTooLarge: errs.ReadTooLarge,
+		CodeReadTooLarge: errs.ReadTooLarge, CodeFutureRev: errs.FutureRev,
 	}
 	if len(want) != len(codeTable) {
 		t.Fatalf("table has %d sentinels, clientwire numbers %d", len(codeTable), len(want))

@@ -167,9 +167,9 @@ func TestHandshakeRefusals(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 
-	// A client from the future speaks only versions 5 and 6.
+	// A client from the future speaks only versions past this build's.
 	conn, res = serve(t, newFake(), "alice", Limits{})
-	b, _ := AppendFrame(nil, 0, 0, &Hello{MinVersion: 5, MaxVersion: 6, MaxFrame: DefaultMaxFrame}, DefaultMaxFrame)
+	b, _ := AppendFrame(nil, 0, 0, &Hello{MinVersion: MaxVersion + 1, MaxVersion: MaxVersion + 2, MaxFrame: DefaultMaxFrame}, DefaultMaxFrame)
 	go conn.Write(b)
 	f, err := newFrameReader(conn).read(DefaultMaxFrame)
 	if err != nil || f.Kind != KindRefuse {

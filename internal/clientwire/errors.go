@@ -89,6 +89,7 @@ const (
 	CodeMarkStore       Code = 33
 	CodeInvalidArgument Code = 34
 	CodeReadTooLarge    Code = 35
+	CodeFutureRev       Code = 36
 
 	CodeProtocol        Code = 64 // maps to ErrProtocol
 	CodeFrameTooLarge   Code = 65 // maps to ErrFrameTooLarge

@@ -12,10 +12,10 @@ import (
 // Protocol versions this build speaks.
 const (
 	MinVersion uint8 = 1
-	// MaxVersion 2 adds TimeToLive, 3 adds Members and 4 paged reads
-	// (KindReadPage); their frames are the only differences, so an older
+	// MaxVersion 2 adds TimeToLive, 3 adds Members, 4 paged reads
+	// (KindReadPage) and 5 ranged reads (KindReadRange); their frames are the only differences, so an older
 	// peer is served exactly as before.
-	MaxVersion uint8 = 4
+	MaxVersion uint8 = 5
 )
 
 // handshakeVersion is the version byte of Hello, Welcome and Refuse
@@ -156,7 +156,8 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 func checkFrame(f Frame, version uint8) error {
 	if f.Kind == 0 || f.Kind > maxKind || (version < 2 && f.Kind > maxKindV1) ||
 		(version < MembersVersion && f.Kind > KindTimeToLiveResult) ||
-		(version < PageVersion && f.Kind > KindMembersResult) {
+		(version < PageVersion && f.Kind > KindMembersResult) ||
+		(version < RangeVersion && f.Kind > KindReadPage) {
 		return fmt.Errorf("%w: unknown kind %d in version %d", ErrProtocol, f.Kind, version)
 	}
 	want := version
@@ -177,7 +178,7 @@ func hasID(k Kind) bool {
 	switch k {
 	case KindPing, KindPong, KindPropose, KindProposeResult, KindRead, KindReadResult,
 		KindWatchStart, KindOK, KindError, KindCancel, KindTimeToLive, KindTimeToLiveResult,
-		KindMembers, KindMembersResult, KindReadPage:
+		KindMembers, KindMembersResult, KindReadPage, KindReadRange, KindRangeResult:
 		return true
 	}
 	return false

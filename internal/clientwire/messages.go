@@ -39,7 +39,7 @@ const (
 	KindTimeToLiveResult Kind = 21 // response
 
 	maxKindV1 = KindCancel
-	maxKind   = KindReadPage
+	maxKind   = KindRangeResult
 )
 
 // Message is one of the message structs of this file.
@@ -119,12 +119,23 @@ type Read struct {
 	// clears it, so a page of everything (no After, no Limit) is the
 	// plain prefix read it means.
 	page bool
+	// Ranged makes the read a ranged one (version 5, readrange.go) with
+	// Range's options; it travels as KindReadRange.
+	Ranged bool
+	Range  RangeOptions
 }
 
 // ReadResult holds the keys found and the revision read at.
 type ReadResult struct {
 	KVs []command.KV
 	Rev int64
+	// Ranged marks the answer to a ranged read (KindRangeResult, version
+	// 5), which also carries Count (when asked for) and CompactRev:
+	// when not 0, the read's revision was older than the member's
+	// history, whose oldest revision it is, and nothing was read.
+	Ranged     bool
+	Count      int64
+	CompactRev int64
 }
 
 // WatchStart starts a watch of every key under Prefix. WatchID is chosen
@@ -271,14 +282,22 @@ func (*ProposeResult) Kind() Kind { return KindProposeResult }
 
 // Kind returns KindRead, or KindReadPage for a paged read.
 func (m *Read) Kind() Kind {
+	if m.Ranged {
+		return KindReadRange
+	}
 	if m.paged() {
 		return KindReadPage
 	}
 	return KindRead
 }
 
-// Kind returns KindReadResult.
-func (*ReadResult) Kind() Kind { return KindReadResult }
+// Kind returns KindReadResult, or KindRangeResult for a ranged read's.
+func (m *ReadResult) Kind() Kind {
+	if m.Ranged {
+		return KindRangeResult
+	}
+	return KindReadResult
+}
 
 // Kind returns KindWatchStart.
 func (*WatchStart) Kind() Kind { return KindWatchStart }
@@ -364,6 +383,10 @@ func newMessage(k Kind) Message {
 		return new(MembersResult)
 	case KindReadPage:
 		return &Read{page: true}
+	case KindReadRange:
+		return &Read{Ranged: true}
+	case KindRangeResult:
+		return &ReadResult{Ranged: true}
 	}
 	return nil
 }
@@ -511,6 +534,9 @@ func (m *ProposeResult) decode(d *dec) {
 }
 
 func (m *Read) appendTo(b []byte) []byte {
+	if m.Ranged {
+		return m.appendRange(b)
+	}
 	if m.paged() {
 		return m.appendPage(b)
 	}
@@ -519,6 +545,10 @@ func (m *Read) appendTo(b []byte) []byte {
 }
 
 func (m *Read) decode(d *dec) {
+	if m.Ranged {
+		m.decodeRange(d)
+		return
+	}
 	if m.page {
 		m.decodePage(d)
 		return
@@ -528,10 +558,17 @@ func (m *Read) decode(d *dec) {
 }
 
 func (m *ReadResult) appendTo(b []byte) []byte {
+	if m.Ranged {
+		return m.appendRange(b)
+	}
 	return appendVarint(appendKVs(b, m.KVs), m.Rev)
 }
 
 func (m *ReadResult) decode(d *dec) {
+	if m.Ranged {
+		m.decodeRange(d)
+		return
+	}
 	m.KVs = d.kvs()
 	m.Rev = d.Varint()
 }

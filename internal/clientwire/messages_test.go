@@ -34,6 +34,12 @@ func sampleMessages() []Message {
 		&Read{Key: "", Prefix: true, After: "a"},
 		&ReadResult{KVs: []command.KV{kv}, Rev: 99},
 		&ReadResult{},
+		&Read{Key: "a", Ranged: true, Serializable: true, After: "b", Limit: 3, Range: RangeOptions{End: "c",
+			Rev: 7, KeysOnly: true, Count: true, SortTarget: 3, SortDescend: true, MinModRev: 1, MaxModRev: 2,
+			MinCreateRev: 3, MaxCreateRev: 4}},
+		&Read{Key: "p/", Prefix: true, Ranged: true, Range: RangeOptions{CountOnly: true}},
+		&ReadResult{Ranged: true, KVs: []command.KV{kv}, Rev: 99, Count: 12},
+		&ReadResult{Ranged: true, Rev: 99, CompactRev: 40},
 		&WatchStart{WatchID: 9, Prefix: "p/", FromRev: 5, PrevKV: true, PutsOnly: true,
 			ProgressInterval: time.Minute, MaxLag: 1000},
 		&WatchEvents{WatchID: 9, Rev: 10, Events: []Event{

@@ -59,6 +59,9 @@ var (
 // Reads (List, transactions' gets) bounded in bytes.
 var (
 	ReadTooLarge = errors.New("coord: read too large")
+	// FutureRev: a read at a revision the cell has not reached yet
+	// (WithRev above the current revision).
+	FutureRev = errors.New("coord: revision not yet reached")
 )
 
 // Membership (membership.go in the root package, raftnode's conf changes).

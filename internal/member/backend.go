@@ -28,6 +28,14 @@ func (m memberBackend) Propose(ctx context.Context, cmd *command.Command) (comma
 
 func (m memberBackend) Get(ctx context.Context, key string, o spi.ReadOptions) (command.KV, bool, error) {
 	n := m.n
+	if o.Ranged() {
+		o.End = key + "\x00" // the key alone
+		kvs, _, err := n.rangeRead(ctx, key, o, n.maxReadBytes())
+		if err != nil || len(kvs) == 0 {
+			return command.KV{}, false, err
+		}
+		return kvs[0], true, nil
+	}
 	if err := n.readBarrier(ctx, o); err != nil {
 		return command.KV{}, false, err
 	}
@@ -39,6 +47,9 @@ func (m memberBackend) Get(ctx context.Context, key string, o spi.ReadOptions) (
 }
 
 func (m memberBackend) List(ctx context.Context, prefix string, o spi.ReadOptions) ([]command.KV, int64, error) {
+	if o.Ranged() {
+		return m.n.rangeRead(ctx, prefix, o, m.n.maxReadBytes())
+	}
 	return m.n.listPage(ctx, prefix, o, m.n.maxReadBytes())
 }
 
@@ -124,6 +135,42 @@ func (n *Node) listPage(ctx context.Context, prefix string, o spi.ReadOptions, m
 	return kvs, rev, nil
 }
 
+// rangeRead serves a ranged read (spi.ReadOptions.Ranged) of key, the
+// start of o.End's range or, without one, a prefix: Node.Get's and
+// List's and a client's alike, at most maxBytes. It fills o.Counted.
+func (n *Node) rangeRead(ctx context.Context, key string, o spi.ReadOptions, maxBytes int64) ([]command.KV, int64, error) {
+	if err := n.readBarrier(ctx, o); err != nil {
+		return nil, 0, err
+	}
+	r := storage.RangeRead{Start: key, End: o.End, After: o.After, Limit: o.Limit, MaxBytes: maxBytes, Rev: o.Rev,
+		KeysOnly: o.KeysOnly, CountOnly: o.CountOnly, Count: o.Counted != nil,
+		Sort: storage.SortTarget(o.SortTarget), Descend: o.SortDescend,
+		MinModRev: o.MinModRev, MaxModRev: o.MaxModRev, MinCreateRev: o.MinCreateRev, MaxCreateRev: o.MaxCreateRev}
+	if r.End == "" {
+		r.End = storage.NoEnd
+		if end := spi.PrefixEnd(key); end != "" {
+			r.End = end
+		}
+	}
+	res, err := n.sm.Range(r)
+	var ce *storage.CompactedError
+	switch {
+	case errors.As(err, &ce):
+		return nil, 0, &spi.CompactedError{Oldest: ce.Oldest}
+	case errors.Is(err, errs.ReadTooLarge):
+		return nil, 0, fmt.Errorf("read of %q: %w; page it with Limit and After, read a nearer revision "+
+			"(or raise Config.MaxReadBytes)", key, err)
+	case errors.Is(err, errs.FutureRev):
+		return nil, 0, err
+	case err != nil:
+		return nil, 0, n.stateErr(err)
+	}
+	if o.Counted != nil {
+		*o.Counted = res.Count
+	}
+	return res.KVs, res.Rev, nil
+}
+
 // settle waits until everything this member has applied so far has also
 // been handed to its listeners (the watch hub and the sessions), so a
 // session ended by a change a watcher has seen knows it has ended.
@@ -180,7 +227,7 @@ func (e *emitter) Event(ctx context.Context, rev int64, ev *storage.Event, end b
 	if ev.Type == storage.EventDelete {
 		t = spi.EventDelete
 	}
-	if e.o.Wants(t) {
+	if e.o.Wants(t) && e.o.Admits(ev.KV.Key) {
 		out := spi.Event{Type: t, KV: ev.KV, Rev: rev}
 		if e.o.PrevKV {
 			out.PrevKV = ev.Prev

@@ -138,6 +138,74 @@ func (n *Node) Promote(ctx context.Context, name string) error {
 	}
 }
 
+// MoveLeader hands the cell's leadership to the voter name: at once on
+// the leader, else asked of it (the admin RPC). It returns once this
+// member sees name lead: ErrUnknownMember for no such member,
+// ErrInvalidArgument for a learner, ErrNoQuorum when the hand-over did
+// not complete (the target cut off or behind: Raft abandons it after an
+// election timeout, and the old leader carries on).
+func (n *Node) MoveLeader(ctx context.Context, name string) error {
+	for {
+		err := n.moveLeaderHere(ctx, name)
+		if !errors.Is(err, errNotLeaderHere) {
+			return err
+		}
+		err = n.admin.rpc.Ask(ctx, adminrpc.Request{Op: adminrpc.OpMoveLeader, Name: name})
+		if err == nil {
+			// The leader saw name lead; so will this member, soon.
+			return n.waitLeader(ctx, name)
+		}
+		if !errors.Is(err, errNotLeaderHere) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
+		case <-time.After(n.electionTimeout() / 4):
+		}
+	}
+}
+
+// moveLeaderHere moves leadership to name if this member leads
+// (errNotLeaderHere if not).
+func (n *Node) moveLeaderHere(ctx context.Context, name string) error {
+	m, ok, err := n.member(name)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: %q", errs.UnknownMember, name)
+	case m.Learner:
+		return fmt.Errorf("%w: %q is a learner; only a voter can lead (Promote it first)", errs.InvalidArgument, name)
+	}
+	leading, err := n.raft.TransferLeader(ctx, m.ID)
+	if !leading && err == nil {
+		return errNotLeaderHere
+	}
+	return err
+}
+
+// waitLeader waits until this member sees name lead, within two election
+// timeouts.
+func (n *Node) waitLeader(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())
+	defer cancel()
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		if lead := n.raft.Status().Leader; lead != 0 {
+			if got, ok := n.raft.MemberName(lead); ok && got == name {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %q leads, but this member has not heard it yet", errs.NoQuorum, name)
+		case <-tick.C:
+		}
+	}
+}
+
 // errNotLeaderHere: this member does not lead, so it asks the leader.
 var errNotLeaderHere = adminrpc.ErrNotLeader
 
@@ -224,6 +292,9 @@ func newAdminRPC(n *Node) *adminRPC {
 		},
 		NewID: func() uint64 { return n.raft.NewRequestID() },
 		Serve: func(ctx context.Context, req adminrpc.Request) error {
+			if req.Op == adminrpc.OpMoveLeader {
+				return n.moveLeaderHere(ctx, req.Name)
+			}
 			return n.promoteHere(ctx, req.Name)
 		},
 		// Long enough for a leader to serve a promote through a slow

@@ -504,6 +504,9 @@ func (h *clientHandler) sortSessions(ctx context.Context, ids []int64) (owned ma
 func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) (*clientwire.ReadResult, error) {
 	n := h.n
 	o := spi.ReadOptions{Serializable: r.Serializable, Limit: int(r.Limit), After: r.After}
+	if r.Ranged {
+		return h.readRange(ctx, r, o)
+	}
 	if r.Prefix {
 		if err := n.inputLimits().CheckList(r.Key, o); err != nil {
 			return nil, err
@@ -534,6 +537,46 @@ func (h *clientHandler) Read(ctx context.Context, _ string, r *clientwire.Read) 
 		out.KVs = []command.KV{kv}
 	}
 	return out, nil
+}
+
+// readRange serves a ranged read (clientwire's version 5): a key alone
+// (not Prefix, no End), a prefix, or [Key, End), checked as the root
+// checks a Get or a List. A revision older than the history is answered
+// in the result (CompactRev), so the client can say which is the oldest.
+func (h *clientHandler) readRange(ctx context.Context, r *clientwire.Read, o spi.ReadOptions) (*clientwire.ReadResult, error) {
+	n := h.n
+	ro := r.Range
+	o.Rev, o.End, o.KeysOnly, o.CountOnly = ro.Rev, ro.End, ro.KeysOnly, ro.CountOnly
+	o.SortTarget, o.SortDescend = ro.SortTarget, ro.SortDescend
+	o.MinModRev, o.MaxModRev, o.MinCreateRev, o.MaxCreateRev = ro.MinModRev, ro.MaxModRev, ro.MinCreateRev, ro.MaxCreateRev
+	var count int64
+	if ro.Count {
+		o.Counted = &count
+	}
+	var err error
+	switch {
+	case r.Prefix && o.End != "":
+		err = fmt.Errorf("%w: a ranged read of a prefix with an end", errs.InvalidArgument)
+	case r.Prefix || o.End != "":
+		err = n.inputLimits().CheckList(r.Key, o)
+	default:
+		if err = n.inputLimits().CheckKey(r.Key); err == nil {
+			err = spi.CheckGet(r.Key, o)
+		}
+		o.End = r.Key + "\x00" // the key alone
+	}
+	if err != nil {
+		return nil, err
+	}
+	kvs, rev, err := n.rangeRead(ctx, r.Key, o, h.maxRead(&command.Command{}))
+	var ce *spi.CompactedError
+	if errors.As(err, &ce) {
+		return &clientwire.ReadResult{Ranged: true, Rev: n.sm.Revision(), CompactRev: ce.Oldest}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &clientwire.ReadResult{Ranged: true, KVs: kvs, Rev: rev, Count: count}, nil
 }
 
 // KeepAlive checks that every session is the client's, then folds them

@@ -53,6 +53,35 @@ func (l Limits) CheckList(prefix string, o ReadOptions) error {
 		return fmt.Errorf("%w: Limit(%d): at most %d", errs.InvalidArgument, o.Limit, MaxListLimit)
 	case len(o.After) > l.MaxKey:
 		return fmt.Errorf("%w: After a key of %d bytes, limit %d", errs.KeyTooLarge, len(o.After), l.MaxKey)
+	case len(o.End) > l.MaxKey:
+		return fmt.Errorf("%w: Range end of %d bytes, limit %d", errs.KeyTooLarge, len(o.End), l.MaxKey)
+	}
+	return CheckRanged(o)
+}
+
+// PrefixEnd is the least key after every key under prefix, or "" when
+// there is none (prefix "" or all 0xff bytes): the end of a prefix read
+// as a range.
+func PrefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] != 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
+}
+
+// CheckRanged checks the ranged read's options of o, for Get and List.
+func CheckRanged(o ReadOptions) error {
+	switch {
+	case o.Rev < 0:
+		return fmt.Errorf("%w: WithRev(%d): revisions start at 1 (0: the current one)", errs.InvalidArgument, o.Rev)
+	case o.SortTarget > MaxSortTarget:
+		return fmt.Errorf("%w: sort target %d", errs.InvalidArgument, o.SortTarget)
+	case o.MinModRev < 0 || o.MaxModRev < 0 || o.MinCreateRev < 0 || o.MaxCreateRev < 0:
+		return fmt.Errorf("%w: a revision filter below 0", errs.InvalidArgument)
 	}
 	return nil
 }
@@ -109,6 +138,12 @@ func (l Limits) CheckWatch(prefix string, o *WatchOptions) error {
 		return fmt.Errorf("%w: FromRev(%d): revisions start at 0", errs.InvalidArgument, o.FromRev)
 	case o.MaxLag < 0:
 		return fmt.Errorf("%w: WithMaxLag(%d) is negative", errs.InvalidArgument, o.MaxLag)
+	case o.Exact && o.Range:
+		return fmt.Errorf("%w: ExactKey and WatchRange together", errs.InvalidArgument)
+	case o.Exact && prefix == "":
+		return fmt.Errorf("%w: ExactKey of the empty key", errs.InvalidKey)
+	case len(o.End) > l.MaxKey:
+		return fmt.Errorf("%w: WatchRange end of %d bytes, limit %d", errs.KeyTooLarge, len(o.End), l.MaxKey)
 	}
 	return nil
 }
@@ -153,8 +188,8 @@ func Get(ctx context.Context, b Backend, key string, o ReadOptions) (command.KV,
 	if err := b.Limits().CheckKey(key); err != nil {
 		return command.KV{}, err
 	}
-	if o.Paged() {
-		return command.KV{}, fmt.Errorf("%w: Get(%q) with Limit or After: they page a List", errs.InvalidArgument, key)
+	if err := CheckGet(key, o); err != nil {
+		return command.KV{}, err
 	}
 	kv, ok, err := b.Get(ctx, key, o)
 	if err != nil {
@@ -164,6 +199,19 @@ func Get(ctx context.Context, b Backend, key string, o ReadOptions) (command.KV,
 		return command.KV{}, fmt.Errorf("%w: %q", errs.NotFound, key)
 	}
 	return kv, nil
+}
+
+// CheckGet refuses the options a Get of key does not take: it reads one
+// key, so only Serializable, WithRev and KeysOnly apply.
+func CheckGet(key string, o ReadOptions) error {
+	if o.Paged() {
+		return fmt.Errorf("%w: Get(%q) with Limit or After: they page a List", errs.InvalidArgument, key)
+	}
+	if !o.PointOnly() {
+		return fmt.Errorf("%w: Get(%q) takes Serializable, WithRev and KeysOnly; ranges, counts, sorts and filters are List's",
+			errs.InvalidArgument, key)
+	}
+	return CheckRanged(o)
 }
 
 // List reads the page o asks for of prefix through b, checked against

@@ -94,6 +94,42 @@ type ReadOptions struct {
 	// Limit and After page a List; 0 and "": the whole prefix.
 	Limit int
 	After string
+
+	// The ranged read's options (etcd's Range), any of which makes the
+	// read Ranged. Rev reads as of that revision (0: the current one).
+	Rev int64
+	// End, when not "", makes a List's first argument the start of
+	// [start, End) rather than a prefix; "\x00" is every key from start.
+	// Range is set by the root's Range option, which resolves End
+	// before the read goes to a backend.
+	End       string
+	Range     bool
+	KeysOnly  bool
+	CountOnly bool
+	// SortTarget (0: key) and SortDescend order the keys before Limit.
+	SortTarget  uint8
+	SortDescend bool
+	// Revision filters, inclusive; 0: no bound.
+	MinModRev, MaxModRev, MinCreateRev, MaxCreateRev int64
+	// Counted, when not nil, receives how many keys matched, before Limit.
+	Counted *int64
+}
+
+// MaxSortTarget is the highest SortTarget (by value).
+const MaxSortTarget = 4
+
+// Ranged reports whether o asks for more than a (paged) prefix read: a
+// past revision, a range, keys or count only, a sort, a filter, a count.
+func (o ReadOptions) Ranged() bool {
+	return o.Rev != 0 || o.End != "" || o.Range || o.KeysOnly || o.CountOnly || o.SortTarget != 0 || o.SortDescend ||
+		o.MinModRev != 0 || o.MaxModRev != 0 || o.MinCreateRev != 0 || o.MaxCreateRev != 0 || o.Counted != nil
+}
+
+// PointOnly reports whether o holds only what a Get takes: Serializable,
+// Rev and KeysOnly.
+func (o ReadOptions) PointOnly() bool {
+	p := ReadOptions{Serializable: o.Serializable, Rev: o.Rev, KeysOnly: o.KeysOnly}
+	return o == p
 }
 
 // Paged reports whether o asks for a page of a prefix (Limit or After),
@@ -112,6 +148,43 @@ type WatchOptions struct {
 	MaxLagSet  bool
 	// ChannelSize is the buffer of the consumer's channel.
 	ChannelSize int
+	// Exact (the root's ExactKey) watches the watch's key alone; Range
+	// (WatchRange) the keys in [key, End), End "\x00" every key from key
+	// on. ResolveWatch turns either into the prefix a backend watches
+	// and the match below, which backends filter by (Admits).
+	Exact, Range bool
+	End          string
+	// Matching is set by ResolveWatch: only keys in [MatchFrom,
+	// MatchEnd) are delivered (MatchEnd "\x00": no end).
+	Matching            bool
+	MatchFrom, MatchEnd string
+}
+
+// Admits reports whether a watch with o delivers changes of key.
+func (o *WatchOptions) Admits(key string) bool {
+	return !o.Matching || key >= o.MatchFrom && (o.MatchEnd == "\x00" || key < o.MatchEnd)
+}
+
+// ResolveWatch returns the prefix a watch of key with o (Exact or Range)
+// watches, and sets o's match: the key itself, or the longest prefix
+// the range's keys share. Without either it returns key, a prefix.
+func ResolveWatch(key string, o *WatchOptions) string {
+	switch {
+	case o.Matching || !o.Exact && !o.Range:
+		return key
+	case o.Exact:
+		o.Matching, o.MatchFrom, o.MatchEnd = true, key, key+"\x00"
+		return key
+	}
+	o.Matching, o.MatchFrom, o.MatchEnd = true, key, o.End
+	if o.End == "\x00" || o.End <= key {
+		return "" // an empty range matches nothing: any prefix does
+	}
+	n := 0
+	for n < len(key) && n < len(o.End) && key[n] == o.End[n] {
+		n++
+	}
+	return key[:n]
 }
 
 // Wants reports whether a watch with o delivers events of type t.

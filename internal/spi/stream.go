@@ -152,6 +152,7 @@ func StartWatch[E any](ctx context.Context, b Backend, prefix string, o WatchOpt
 	if err := b.Limits().CheckWatch(prefix, &o); err != nil {
 		return Failed(err, conv)
 	}
+	prefix = ResolveWatch(prefix, &o)
 	ctx, cancel := context.WithCancel(ctx)
 	s := NewStream(o.ChannelSize, cancel, conv)
 	b.Watch(ctx, prefix, o, s)
@@ -185,11 +186,17 @@ func ListWatch(ctx context.Context, b Backend, prefix string, onList func(kvs []
 			rev int64
 		)
 		// No quorum for now: try again until there is one.
+		// An exact or ranged watch lists what it watches.
+		ro := ReadOptions{}
+		if mo := o; mo.Exact || mo.Range {
+			ResolveWatch(prefix, &mo)
+			ro.End = mo.MatchEnd
+		}
 		err := Retry(ctx, b, nil, ListAgain, func() (err error) {
-			if err := b.Limits().CheckList(prefix, ReadOptions{}); err != nil {
+			if err := b.Limits().CheckList(prefix, ro); err != nil {
 				return err
 			}
-			kvs, rev, err = b.List(ctx, prefix, ReadOptions{})
+			kvs, rev, err = b.List(ctx, prefix, ro)
 			return err
 		})
 		if err != nil {
