@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/coordcell/coord"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 

@@ -3,9 +3,9 @@ package etcdapi
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-	_ "go.etcd.io/etcd/client/v3"
 	_ "github.com/stretchr/testify/require"
+	_ "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,8 +6,8 @@ import (
 	"sync"
 
 	"github.com/coordcell/coord"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
