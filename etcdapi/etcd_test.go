@@ -69,3 +69,7 @@ func tctx(t *testing.T) context.Context {
 }
 
 var _ = coord.ErrNotFound
+
+func contextWithCancel(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithCancel(ctx)
+}
