@@ -179,16 +179,24 @@ func (l *leases) revoke(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
+	// A handle this front let go of may name a session the cell has
+	// ended since, which Close would not say: ask the leader first.
+	if _, err := sess.TimeToLive(ctx); err != nil {
+		l.forget(id)
+		return toGRPC(err)
+	}
 	if err := sess.Close(ctx); err != nil {
 		return toGRPC(err)
 	}
-	l.mu.Lock()
-	e := l.m[id]
-	l.mu.Unlock()
-	if e != nil {
-		l.drop(e)
-	}
+	l.forget(id)
 	return nil
+}
+
+// forget drops id's entry.
+func (l *leases) forget(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, id)
 }
 
 // run sweeps the table until ctx ends: lets go of leases the clients
