@@ -20,7 +20,7 @@ type kvServer struct {
 
 // toKV is a coord key as etcd's KeyValue; a lease is the key's session.
 func toKV(kv coord.KV, keysOnly bool) *mvccpb.KeyValue {
-	out := &mvccpb.KeyValue{Key: []byte(kv.Key), CreateRevision: kv.CreateRev, ModRevision: kv.ModRev,
+	out := &mvccpb.KeyValue{Key: []byte(kv.Key), CreateRevision: etcdKeyRev(kv.CreateRev), ModRevision: etcdKeyRev(kv.ModRev),
 		Version: kv.Version, Lease: int64(kv.Session)}
 	if !keysOnly {
 		out.Value = kv.Value
@@ -30,13 +30,22 @@ func toKV(kv coord.KV, keysOnly bool) *mvccpb.KeyValue {
 
 func rangeOf(key, end []byte) keyRange { return keyRange{key: key, end: end} }
 
+// coordRev is the coord revision of a request's etcd revision (0: now,
+// -1 here).
+func coordRev(r int64) int64 {
+	if r <= 0 {
+		return -1
+	}
+	return r - 1
+}
+
 // Range reads a key or a range, at the present or (within the retained
 // history) a past revision.
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if len(r.Key) == 0 {
 		return nil, rpctypes.ErrGRPCEmptyKey
 	}
-	kvs, rev, err := rangeAt(ctx, k.s.cell, rangeOf(r.Key, r.RangeEnd), r.Revision, r.Serializable)
+	kvs, rev, err := rangeAt(ctx, k.s.cell, rangeOf(r.Key, r.RangeEnd), coordRev(r.Revision), r.Serializable)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -57,10 +66,10 @@ func shapeRange(r *pb.RangeRequest, kvs []coord.KV) (*pb.RangeResponse, error) {
 	kept := kvs[:0:0]
 	for _, kv := range kvs {
 		switch {
-		case r.MinModRevision > 0 && kv.ModRev < r.MinModRevision,
-			r.MaxModRevision > 0 && kv.ModRev > r.MaxModRevision,
-			r.MinCreateRevision > 0 && kv.CreateRev < r.MinCreateRevision,
-			r.MaxCreateRevision > 0 && kv.CreateRev > r.MaxCreateRevision:
+		case r.MinModRevision > 0 && etcdKeyRev(kv.ModRev) < r.MinModRevision,
+			r.MaxModRevision > 0 && etcdKeyRev(kv.ModRev) > r.MaxModRevision,
+			r.MinCreateRevision > 0 && etcdKeyRev(kv.CreateRev) < r.MinCreateRevision,
+			r.MaxCreateRevision > 0 && etcdKeyRev(kv.CreateRev) > r.MaxCreateRevision:
 			continue
 		}
 		kept = append(kept, kv)
@@ -264,7 +273,7 @@ func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	if r.Revision > rev {
+	if r.Revision > etcdRev(rev) {
 		return nil, rpctypes.ErrGRPCFutureRev
 	}
 	return &pb.CompactionResponse{Header: k.s.header(rev)}, nil

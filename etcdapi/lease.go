@@ -270,7 +270,7 @@ func (ls *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return &pb.LeaseGrantResponse{Header: ls.s.header(0), ID: e.id, TTL: e.ttl}, nil
+	return &pb.LeaseGrantResponse{Header: ls.s.header(-1), ID: e.id, TTL: e.ttl}, nil
 }
 
 // LeaseRevoke ends the lease's session, deleting its keys.
@@ -278,7 +278,7 @@ func (ls *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 	if err := ls.s.leases.revoke(ctx, r.ID); err != nil {
 		return nil, err
 	}
-	return &pb.LeaseRevokeResponse{Header: ls.s.header(0)}, nil
+	return &pb.LeaseRevokeResponse{Header: ls.s.header(-1)}, nil
 }
 
 // LeaseKeepAlive answers each keep-alive with the lease's TTL, 0 for a
@@ -294,7 +294,7 @@ func (ls *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKe
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: ls.s.header(0), ID: req.ID, TTL: ttl}); err != nil {
+		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: ls.s.header(-1), ID: req.ID, TTL: ttl}); err != nil {
 			return nil
 		}
 	}
@@ -304,7 +304,7 @@ func (ls *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKe
 // the lease (-1: gone), and with keys the keys it holds (a walk of the
 // keyspace, bounded by the cell's read bound per page).
 func (ls *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	gone := &pb.LeaseTimeToLiveResponse{Header: ls.s.header(0), ID: r.ID, TTL: -1}
+	gone := &pb.LeaseTimeToLiveResponse{Header: ls.s.header(-1), ID: r.ID, TTL: -1}
 	sess, err := ls.s.leases.handle(ctx, r.ID)
 	if errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
 		return gone, nil
@@ -319,7 +319,7 @@ func (ls *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	resp := &pb.LeaseTimeToLiveResponse{Header: ls.s.header(0), ID: r.ID, TTL: int64(left / time.Second),
+	resp := &pb.LeaseTimeToLiveResponse{Header: ls.s.header(-1), ID: r.ID, TTL: int64(left / time.Second),
 		GrantedTTL: ttlSeconds(sess.TTL())}
 	if r.Keys {
 		keys, err := keysOf(ctx, ls.s.cell, sess.ID())
@@ -359,7 +359,7 @@ func (ls *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest
 	l := ls.s.leases
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	resp := &pb.LeaseLeasesResponse{Header: ls.s.header(0)}
+	resp := &pb.LeaseLeasesResponse{Header: ls.s.header(-1)}
 	for id, e := range l.m {
 		if e.mu.TryLock() {
 			if e.sess != nil {

@@ -101,7 +101,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerSt
 	for {
 		k, err := io.ReadFull(pr, buf)
 		if k > 0 && sendErr == nil {
-			sendErr = stream.Send(&pb.SnapshotResponse{Header: m.s.header(0), Blob: append([]byte(nil), buf[:k]...),
+			sendErr = stream.Send(&pb.SnapshotResponse{Header: m.s.header(-1), Blob: append([]byte(nil), buf[:k]...),
 				Version: version.Version})
 			if sendErr != nil {
 				pr.CloseWithError(sendErr)
@@ -121,7 +121,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerSt
 // refused for the quota; DEACTIVATE clears it; ACTIVATE is refused (the
 // cell raises its own).
 func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	resp := &pb.AlarmResponse{Header: m.s.header(0)}
+	resp := &pb.AlarmResponse{Header: m.s.header(-1)}
 	switch r.Action {
 	case pb.AlarmRequest_ACTIVATE:
 		return nil, unimplemented("raising an alarm")
@@ -142,7 +142,7 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 // Defragment succeeds without doing anything: coord's store (Pebble)
 // compacts itself online and has no defragmentation to run.
 func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	return &pb.DefragmentResponse{Header: m.s.header(0)}, nil
+	return &pb.DefragmentResponse{Header: m.s.header(-1)}, nil
 }
 
 // Hash is etcd's backend hash: coord's store has none to compare.
@@ -182,7 +182,7 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	resp := &pb.MemberListResponse{Header: c.s.header(0)}
+	resp := &pb.MemberListResponse{Header: c.s.header(-1)}
 	for _, m := range ms {
 		pm := &pb.Member{ID: m.ID, Name: m.Name, IsLearner: m.Learner}
 		if m.Addr != "" {

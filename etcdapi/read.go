@@ -139,7 +139,7 @@ func rangeNow(ctx context.Context, c coord.Cell, r keyRange, serializable bool) 
 	return out, rev, nil
 }
 
-// rangeAt returns the keys in r at revision rev (0: now), in key order,
+// rangeAt returns the keys in r at coord revision rev (-1: now), in key order,
 // and the revision of the state it started from (the cell's now, as
 // etcd's response header says). A past revision is rebuilt from the
 // present and the change history after rev: each key changed since has
@@ -148,7 +148,7 @@ func rangeNow(ctx context.Context, c coord.Cell, r keyRange, serializable bool) 
 // errFutureRev.
 func rangeAt(ctx context.Context, c coord.Cell, r keyRange, rev int64, serializable bool) ([]coord.KV, int64, error) {
 	kvs, now, err := rangeNow(ctx, c, r, serializable)
-	if err != nil || rev <= 0 || rev == now {
+	if err != nil || rev < 0 || rev == now {
 		return kvs, now, err
 	}
 	if rev > now {

@@ -206,17 +206,38 @@ func clusterIDOf(names []string) uint64 {
 	return h.Sum64()
 }
 
-// header is the response header for a state at revision rev.
+// header is the response header for a state at coord revision rev (-1:
+// the member's current one).
 func (s *server) header(rev int64) *pb.ResponseHeader {
-	h := &pb.ResponseHeader{ClusterId: s.o.clusterID, Revision: rev}
+	h := &pb.ResponseHeader{ClusterId: s.o.clusterID}
 	if s.node != nil {
 		st := s.node.Status()
 		h.MemberId, h.RaftTerm = st.ID, st.Term
-		if rev == 0 {
-			h.Revision = st.Revision
+		if rev < 0 {
+			rev = st.Revision
 		}
 	}
+	h.Revision = etcdRev(max(rev, 0))
 	return h
+}
+
+// Revisions: etcd's store starts at revision 1 and its first write is 2,
+// and clients rely on it (concurrency's waitDeletes reads below
+// "rev-1", where 0 would mean no bound); a coord cell starts at 0 and
+// its first write is 1. The front numbers every revision it shows as
+// etcd would, coord's plus one, and takes etcd's back the same way.
+
+// etcdRev is the etcd number of coord revision r (a cell's revision:
+// its state at 0 is etcd's 1).
+func etcdRev(r int64) int64 { return r + 1 }
+
+// etcdKeyRev is the etcd number of a key's create or mod revision: 0
+// (absent) stays 0.
+func etcdKeyRev(r int64) int64 {
+	if r == 0 {
+		return 0
+	}
+	return r + 1
 }
 
 // currentRev is the revision this front's member has applied (for a

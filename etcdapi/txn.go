@@ -64,6 +64,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		if err != nil {
 			return nil, err
 		}
+		setHeader(out, resp.Header)
 		resp.Responses[i] = out
 	}
 	if len(then)+len(els) > 0 {
@@ -106,7 +107,7 @@ func (k *kvServer) readTxn(ctx context.Context, ops []*pb.RequestOp) (*pb.TxnRes
 		if len(rr.Key) == 0 {
 			return nil, rpctypes.ErrGRPCEmptyKey
 		}
-		kvs, rev, err := rangeAt(ctx, k.s.cell, rangeOf(rr.Key, rr.RangeEnd), rr.Revision, rr.Serializable)
+		kvs, rev, err := rangeAt(ctx, k.s.cell, rangeOf(rr.Key, rr.RangeEnd), coordRev(rr.Revision), rr.Serializable)
 		if err != nil {
 			return nil, toGRPC(err)
 		}
@@ -119,7 +120,7 @@ func (k *kvServer) readTxn(ctx context.Context, ops []*pb.RequestOp) (*pb.TxnRes
 	}
 	resp.Header = k.s.header(now)
 	for _, r := range resp.Responses {
-		r.GetResponseRange().Header = resp.Header
+		setHeader(r, resp.Header)
 	}
 	return resp, nil
 }
@@ -206,14 +207,50 @@ func toCmp(c *pb.Compare) (coord.Cmp, error) {
 		t, want = coord.Version(key), c.GetVersion()
 	case pb.Compare_CREATE:
 		t, want = coord.CreateRev(key), c.GetCreateRevision()
+		return revCmp(t, c.Result, want)
 	case pb.Compare_MOD:
 		t, want = coord.ModRev(key), c.GetModRevision()
+		return revCmp(t, c.Result, want)
 	case pb.Compare_LEASE:
 		return coord.Cmp{}, unimplemented("a compare on a key's lease")
 	default:
 		return coord.Cmp{}, unimplemented("this compare target")
 	}
 	switch c.Result {
+	case pb.Compare_EQUAL:
+		return t.Eq(want), nil
+	case pb.Compare_NOT_EQUAL:
+		return t.Ne(want), nil
+	case pb.Compare_LESS:
+		return t.Lt(want), nil
+	case pb.Compare_GREATER:
+		return t.Gt(want), nil
+	}
+	return coord.Cmp{}, unimplemented("this compare result")
+}
+
+// revCmp is a compare of a key's create or mod revision with etcd's
+// number want: a present key's etcd revision is coord's plus one (at
+// least 2), an absent key's 0 in both. want >= 2 compares with want-1;
+// want <= 0 as it is; want 1, which no key has, by what etcd answers
+// (present keys are above it, absent ones below).
+func revCmp(t coord.IntTarget, res pb.Compare_CompareResult, want int64) (coord.Cmp, error) {
+	switch {
+	case want >= 2:
+		want--
+	case want == 1:
+		switch res {
+		case pb.Compare_EQUAL:
+			return t.Eq(-1), nil // never
+		case pb.Compare_NOT_EQUAL:
+			return t.Ne(-1), nil // always
+		case pb.Compare_LESS:
+			return t.Lt(1), nil // absent only
+		case pb.Compare_GREATER:
+			return t.Gt(0), nil // present only
+		}
+	}
+	switch res {
 	case pb.Compare_EQUAL:
 		return t.Eq(want), nil
 	case pb.Compare_NOT_EQUAL:
@@ -259,6 +296,19 @@ func (s *server) toOps(ctx context.Context, ops []*pb.RequestOp) ([]coord.Op, []
 		plan = append(plan, len(out))
 	}
 	return out, plan, nil
+}
+
+// setHeader gives an op's response the transaction's header, as etcd
+// does (clientv3's STM reads an inner range's revision from it).
+func setHeader(r *pb.ResponseOp, h *pb.ResponseHeader) {
+	switch o := r.Response.(type) {
+	case *pb.ResponseOp_ResponseRange:
+		o.ResponseRange.Header = h
+	case *pb.ResponseOp_ResponsePut:
+		o.ResponsePut.Header = h
+	case *pb.ResponseOp_ResponseDeleteRange:
+		o.ResponseDeleteRange.Header = h
+	}
 }
 
 // shapeOp is the etcd response of op from its coord results.

@@ -79,7 +79,7 @@ func (st *watchStream) send(r *pb.WatchResponse) error {
 // refuse answers a create it will not serve: created and canceled at
 // once, with the reason (what clientv3 reports as the watch's error).
 func (st *watchStream) refuse(id int64, reason string) error {
-	return st.send(&pb.WatchResponse{Header: st.s.header(0), WatchId: id, Created: true, Canceled: true,
+	return st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: id, Created: true, Canceled: true,
 		CancelReason: reason})
 }
 
@@ -129,7 +129,9 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	}
 	from := int64(-1)
 	if c.StartRevision > 0 {
-		from = c.StartRevision - 1 // etcd's start is inclusive, coord's FromRev exclusive
+		// etcd's start is inclusive and numbered one up; coord's FromRev
+		// exclusive.
+		from = max(coordRev(c.StartRevision)-1, 0)
 	}
 	ctx, cancel := context.WithCancel(st.ctx)
 	w := watchRange(ctx, st.s.cell, kr, from, opts...)
@@ -153,9 +155,9 @@ func (st *watchStream) serve(ctx context.Context, ow *oneWatch, kr keyRange, any
 	}
 	var ce *coord.CompactedError
 	if err := w.Err(); errors.As(err, &ce) {
-		_ = st.send(&pb.WatchResponse{Header: st.s.header(0), WatchId: ow.id, Created: true})
-		_ = st.send(&pb.WatchResponse{Header: st.s.header(0), WatchId: ow.id, Canceled: true,
-			CompactRevision: ce.Oldest, CancelReason: "etcdserver: mvcc: required revision has been compacted"})
+		_ = st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: ow.id, Created: true})
+		_ = st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: ow.id, Canceled: true,
+			CompactRevision: etcdRev(ce.Oldest), CancelReason: "etcdserver: mvcc: required revision has been compacted"})
 		st.forget(ow.id)
 		return
 	}
@@ -173,7 +175,7 @@ func (st *watchStream) serve(ctx context.Context, ow *oneWatch, kr keyRange, any
 					if err := w.Err(); err != nil {
 						reason = "etcdapi: " + err.Error()
 					}
-					_ = st.send(&pb.WatchResponse{Header: st.s.header(0), WatchId: ow.id, Canceled: true, CancelReason: reason})
+					_ = st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: ow.id, Canceled: true, CancelReason: reason})
 					st.forget(ow.id)
 				}
 				return
@@ -228,7 +230,7 @@ func (st *watchStream) sendEvents(id, rev int64, evs []*mvccpb.Event, fragment b
 
 func toEvent(ev coord.Event) *mvccpb.Event {
 	if ev.Type == coord.EventDelete {
-		out := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(ev.KV.Key), ModRevision: ev.Rev}}
+		out := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(ev.KV.Key), ModRevision: etcdRev(ev.Rev)}}
 		if ev.PrevKV != nil {
 			out.PrevKv = toKV(*ev.PrevKV, false)
 		}
@@ -256,7 +258,7 @@ func (st *watchStream) cancel(id int64) error {
 		return nil
 	}
 	ow.cancel()
-	return st.send(&pb.WatchResponse{Header: st.s.header(0), WatchId: id, Canceled: true})
+	return st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: id, Canceled: true})
 }
 
 // progress asks every watch of the stream for its progress; with none,
