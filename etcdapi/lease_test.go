@@ -40,7 +40,7 @@ func TestLeaseKeepAliveAndExpiry(t *testing.T) {
 	ka, err := cli.KeepAlive(kctx, g.ID)
 	require.NoError(t, err)
 	var last time.Time
-	deadline := time.Now().Add(3 * 2 * time.Second)
+	deadline := time.Now().Add(2 * 2 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case r, ok := <-ka:
@@ -51,7 +51,7 @@ func TestLeaseKeepAliveAndExpiry(t *testing.T) {
 			t.Fatal("no keep-alive answer")
 		}
 	}
-	assert.True(t, present(t, cli, "l/key"), "kept alive past 3 TTLs")
+	assert.True(t, present(t, cli, "l/key"), "kept alive past 2 TTLs")
 
 	ttl, err := cli.TimeToLive(ctx, g.ID, clientv3.WithAttachedKeys())
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestLeaseAcrossMembers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c2.Put(ctx, "x/key", "v", clientv3.WithLease(g.ID))
 	require.NoError(t, err)
-	deadline := time.Now().Add(3 * 2 * time.Second)
+	deadline := time.Now().Add(2 * 2 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case r, ok := <-ka:
@@ -117,7 +117,7 @@ func TestLeaseAcrossMembers(t *testing.T) {
 			t.Fatal("no keep-alive answer")
 		}
 	}
-	assert.True(t, present(t, c0, "x/key"), "kept alive through another member past 3 TTLs")
+	assert.True(t, present(t, c0, "x/key"), "kept alive through another member past 2 TTLs")
 	kcancel()
 	require.Eventually(t, func() bool { return !present(t, c0, "x/key") }, 20*time.Second, 20*time.Millisecond)
 }
