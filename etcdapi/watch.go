@@ -137,8 +137,30 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	w := watchRange(ctx, st.s.cell, kr, from, opts...)
 	ow := &oneWatch{id: id, w: w, cancel: cancel}
 	st.watches[id] = ow
-	st.wg.Add(1)
 	st.mu.Unlock()
+	// Answer the create before reading the next request, as etcd does: a
+	// client that sends several creates matches the answers in order.
+	select {
+	case <-w.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	var ce *coord.CompactedError
+	if err := w.Err(); errors.As(err, &ce) {
+		st.forget(id)
+		cancel()
+		if err := st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: id, Created: true}); err != nil {
+			return err
+		}
+		return st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: id, Canceled: true,
+			CompactRevision: etcdRev(ce.Oldest), CancelReason: "etcdserver: mvcc: required revision has been compacted"})
+	}
+	rev, _ := st.s.currentRev(ctx)
+	if err := st.send(&pb.WatchResponse{Header: st.s.header(max(rev, w.LastRev())), WatchId: id, Created: true}); err != nil {
+		cancel()
+		return err
+	}
+	st.wg.Add(1)
 	go st.serve(ctx, ow, kr, puts || dels, c.Fragment)
 	return nil
 }
@@ -148,23 +170,6 @@ func (st *watchStream) serve(ctx context.Context, ow *oneWatch, kr keyRange, any
 	defer st.wg.Done()
 	defer ow.cancel()
 	w := ow.w
-	select {
-	case <-w.Ready():
-	case <-ctx.Done():
-		return
-	}
-	var ce *coord.CompactedError
-	if err := w.Err(); errors.As(err, &ce) {
-		_ = st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: ow.id, Created: true})
-		_ = st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: ow.id, Canceled: true,
-			CompactRevision: etcdRev(ce.Oldest), CancelReason: "etcdserver: mvcc: required revision has been compacted"})
-		st.forget(ow.id)
-		return
-	}
-	rev, _ := st.s.currentRev(ctx)
-	if err := st.send(&pb.WatchResponse{Header: st.s.header(max(rev, w.LastRev())), WatchId: ow.id, Created: true}); err != nil {
-		return
-	}
 	var batch []*mvccpb.Event
 	for {
 		select {
