@@ -1,7 +1,9 @@
 package etcdapi
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"io"
 	"sync/atomic"
 
@@ -56,8 +58,8 @@ func memberIDs(ctx context.Context, n *coord.Node) (map[string]coord.Member, err
 }
 
 // Status reports the member: its leader, Raft term and indexes, and the
-// version of etcd's API this front speaks. DbSize is 0: coord does not
-// expose its store's size (see docs/etcd.md).
+// version of etcd's API this front speaks. DbSize is WithDBSize's, else
+// 1 (see WithDBSize).
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
 	n, err := m.member()
 	if err != nil {
@@ -66,6 +68,11 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 	st := n.Status()
 	resp := &pb.StatusResponse{Header: m.s.header(st.Revision), Version: version.Version,
 		RaftIndex: st.Commit, RaftTerm: st.Term, RaftAppliedIndex: st.Applied, StorageVersion: version.Version}
+	resp.DbSize = 1
+	if m.s.o.dbSize != nil {
+		resp.DbSize = max(m.s.o.dbSize(), 1)
+	}
+	resp.DbSizeInUse = resp.DbSize
 	ms, err := memberIDs(ctx, n)
 	if err == nil {
 		if l, ok := ms[st.Leader]; ok {
@@ -82,7 +89,13 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 }
 
 // Snapshot streams the member's online backup (coord's Node.Backup
-// format, which coordctl restores; etcdutl cannot read it).
+// format, which coord.Restore reads; etcdutl cannot). etcd's clients
+// want what etcd sends, a body of whole 512-byte blocks and its SHA-256
+// after it (etcdctl refuses another length): the backup's body is sent
+// as it comes, its own checksum checked and replaced by zero padding to
+// the block and the checksum of body and padding, which the backup
+// reader takes as it took the original (it reads the records its header
+// counts and checks the trailing checksum of everything before it).
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	n, err := m.member()
 	if err != nil {
@@ -96,16 +109,28 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerSt
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	buf := make([]byte, 32<<10)
+	send := func(b []byte) error {
+		return stream.Send(&pb.SnapshotResponse{Header: m.s.header(-1), Blob: b, Version: version.Version})
+	}
+	sum := sha256.New()
+	var size int64
+	// held is the last sha256.Size bytes read: the backup's checksum,
+	// once the backup ends.
+	buf := make([]byte, 32<<10+sha256.Size)
+	held := 0
 	var sendErr error
 	for {
-		k, err := io.ReadFull(pr, buf)
-		if k > 0 && sendErr == nil {
-			sendErr = stream.Send(&pb.SnapshotResponse{Header: m.s.header(-1), Blob: append([]byte(nil), buf[:k]...),
-				Version: version.Version})
+		k, err := io.ReadFull(pr, buf[held:])
+		held += k
+		if out := held - sha256.Size; out > 0 && sendErr == nil {
+			sum.Write(buf[:out])
+			size += int64(out)
+			sendErr = send(append([]byte(nil), buf[:out]...))
 			if sendErr != nil {
 				pr.CloseWithError(sendErr)
 			}
+			copy(buf, buf[out:held])
+			held = sha256.Size
 		}
 		if err != nil {
 			break
@@ -114,7 +139,15 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerSt
 	if err := <-done; err != nil {
 		return toGRPC(err)
 	}
-	return sendErr
+	if sendErr != nil {
+		return sendErr
+	}
+	if held != sha256.Size || !bytes.Equal(sum.Sum(nil), buf[:sha256.Size]) {
+		return status.Error(codes.DataLoss, "etcdapi: the backup's checksum does not match what was sent")
+	}
+	pad := make([]byte, (512-size%512)%512)
+	sum.Write(pad)
+	return send(append(pad, sum.Sum(nil)...))
 }
 
 // Alarm lists the quota alarm when the last write this front saw was

@@ -111,8 +111,9 @@ func rangeNow(ctx context.Context, c coord.Cell, r keyRange, serializable bool) 
 		ropts = append(ropts, coord.Serializable())
 	}
 	if r.single() {
-		// List rather than Get: it says the revision it read at.
-		kvs, rev, err := c.List(ctx, string(r.key), ropts...)
+		// List rather than Get: it says the revision it read at. The key
+		// is the first under itself as a prefix, so one is enough.
+		kvs, rev, err := c.List(ctx, string(r.key), append(ropts, coord.Limit(1))...)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -55,6 +55,7 @@ type options struct {
 	maxLeases        int
 	progressInterval time.Duration
 	clusterID        uint64
+	dbSize           func() int64
 }
 
 // WithTLS serves over TLS with cfg; set cfg.ClientAuth to
@@ -98,6 +99,13 @@ func WithProgressInterval(d time.Duration) Option {
 // hash of the member names the cell had when Serve started, the same on
 // every member of a cell started with the same names).
 func WithClusterID(id uint64) Option { return func(o *options) { o.clusterID = id } }
+
+// WithDBSize gives Status its db_size (and db_size_in_use): f returns
+// the store's size in bytes, as the host measures it (its data
+// directory on disk, say). Without it Status says 1 byte: coord does not
+// expose its store's size, and tools divide by it (etcdctl's endpoint
+// status table).
+func WithDBSize(f func() int64) Option { return func(o *options) { o.dbSize = f } }
 
 // server is one Serve's state, shared by every connection: the leases
 // it holds above all, so that a lease granted over one connection is
