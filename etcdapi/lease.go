@@ -135,12 +135,14 @@ func (l *leases) keepAlive(ctx context.Context, id int64) (int64, error) {
 		e.heard = time.Now()
 		return e.ttl, nil
 	}
-	if e.kept {
+	if e.kept && errors.Is(e.sess.Err(), coord.ErrSessionExpired) {
 		// The cell ended it while we held it.
 		e.kept = false
 		l.drop(e)
 		return 0, nil
 	}
+	// Not kept here, or the handle ended for another reason (this member
+	// stopping): take it over, or fail so the client tries elsewhere.
 	if err := l.takeOver(ctx, e); err != nil {
 		if errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
 			l.drop(e)
@@ -228,7 +230,8 @@ func (l *leases) sweep(now time.Time) {
 		ttl := time.Duration(e.ttl) * time.Second
 		switch {
 		case e.kept && e.sess.Err() != nil:
-			// Ended in the cell (expired or revoked elsewhere).
+			// Ended in the cell (expired or revoked elsewhere), or this
+			// member stopped: a later use takes it over again, or fails.
 			e.kept = false
 			l.drop(e)
 		case e.kept && now.Sub(e.heard) > ttl/2:

@@ -144,6 +144,9 @@ func Serve(ctx context.Context, cell coord.Cell, l net.Listener, opts ...Option)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.leases = newLeases(s)
+	if testServeHook != nil {
+		testServeHook(s)
+	}
 
 	gopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxRecv),
@@ -202,6 +205,10 @@ func refuseAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc
 	}
 	return h(ctx, req)
 }
+
+// testServeHook, when set by a test, is told of every server Serve
+// starts.
+var testServeHook func(*server)
 
 // clusterIDOf hashes the member names, sorted, into a cluster ID.
 func clusterIDOf(names []string) uint64 {
