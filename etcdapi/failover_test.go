@@ -85,3 +85,21 @@ func TestLeaseSurvivesMemberCrash(t *testing.T) {
 	require.Len(t, g.Kvs, 1, "the lease's key outlived 3 TTLs after member %d crashed", victim)
 	require.NotEqual(t, -1, keeper(byNode, int64(s.Lease())), "another front keeps it")
 }
+
+// TestRequestTimeout: a write through a member cut off from the others
+// ends by the front's request timeout with an etcd error the client
+// understands, rather than holding its call while the client waits.
+func TestRequestTimeout(t *testing.T) {
+	f := newFront(t, nil, WithRequestTimeout(300*time.Millisecond))
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	_, err := cli.Put(ctx, "before", "v")
+	require.NoError(t, err)
+	f.c.Isolate(0)
+	defer f.c.Heal()
+	start := time.Now()
+	_, err = cli.Put(ctx, "cut", "v")
+	require.Error(t, err)
+	t.Logf("write through an isolated member: %v after %v", err, time.Since(start))
+	require.Less(t, time.Since(start), 15*time.Second, "ended by the front, not the client's 30s")
+}

@@ -23,6 +23,7 @@ func present(t *testing.T, cli *clientv3.Client, key string) bool {
 // several TTLs, and sees its key deleted once the keep-alives stop;
 // then revokes another.
 func TestLeaseKeepAliveAndExpiry(t *testing.T) {
+	t.Parallel() // it waits on TTLs more than it works
 	f := newFront(t, nil)
 	cli := f.client(t)
 	ctx := tctx(t)
@@ -96,6 +97,7 @@ func TestLeaseKeepAliveAndExpiry(t *testing.T) {
 // lease lives as long as any front hears keep-alives, and expires when
 // they stop.
 func TestLeaseAcrossMembers(t *testing.T) {
+	t.Parallel() // it waits on TTLs more than it works
 	f := newFront(t, nil)
 	c0, c1, c2 := f.client(t, f.eps[0]), f.client(t, f.eps[1]), f.client(t, f.eps[2])
 	ctx := tctx(t)

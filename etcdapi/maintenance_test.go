@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coordcell/coord"
 	"github.com/coordcell/coord/coordtest"
@@ -102,9 +103,25 @@ func TestBounds(t *testing.T) {
 
 	// The cell's own bound on a value (coord's MaxValueSize, 64 KiB)
 	// answers as etcd's request-too-large.
-	f2 := newFront(t, nil)
-	_, err = f2.client(t, f2.eps[0]).Put(ctx, "big", strings.Repeat("x", 100<<10))
+	f2 := newFront(t, nil, WithMaxWatches(1))
+	cli2 := f2.client(t, f2.eps[0])
+	_, err = cli2.Put(ctx, "big", strings.Repeat("x", 100<<10))
 	require.ErrorIs(t, err, rpctypes.ErrRequestTooLarge)
+
+	// The server's bound on all watches: one here, freed when it ends.
+	ctx1, cancel1 := context.WithCancel(ctx)
+	require.True(t, next(t, cli2.Watch(ctx1, "a", clientv3.WithCreatedNotify())).Created)
+	ctx2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	r := next(t, cli2.Watch(ctx2, "b"))
+	require.Error(t, r.Err())
+	assert.Contains(t, r.Err().Error(), "too many watches on this server")
+	cancel1()
+	require.Eventually(t, func() bool {
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		return next(t, cli2.Watch(wctx, "c", clientv3.WithCreatedNotify())).Created
+	}, 20*time.Second, 50*time.Millisecond)
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -113,7 +130,7 @@ func TestBounds(t *testing.T) {
 	require.True(t, next(t, w1).Created)
 	require.True(t, next(t, w2).Created)
 	w3 := cli.Watch(wctx, "c")
-	r := next(t, w3)
+	r = next(t, w3)
 	require.Error(t, r.Err())
 	assert.Contains(t, r.Err().Error(), "too many watches")
 }

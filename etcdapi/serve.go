@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -34,6 +35,12 @@ const (
 	DefaultMaxConns = 1024
 	// DefaultMaxWatchesPerStream bounds the watches of one Watch stream.
 	DefaultMaxWatchesPerStream = 1024
+	// DefaultMaxWatches bounds the watches of all streams together.
+	DefaultMaxWatches = 65536
+	// DefaultRequestTimeout bounds a unary call whose client set no
+	// deadline (etcd's own request timeout is a few seconds; this
+	// leaves room for a change of leader).
+	DefaultRequestTimeout = 30 * time.Second
 	// DefaultMaxLeases bounds the leases this front holds (each a coord
 	// session kept alive by its member).
 	DefaultMaxLeases = 10000
@@ -53,6 +60,8 @@ type options struct {
 	maxConns         int
 	maxWatches       int
 	maxLeases        int
+	maxAllWatches    int64
+	requestTimeout   time.Duration
 	progressInterval time.Duration
 	clusterID        uint64
 	dbSize           func() int64
@@ -84,6 +93,15 @@ func WithMaxConns(n int) Option { return func(o *options) { o.maxConns = n } }
 // (default DefaultMaxWatchesPerStream); a create past it is answered
 // canceled.
 func WithMaxWatchesPerStream(n int) Option { return func(o *options) { o.maxWatches = n } }
+
+// WithMaxWatches bounds the watches of all streams together (default
+// DefaultMaxWatches); a create past it is answered canceled.
+func WithMaxWatches(n int64) Option { return func(o *options) { o.maxAllWatches = n } }
+
+// WithRequestTimeout bounds every unary call whose client gave no
+// earlier deadline (default DefaultRequestTimeout), so a call waiting for
+// a quorum that does not come frees its slot.
+func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
 
 // WithMaxLeases bounds the leases this front holds at once (default
 // DefaultMaxLeases); a Grant past it gets etcd's "too many requests".
@@ -117,6 +135,8 @@ type server struct {
 	log    *slog.Logger
 	leases *leases
 	alarm  alarmState
+	// watches counts the watches of all streams.
+	watches atomic.Int64
 }
 
 // Serve serves the etcd v3 API (KV, Watch, Lease, Cluster, Maintenance,
@@ -132,7 +152,8 @@ func Serve(ctx context.Context, cell coord.Cell, l net.Listener, opts ...Option)
 	}
 	o := options{logger: slog.Default(), maxRecv: DefaultMaxRecvMsgSize, maxStreams: DefaultMaxStreams,
 		maxConns: DefaultMaxConns, maxWatches: DefaultMaxWatchesPerStream, maxLeases: DefaultMaxLeases,
-		progressInterval: DefaultProgressInterval}
+		progressInterval: DefaultProgressInterval, maxAllWatches: DefaultMaxWatches,
+		requestTimeout: DefaultRequestTimeout}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -158,7 +179,7 @@ func Serve(ctx context.Context, cell coord.Cell, l net.Listener, opts ...Option)
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// A handshake that does not finish in time frees its slot.
 		grpc.ConnectionTimeout(10 * time.Second),
-		grpc.ChainUnaryInterceptor(refuseAuth),
+		grpc.ChainUnaryInterceptor(refuseAuth, s.bounded),
 	}
 	if o.tls != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.tls)))
@@ -209,6 +230,16 @@ func refuseAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc
 // testServeHook, when set by a test, is told of every server Serve
 // starts.
 var testServeHook func(*server)
+
+// bounded gives a unary call the request timeout.
+func (s *server) bounded(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.o.requestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.requestTimeout)
+		defer cancel()
+	}
+	return h(ctx, req)
+}
 
 // clusterIDOf hashes the member names, sorted, into a cluster ID.
 func clusterIDOf(names []string) uint64 {

@@ -93,6 +93,9 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	case len(st.watches) >= st.s.o.maxWatches:
 		st.mu.Unlock()
 		return st.refuse(-1, "etcdapi: too many watches on this stream")
+	case st.s.watches.Load() >= st.s.o.maxAllWatches:
+		st.mu.Unlock()
+		return st.refuse(-1, "etcdapi: too many watches on this server")
 	case id == 0:
 		// Auto IDs count from 0, as etcd's, past any in use.
 		for st.watches[st.nextID] != nil {
@@ -135,7 +138,13 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	}
 	ctx, cancel := context.WithCancel(st.ctx)
 	w := watchRange(ctx, st.s.cell, kr, from, opts...)
-	ow := &oneWatch{id: id, w: w, cancel: cancel}
+	st.s.watches.Add(1)
+	ow := &oneWatch{id: id, w: w}
+	var once sync.Once
+	ow.cancel = func() {
+		cancel()
+		once.Do(func() { st.s.watches.Add(-1) })
+	}
 	st.watches[id] = ow
 	st.mu.Unlock()
 	// Answer the create before reading the next request, as etcd does: a
@@ -143,12 +152,13 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	select {
 	case <-w.Ready():
 	case <-ctx.Done():
+		ow.cancel()
 		return nil
 	}
 	var ce *coord.CompactedError
 	if err := w.Err(); errors.As(err, &ce) {
 		st.forget(id)
-		cancel()
+		ow.cancel()
 		if err := st.send(&pb.WatchResponse{Header: st.s.header(-1), WatchId: id, Created: true}); err != nil {
 			return err
 		}
@@ -157,7 +167,7 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	}
 	rev, _ := st.s.currentRev(ctx)
 	if err := st.send(&pb.WatchResponse{Header: st.s.header(max(rev, w.LastRev())), WatchId: id, Created: true}); err != nil {
-		cancel()
+		ow.cancel()
 		return err
 	}
 	st.wg.Add(1)
