@@ -111,6 +111,10 @@ func (l *leases) grant(ctx context.Context, ttl, id int64) (*leaseEntry, error) 
 // takeOver adopts id's session into e; e.mu is held. A session the cell
 // has ended gives ErrGRPCLeaseNotFound.
 func (l *leases) takeOver(ctx context.Context, e *leaseEntry) error {
+	if e.id <= 0 {
+		// No session has it; and WithSessionID(0) would make a new one.
+		return rpctypes.ErrGRPCLeaseNotFound
+	}
 	sess, err := l.s.cell.NewSession(ctx, coord.WithSessionID(coord.SessionID(e.id)))
 	if err != nil {
 		if errors.Is(err, coord.ErrSessionExpired) || errors.Is(err, coord.ErrSessionClosed) {

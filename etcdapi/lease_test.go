@@ -123,3 +123,23 @@ func TestLeaseAcrossMembers(t *testing.T) {
 	kcancel()
 	require.Eventually(t, func() bool { return !present(t, c0, "x/key") }, 20*time.Second, 20*time.Millisecond)
 }
+
+// TestLeaseBadIDs: lease IDs no session has (0, negative, never
+// granted) are not found, and create nothing.
+func TestLeaseBadIDs(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	for _, id := range []clientv3.LeaseID{0, -5, 1 << 40} {
+		_, err := cli.KeepAliveOnce(ctx, id)
+		require.ErrorIs(t, err, rpctypes.ErrLeaseNotFound, "keep-alive of %d", id)
+		_, err = cli.Revoke(ctx, id)
+		require.ErrorIs(t, err, rpctypes.ErrLeaseNotFound, "revoke of %d", id)
+		ttl, err := cli.TimeToLive(ctx, id)
+		require.NoError(t, err)
+		assert.EqualValues(t, -1, ttl.TTL, "time to live of %d", id)
+	}
+	ls, err := cli.Leases(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, ls.Leases, "no lease was made")
+}

@@ -6,6 +6,8 @@ import (
 	"github.com/coordcell/coord"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // DefaultMaxTxnOps is etcd's --max-txn-ops default: the most compares,
@@ -163,7 +165,7 @@ func checkOps(ops []*pb.RequestOp) error {
 		case *pb.RequestOp_RequestTxn:
 			return unimplemented("a nested Txn")
 		default:
-			return rpctypes.ErrGRPCKeyNotFound
+			return status.Error(codes.InvalidArgument, "etcdapi: a Txn op with no request")
 		}
 	}
 	for k := range puts {
@@ -198,7 +200,7 @@ func toCmp(c *pb.Compare) (coord.Cmp, error) {
 		case pb.Compare_GREATER:
 			return v.Gt(want), nil
 		}
-		return coord.Cmp{}, rpctypes.ErrGRPCKeyNotFound
+		return coord.Cmp{}, unimplemented("this compare result")
 	}
 	var t coord.IntTarget
 	var want int64
