@@ -36,6 +36,7 @@ type leaseEntry struct {
 	// heard is the last keep-alive from a client; orphaned when the
 	// front let the session go.
 	heard, orphaned time.Time
+	pins            int // Lock calls waiting on sess: not let go meanwhile
 }
 
 // leases is the front's lease table, shared by all its connections.
@@ -179,6 +180,33 @@ func (l *leases) handle(ctx context.Context, id int64) (*coord.Session, error) {
 	return e.sess, nil
 }
 
+// pin returns a live handle of id's session, kept alive by this member
+// until release however the client's keep-alives go: a Lock waiting on
+// it must not see it let go under it.
+func (l *leases) pin(ctx context.Context, id int64) (*coord.Session, func(), error) {
+	e, err := l.entry(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.kept || e.sess.Err() != nil {
+		if err := l.takeOver(ctx, e); err != nil {
+			if errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
+				l.drop(e)
+			}
+			return nil, nil, err
+		}
+		e.heard = time.Now().Add(-time.Duration(e.ttl) * time.Second)
+	}
+	e.pins++
+	return e.sess, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.pins--
+	}, nil
+}
+
 // revoke ends id's session in the cell: one change deletes its keys.
 func (l *leases) revoke(ctx context.Context, id int64) error {
 	sess, err := l.handle(ctx, id)
@@ -238,7 +266,7 @@ func (l *leases) sweep(now time.Time) {
 			// member stopped: a later use takes it over again, or fails.
 			e.kept = false
 			l.drop(e)
-		case e.kept && now.Sub(e.heard) > ttl/2:
+		case e.kept && e.pins == 0 && now.Sub(e.heard) > ttl/2:
 			e.sess.Orphan()
 			e.kept, e.orphaned = false, now
 		case !e.kept && e.sess != nil && now.Sub(e.orphaned) > 2*ttl+time.Minute:
