@@ -8,6 +8,7 @@ import (
 	"github.com/coordcell/coord"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 )
 
@@ -59,4 +60,55 @@ func TestLockService(t *testing.T) {
 	tok, err := coord.NewMutex(s, "job").TryLock(ctx)
 	require.NoError(t, err, "free again")
 	assert.NotZero(t, tok)
+}
+
+// TestElectionService: etcd's v3election service over coord's Election:
+// Campaign, Leader, Observe, Proclaim, Resign, and a Go candidate of the
+// same group queues behind an etcd one.
+func TestElectionService(t *testing.T) {
+	f := newFront(t, nil)
+	ctx := tctx(t)
+	c0, c1 := f.client(t, f.eps[0]), f.client(t, f.eps[1])
+	e0, e1 := v3electionpb.NewElectionClient(c0.ActiveConnection()), v3electionpb.NewElectionClient(c1.ActiveConnection())
+	g0, err := c0.Grant(ctx, 10)
+	require.NoError(t, err)
+
+	_, err = e1.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("grp")})
+	require.Error(t, err, "no leader yet")
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	obs, err := e1.Observe(octx, &v3electionpb.LeaderRequest{Name: []byte("grp")})
+	require.NoError(t, err)
+
+	cr, err := e0.Campaign(ctx, &v3electionpb.CampaignRequest{Name: []byte("grp"), Lease: int64(g0.ID), Value: []byte("one")})
+	require.NoError(t, err)
+	lr, err := e1.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("grp")})
+	require.NoError(t, err)
+	assert.Equal(t, "one", string(lr.Kv.Value))
+	assert.Equal(t, cr.Leader.Key, lr.Kv.Key)
+	o, err := obs.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, "one", string(o.Kv.Value))
+
+	// A Go candidate of the same group waits behind the etcd leader.
+	s, err := f.c.Node(2).NewSession(ctx, coord.WithTTL(5*time.Second))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	won, _, err := coord.NewElection(s, "grp").TryCampaign(ctx, "go")
+	require.NoError(t, err)
+	assert.False(t, won)
+
+	_, err = e0.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: cr.Leader, Value: []byte("two")})
+	require.NoError(t, err)
+	for {
+		o, err = obs.Recv()
+		require.NoError(t, err)
+		if string(o.Kv.Value) == "two" {
+			break
+		}
+	}
+	_, err = e0.Resign(ctx, &v3electionpb.ResignRequest{Leader: cr.Leader})
+	require.NoError(t, err)
+	_, err = e0.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: cr.Leader, Value: []byte("three")})
+	require.Error(t, err, "not leader after resigning")
 }

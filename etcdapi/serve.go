@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordcell/coord"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -193,6 +194,7 @@ func Serve(ctx context.Context, cell coord.Cell, l net.Listener, opts ...Option)
 	pb.RegisterMaintenanceServer(g, &maintenanceServer{s: s})
 	pb.RegisterAuthServer(g, &authServer{})
 	v3lockpb.RegisterLockServer(g, &lockServer{s: s})
+	v3electionpb.RegisterElectionServer(g, &electionServer{s: s})
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -237,7 +239,8 @@ var testServeHook func(*server)
 func (s *server) bounded(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	// A Lock waits as long as the lock is held by another: only its
 	// client's deadline bounds it.
-	if s.o.requestTimeout > 0 && info.FullMethod != "/v3lockpb.Lock/Lock" {
+	if s.o.requestTimeout > 0 && info.FullMethod != "/v3lockpb.Lock/Lock" &&
+		info.FullMethod != "/v3electionpb.Election/Campaign" {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.requestTimeout)
 		defer cancel()
