@@ -170,5 +170,51 @@ func TestServeOnClient(t *testing.T) {
 	assert.Empty(t, g.Kvs)
 	_, err = cli.Status(ctx, f.eps[0])
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
-	var _ = pb.AlarmType_NOSPACE
+	wc := cli.Watch(ctx, "k", clientv3.WithRev(p.Header.Revision))
+	r := next(t, wc)
+	require.NoError(t, r.Err())
+	require.Len(t, r.Events, 1)
+	assert.Equal(t, "v", string(r.Events[0].Kv.Value))
+	_, err = cli.Compact(ctx, p.Header.Revision)
+	require.NoError(t, err)
+}
+
+// TestUnimplementedForms: what the front cannot run yet is answered
+// Unimplemented, saying what, and changes nothing.
+func TestUnimplementedForms(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	_, err := cli.Put(ctx, "k", "v")
+	require.NoError(t, err)
+	cases := map[string]func() error{
+		"nested txn": func() error {
+			_, err := cli.Txn(ctx).Then(clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpPut("n", "v")}, nil)).Commit()
+			return err
+		},
+		"compare over a range": func() error {
+			_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version("a"), ">", 0).WithRange("z")).Then(clientv3.OpPut("n", "v")).Commit()
+			return err
+		},
+		"compare on a lease": func() error {
+			_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue("k"), "=", 0)).Then(clientv3.OpPut("n", "v")).Commit()
+			return err
+		},
+		"past revision in a writing txn": func() error {
+			_, err := cli.Txn(ctx).Then(clientv3.OpGet("k", clientv3.WithRev(1)), clientv3.OpPut("n", "v")).Commit()
+			return err
+		},
+		"chosen lease ID": func() error {
+			_, err := pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 5, ID: 12345})
+			return err
+		},
+	}
+	for name, f := range cases {
+		err := f()
+		assert.Equal(t, codes.Unimplemented, status.Code(err), "%s: %v", name, err)
+		assert.Contains(t, fmt.Sprint(err), "etcdapi", name)
+	}
+	g, err := cli.Get(ctx, "n")
+	require.NoError(t, err)
+	assert.Empty(t, g.Kvs, "nothing written")
 }
