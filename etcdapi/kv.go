@@ -131,7 +131,12 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := k.s.cell.Txn(ctx).Then(coord.OpGet(string(r.Key)), op).Commit()
+	// prev_kv is a get before the put, in the same transaction.
+	ops := []coord.Op{op}
+	if r.PrevKv {
+		ops = []coord.Op{coord.OpGet(string(r.Key)), op}
+	}
+	res, err := k.s.cell.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, k.s.alarm.noteErr(toGRPC(err))
 	}
@@ -216,11 +221,17 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	}
 	kr := rangeOf(r.Key, r.RangeEnd)
 	if del, ok := txnDelete(kr); ok {
-		res, err := k.s.cell.Txn(ctx).Then(txnRead(kr), del).Commit()
+		// Only prev_kv reads what it deletes (a large prefix deleted
+		// without it reads nothing).
+		ops := []coord.Op{del}
+		if r.PrevKv {
+			ops = []coord.Op{txnRead(kr), del}
+		}
+		res, err := k.s.cell.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return nil, toGRPC(err)
 		}
-		resp := &pb.DeleteRangeResponse{Header: k.s.header(res.Rev), Deleted: res.Results[1].Deleted}
+		resp := &pb.DeleteRangeResponse{Header: k.s.header(res.Rev), Deleted: res.Results[len(ops)-1].Deleted}
 		if r.PrevKv {
 			resp.PrevKvs = kvsOf(inRange(res.Results[0].KVs, kr), false)
 		}

@@ -2,8 +2,11 @@ package etcdapi
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/coordcell/coord"
+	"github.com/coordcell/coord/coordtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -237,4 +240,24 @@ func TestKVTxn(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, g.Kvs, "a refused txn changes nothing")
 	var _ = mvccpb.PUT
+}
+
+// TestDeleteLargePrefix: a prefix delete without prev_kv reads nothing,
+// so a prefix larger than one read may return is deleted whole.
+func TestDeleteLargePrefix(t *testing.T) {
+	f := newFront(t, []coordtest.Option{coordtest.WithConfig(func(i int, cfg *coord.Config) {
+		cfg.MaxReadBytes = 8 << 10
+	})})
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	val := strings.Repeat("x", 1<<10)
+	for i := range 20 {
+		_, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val)
+		require.NoError(t, err)
+	}
+	_, err := cli.Get(ctx, "big/", clientv3.WithPrefix())
+	require.Error(t, err, "the prefix is past one read")
+	d, err := cli.Delete(ctx, "big/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	assert.EqualValues(t, 20, d.Deleted)
 }
