@@ -41,9 +41,10 @@ type leaseEntry struct {
 
 // leases is the front's lease table, shared by all its connections.
 type leases struct {
-	s  *server
-	mu sync.Mutex
-	m  map[int64]*leaseEntry
+	s      *server
+	mu     sync.Mutex
+	m      map[int64]*leaseEntry
+	closed bool // Serve is ending: no more sessions held
 }
 
 func newLeases(s *server) *leases { return &leases{s: s, m: make(map[int64]*leaseEntry)} }
@@ -54,6 +55,9 @@ func ttlSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 func (l *leases) entry(id int64) (*leaseEntry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return nil, rpctypes.ErrGRPCStopped
+	}
 	if e, ok := l.m[id]; ok {
 		return e, nil
 	}
@@ -104,8 +108,15 @@ func (l *leases) grant(ctx context.Context, ttl, id int64) (*leaseEntry, error) 
 	}
 	e := &leaseEntry{id: int64(sess.ID()), ttl: ttlSeconds(d), sess: sess, kept: true, heard: time.Now()}
 	l.mu.Lock()
-	l.m[e.id] = e
+	closed := l.closed
+	if !closed {
+		l.m[e.id] = e
+	}
 	l.mu.Unlock()
+	if closed {
+		sess.Orphan()
+		return nil, rpctypes.ErrGRPCStopped
+	}
 	return e, nil
 }
 
@@ -122,6 +133,13 @@ func (l *leases) takeOver(ctx context.Context, e *leaseEntry) error {
 			return rpctypes.ErrGRPCLeaseNotFound
 		}
 		return toGRPC(err)
+	}
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		sess.Orphan()
+		return rpctypes.ErrGRPCStopped
 	}
 	e.sess, e.kept, e.ttl = sess, true, ttlSeconds(sess.TTL())
 	return nil
@@ -282,14 +300,18 @@ func (l *leases) sweep(now time.Time) {
 // clients keep them alive through another member.
 func (l *leases) stop() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for id, e := range l.m {
+	l.closed = true
+	es := l.m
+	l.m = make(map[int64]*leaseEntry)
+	l.mu.Unlock()
+	// Entries are locked before the table elsewhere: not under l.mu.
+	for _, e := range es {
 		e.mu.Lock()
 		if e.kept {
 			e.sess.Orphan()
+			e.kept = false
 		}
 		e.mu.Unlock()
-		delete(l.m, id)
 	}
 }
 
