@@ -21,14 +21,26 @@ const (
 	members = 5
 	// clients connect to the cell; the first also holds the watch.
 	clients = 3
+	// The members' timing: a 100 ms tick and a one-second election
+	// timeout (coordtest's is 200 ms). What a member does per virtual
+	// second (ticks, heartbeats, keepalives, its client guard's checks)
+	// scales with the election timeout, and under the race detector it
+	// is most of a history's cost: a tenth of coordtest's ticks and a
+	// fifth of its heartbeats, still thirty election timeouts of faults
+	// in thirty seconds.
+	tick            = 100 * time.Millisecond
+	electionTicks   = 10
+	heartbeatTicks  = 2
+	electionTimeout = electionTicks * tick
 	// settleBound is the liveness bound: once every fault has healed,
 	// the cell must have a leader, every call must return, the watch
 	// must catch up and a removed member must stop within it (virtual
 	// time; 20 election timeouts).
-	settleBound = 10 * time.Second
+	settleBound = 20 * electionTimeout
 	// opTimeout is each workload call's context while faults run: long
-	// enough for a client to move to another member.
-	opTimeout = 2 * time.Second
+	// enough for a client to move to another member (its member ends
+	// the connection after two election timeouts of not serving).
+	opTimeout = 3 * electionTimeout
 )
 
 // TestHistories runs the seeded histories (see the package doc).
@@ -52,7 +64,10 @@ func historySeeds(t *testing.T) []int64 {
 	if n == 0 {
 		n = defaultSeeds
 	}
-	base := rand.Int64N(1 << 40)
+	base := *seedBase
+	if base == 0 {
+		base = rand.Int64N(1 << 40)
+	}
 	t.Logf("%d histories, seeds %d to %d", n, base, base+int64(n)-1)
 	out := make([]int64, n)
 	for i := range out {
@@ -80,6 +95,13 @@ type history struct {
 	trace     []string
 	ambiguous map[string]int // why writes ended ambiguous
 	dropped   []string       // writes left out as certainly not applied, for the report
+	// gone[i]: member i was removed from the cell (and retired); the
+	// slice grows as members join.
+	gone []bool
+	// unstarted are members added by an AddLearner that failed, and so
+	// never started.
+	unstarted map[string]bool
+	added     int // members added, or tried to be: the next one's name
 	done      struct{ ops, writes, holds, faults int }
 }
 
@@ -107,7 +129,8 @@ func (h *history) fail(format string, args ...any) {
 
 func runHistory(t *testing.T, seed int64) {
 	h := &history{t: t, seed: seed, start: time.Now(), fence: fence.NewFence(fence.NewMemMarks()),
-		acked: map[putID]bool{}, holds: map[fence.Token]int{}, ambiguous: map[string]int{}}
+		acked: map[putID]bool{}, holds: map[fence.Token]int{}, ambiguous: map[string]int{},
+		gone: make([]bool, members), unstarted: map[string]bool{}}
 	defer func() {
 		if t.Failed() {
 			h.mu.Lock()
@@ -118,10 +141,7 @@ func runHistory(t *testing.T, seed int64) {
 	}()
 	h.c = coordtest.NewCluster(t, members, coordtest.WithSeed(seed), coordtest.WithClients(),
 		coordtest.WithWaitTimeout(settleBound), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
-			// Half a second's election timeout (coordtest's is 200 ms):
-			// a fifth of the ticks and heartbeats for the same thirty
-			// seconds, still sixty election timeouts of faults.
-			cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = 50*time.Millisecond, 10, 2
+			cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = tick, electionTicks, heartbeatTicks
 		}))
 	for range 8 {
 		h.keys.add()
@@ -152,9 +172,9 @@ func runHistory(t *testing.T, seed int64) {
 		wrng := rand.New(rand.NewPCG(uint64(seed), uint64(200+i)))
 		wg.Go(func() { h.lockWorker(ctx, i, wrng) })
 	}
-	h.runFaults(ctx, rand.New(rand.NewPCG(uint64(seed), 1)))
+	im := h.runFaults(ctx, rand.New(rand.NewPCG(uint64(seed), 1)))
 	wg.Wait()
-	h.healAll()
+	h.healAll(im)
 	h.logf("healed; checking liveness")
 
 	h.checkLiveness(w)
