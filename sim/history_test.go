@@ -26,11 +26,11 @@ const (
 	// second (ticks, heartbeats, keepalives, its client guard's checks)
 	// scales with the election timeout, and under the race detector it
 	// is most of a history's cost: a tenth of coordtest's ticks and a
-	// fifth of its heartbeats, still thirty election timeouts of faults
+	// fifteenth of its heartbeats, still thirty election timeouts of faults
 	// in thirty seconds.
 	tick            = 100 * time.Millisecond
 	electionTicks   = 10
-	heartbeatTicks  = 2
+	heartbeatTicks  = 3
 	electionTimeout = electionTicks * tick
 	// settleBound is the liveness bound: once every fault has healed,
 	// the cell must have a leader, every call must return, the watch
@@ -102,7 +102,7 @@ type history struct {
 	// never started.
 	unstarted map[string]bool
 	added     int // members added, or tried to be: the next one's name
-	done      struct{ ops, writes, holds, faults int }
+	done      struct{ ops, writes, holds, faults, joins, removals, disks int }
 }
 
 type putID struct {
@@ -182,8 +182,8 @@ func runHistory(t *testing.T, seed int64) {
 	h.checkLinearizable()
 	h.checkWatch(w)
 	h.mu.Lock()
-	t.Logf("seed %d: %d faults; %d operations (%d writes acknowledged), %d fenced holds; ambiguous: %v",
-		seed, h.done.faults, h.done.ops, h.done.writes, h.done.holds, h.ambiguous)
+	t.Logf("seed %d: %d faults (%d members added, %d removed, %d disks failed); %d operations (%d writes acknowledged), %d fenced holds; ambiguous: %v",
+		seed, h.done.faults, h.done.joins, h.done.removals, h.done.disks, h.done.ops, h.done.writes, h.done.holds, h.ambiguous)
 	h.mu.Unlock()
 	if h.done.faults < 10 {
 		t.Errorf("seed %d: only %d faults in %v", seed, h.done.faults, length)

@@ -25,17 +25,16 @@ type impaired struct {
 // two of five (or six) leave a quorum running.
 const maxDown = 2
 
-// changeMembers adds a member while the cell has its five (a learner
-// joins, catches up and is promoted: six voters), or removes one drawn
-// at random, the leader too, while it has six: over two faults, a
-// replacement. Each step is bounded; one that fails leaves the cell as
+// changeMembers adds a member (a learner joins, catches up and is
+// promoted) or removes one drawn at random, the leader too, keeping
+// four to six voters: over two faults, a replacement. Each step is bounded; one that fails leaves the cell as
 // it is, and healAll settles what is left (reconcileMembers).
 func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 	c := h.c
 	live := h.liveMembers()
-	if len(live) <= members {
-		if !*addAnytime && !h.readyToAdd(im) {
-			return
+	if len(live) < members || len(live) == members && rng.IntN(2) == 0 {
+		if !*addAnytime {
+			h.readyToAdd(im)
 		}
 		h.mu.Lock()
 		name := fmt.Sprintf("n%d", members+h.added)
@@ -66,6 +65,9 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 		delete(h.unstarted, name)
 		h.gone = append(h.gone, false)
 		h.mu.Unlock()
+		h.mu.Lock()
+		h.done.joins++
+		h.mu.Unlock()
 		if h.promote(i, opTimeout*3) && !*addAnytime {
 			h.awaitKnown(name)
 		}
@@ -84,6 +86,9 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 		h.logf("remove %s: %v", c.Name(victim), err)
 		return
 	}
+	h.mu.Lock()
+	h.done.removals++
+	h.mu.Unlock()
 	h.retire(victim, im)
 }
 
@@ -91,28 +96,25 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 // that has not applied the addition of a member drops every message
 // from it (the sender is not in its address book), so if the new member
 // leads, it never catches up. A member is added only while every member
-// runs and hears the others: this brings the one that does not back (a
-// restart, a resume; the add waits for a later fault) or heals the
-// network, and reports whether the add may go on.
-func (h *history) readyToAdd(im *impaired) bool {
+// runs and hears the others: this restarts those down, resumes those
+// paused and heals the network; awaitKnown then waits until all have
+// applied the addition, before the next fault.
+func (h *history) readyToAdd(im *impaired) {
 	c := h.c
-	if len(im.down) > 0 {
+	for len(im.down) > 0 {
 		h.restartOne(im)
-		return false
 	}
 	for _, i := range h.liveMembers() {
 		if im.paused[i] {
 			h.logf("resume %s", c.Name(i))
 			c.Resume(i)
 			delete(im.paused, i)
-			return false
 		}
 	}
 	h.logf("heal the network to add a member")
 	c.Heal()
 	c.SetDropRate(0)
 	c.SetDelay(0, 0)
-	return true
 }
 
 // awaitKnown waits until every member has applied what the cell had
@@ -225,6 +227,9 @@ func (h *history) failDisk(rng *rand.Rand, im *impaired) {
 	h.logf("%s the disk of %s", what, c.Name(i))
 	c.FailDisk(i, err)
 	im.down[i], im.disk[i] = true, true
+	h.mu.Lock()
+	h.done.disks++
+	h.mu.Unlock()
 }
 
 // healDisk brings member i back from a failing disk: the disk healed,
@@ -236,10 +241,13 @@ func (h *history) healDisk(i int, im *impaired) {
 	if n := c.Node(i); n != nil {
 		select {
 		case <-n.Done():
-			if err := n.Err(); !errors.Is(err, coord.ErrInternal) && !errors.Is(err, coord.ErrRemoved) {
+			err := n.Err()
+			h.logf("%s had stopped on its failing disk: %v", c.Name(i), err)
+			if !errors.Is(err, coord.ErrInternal) && !errors.Is(err, coord.ErrRemoved) {
 				h.fail("%s stopped on its failing disk with %v, want ErrInternal", c.Name(i), err)
 			}
 		default:
+			h.logf("%s still runs on its failing disk (it wrote nothing since)", c.Name(i))
 		}
 		c.Crash(i)
 	}
