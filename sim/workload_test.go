@@ -175,8 +175,11 @@ func (h *history) lockWorker(ctx context.Context, w int, rng *rand.Rand) {
 			_ = m.Unlock(uctx)
 			cancel()
 			// A moment between holds, so that three workers contend
-			// without taking the lock a dozen times a second.
-			time.Sleep(time.Duration(60+rng.IntN(60)) * time.Millisecond)
+			// without taking the lock a dozen times a second: a hold is
+			// three or four writes, and at a pause of 60 to 120 ms the
+			// holds were most of a history's writes and half its cost
+			// under the race detector (about 100 holds a history now).
+			time.Sleep(time.Duration(200+rng.IntN(200)) * time.Millisecond)
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		_ = s.Close(cctx)
