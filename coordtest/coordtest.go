@@ -135,6 +135,7 @@ type Cluster struct {
 	gtrs    []memberlist.Transport
 	gaddrs  []string
 	clients map[*coord.Client]string // names of the clients Connect made
+	retired map[int]bool             // members Retire took out of the cell for good
 	// clientSeq numbers clients, failed Connects too.
 	clientSeq int
 }
@@ -460,6 +461,11 @@ func (c *Cluster) agreedLeader() (int, bool) {
 	c.mu.Lock()
 	nodes := slices.Clone(c.nodes)
 	names := slices.Clone(c.names)
+	total := len(nodes)
+	for i := range c.retired {
+		nodes[i] = nil // neither a candidate nor a vote
+		total--
+	}
 	c.mu.Unlock()
 	best, bestTerm := -1, uint64(0)
 	for i, n := range nodes {
@@ -482,7 +488,7 @@ func (c *Cluster) agreedLeader() (int, bool) {
 			votes++
 		}
 	}
-	return best, votes > len(nodes)/2
+	return best, votes > total/2
 }
 
 // Partition splits the members into groups that cannot reach each other.
@@ -554,10 +560,13 @@ func (c *Cluster) Crash(i int) {
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
 	c.mu.Lock()
-	running := c.nodes[i] != nil
+	running, retired := c.nodes[i] != nil, c.retired[i]
 	c.mu.Unlock()
 	if running {
 		c.t.Fatalf("coordtest: member %s is running", c.Name(i))
+	}
+	if retired {
+		c.t.Fatalf("coordtest: member %s is retired", c.Name(i))
 	}
 	c.start(i)
 }
@@ -591,6 +600,45 @@ func (c *Cluster) Wipe(i int) {
 		c.t.Fatalf("coordtest: member %s is running; Crash it first", c.names[i])
 	}
 	c.disks[i] = storage.NewMemDisk()
+}
+
+// FailDisk makes every later write and sync on member i's disk fail
+// with err, as a dying device (syscall.EIO) or a full one (an
+// *os.PathError wrapping syscall.ENOSPC) would; nil heals the disk. The
+// member's store faults at its next write and the member stops (Node.Err
+// wraps coord.ErrInternal), having acknowledged only what it had synced.
+// Crash it then (its disk keeps what was synced, and works again) and
+// Restart it.
+func (c *Cluster) FailDisk(i int, err error) {
+	c.mu.Lock()
+	d := c.disks[i]
+	c.mu.Unlock()
+	d.FailWrites(err)
+}
+
+// Retire takes member i out of the cluster for good, once the cell has
+// removed it (Admin.RemoveMember): it stops it if it still runs, and
+// Leader no longer counts it among the members whose majority must
+// agree. Its index stays taken; Restart refuses it.
+func (c *Cluster) Retire(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	node, tr, gtr := c.nodes[i], c.trs[i], c.gtrs[i]
+	c.nodes[i] = nil
+	c.gtrs[i], c.gaddrs[i] = nil, ""
+	if c.retired == nil {
+		c.retired = map[int]bool{}
+	}
+	c.retired[i] = true
+	c.mu.Unlock()
+	if node == nil {
+		return
+	}
+	if gtr != nil {
+		gtr.Shutdown()
+	}
+	tr.Close()
+	node.Close()
 }
 
 // Running reports whether member i is up.

@@ -5,7 +5,8 @@
 // partitions and crashes take about a second of the machine's time. Each
 // history is drawn from a seed: a fault schedule (isolations,
 // partitions, crashes and restarts, pauses, message loss and delay, cut
-// clients) over a workload (puts, compare-and-sets and reads on a few
+// clients, members added and removed, one member's disk failing every
+// write with an I/O error or a full disk) over a workload (puts, compare-and-sets and reads on a few
 // keys through members and clients, fenced lock holds, a watch through
 // a client), then checkers over what was recorded.
 //
@@ -15,6 +16,10 @@
 // resent); the fence never admits two holds under one token, nor a token
 // after a higher one; the client's watch delivers every acknowledged put
 // after its start once, in revision order, across its failovers.
+// A member whose disk fails stops with ErrInternal at its next write
+// and, crashed on what it had synced and restarted, acknowledged nothing
+// the checks above find lost; after the heal, the cell lists exactly
+// the members the history added and did not remove.
 // Liveness, once the last fault has healed: the cell elects a leader,
 // every member and client completes a write, the watch catches up, each
 // client's fresh session outlives a crash of the leader, and a removed
@@ -25,6 +30,12 @@
 //	go test ./sim/                      # the default histories
 //	go test ./sim/ -seeds 1000          # more of them
 //	go test ./sim/ -seed 42 -v          # replay one history, with its trace
+//	go test ./sim/ -seeds 20 -seedbase 7000  # the same 20 histories each run
+//
+// Members are added only while every member runs and hears the others:
+// one that misses an addition drops every message from the new member,
+// which it does not know, and never catches up if that one leads (a
+// liveness bug; -addanytime lifts the restriction, to replay it).
 //
 // A failing history prints its seed and the command that replays it.
 // Virtual time makes every timer, timeout and fault the seed draws

@@ -3,61 +3,72 @@ package sim
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
 // runFaults impairs the cell until ctx ends (the history's length)
 // with one fault every 0.4 to 2.2 s of virtual time drawn from rng: an
-// isolation, a partition, a crash (at most two members down at once) or
-// a restart, a pause of a member's Raft traffic or a resume, a client cut
-// from its member, message loss or delay, or a heal of the network.
-func (h *history) runFaults(ctx context.Context, rng *rand.Rand) {
-	down, paused := map[int]bool{}, map[int]bool{}
+// isolation, a partition, a crash or a failing disk (at most two members
+// down at once) or a restart, a pause of a member's Raft traffic or a
+// resume, a client cut from its member, message loss or delay, a member
+// added or removed, or a heal of the network.
+func (h *history) runFaults(ctx context.Context, rng *rand.Rand) *impaired {
+	im := &impaired{down: map[int]bool{}, paused: map[int]bool{}, disk: map[int]bool{}}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return im
 		case <-time.After(time.Duration(400+rng.IntN(1800)) * time.Millisecond):
 		}
-		h.fault(rng, down, paused)
+		h.fault(rng, im)
 		h.mu.Lock()
 		h.done.faults++
 		h.mu.Unlock()
 	}
 }
 
-func (h *history) fault(rng *rand.Rand, down, paused map[int]bool) {
+func (h *history) fault(rng *rand.Rand, im *impaired) {
 	c := h.c
-	i := rng.IntN(c.Size())
-	switch rng.IntN(10) {
+	live := h.liveMembers()
+	i := live[rng.IntN(len(live))]
+	switch rng.IntN(12) {
 	case 0, 1:
 		h.logf("isolate %s", c.Name(i))
 		c.Isolate(i)
 	case 2:
-		perm := rng.Perm(c.Size())
+		perm := rng.Perm(len(live))
 		cut := 1 + rng.IntN(2)
-		h.logf("partition %v | %v", perm[:cut], perm[cut:])
-		c.Partition(perm[:cut], perm[cut:])
+		var a, b []int
+		for k, p := range perm {
+			if k < cut {
+				a = append(a, live[p])
+			} else {
+				b = append(b, live[p])
+			}
+		}
+		h.logf("partition %v | %v", a, b)
+		c.Partition(a, b)
 	case 3, 4:
-		if down[i] || len(down) >= 2 {
-			h.restartOne(down)
+		if im.down[i] || len(im.down) >= maxDown {
+			h.restartOne(im)
 			return
 		}
 		h.logf("crash %s", c.Name(i))
 		c.Crash(i)
-		down[i] = true
+		im.down[i] = true
 	case 5:
-		h.restartOne(down)
+		h.restartOne(im)
 	case 6:
-		if paused[i] {
+		if im.paused[i] {
 			h.logf("resume %s", c.Name(i))
 			c.Resume(i)
-			delete(paused, i)
+			delete(im.paused, i)
 			return
 		}
 		h.logf("pause %s", c.Name(i))
 		c.Pause(i)
-		paused[i] = true
+		im.paused[i] = true
 	case 7:
 		k := rng.IntN(len(h.cls))
 		h.logf("cut client %d from its member", k)
@@ -72,6 +83,10 @@ func (h *history) fault(rng *rand.Rand, down, paused map[int]bool) {
 			h.logf("delay messages up to %v", hi)
 			c.SetDelay(0, hi)
 		}
+	case 9:
+		h.changeMembers(rng, im)
+	case 10:
+		h.failDisk(rng, im)
 	default:
 		h.logf("heal the network")
 		c.Heal()
@@ -80,27 +95,45 @@ func (h *history) fault(rng *rand.Rand, down, paused map[int]bool) {
 	}
 }
 
-// restartOne restarts one crashed member, if any.
-func (h *history) restartOne(down map[int]bool) {
-	for i := range down {
-		h.logf("restart %s", h.c.Name(i))
-		h.c.Restart(i)
-		delete(down, i)
+// restartOne restarts the lowest-numbered member that is down (crashed,
+// or on a failing disk: healed first), if any.
+func (h *history) restartOne(im *impaired) {
+	if len(im.down) == 0 {
 		return
 	}
+	i := slices.Min(slices.Collect(func(yield func(int) bool) {
+		for i := range im.down {
+			if !yield(i) {
+				return
+			}
+		}
+	}))
+	h.restart(i, im)
+}
+
+func (h *history) restart(i int, im *impaired) {
+	if im.disk[i] {
+		h.healDisk(i, im)
+	}
+	h.logf("restart %s", h.c.Name(i))
+	h.c.Restart(i)
+	delete(im.down, i)
 }
 
 // healAll ends every fault: the network whole, every member running and
-// unpaused.
-func (h *history) healAll() {
+// unpaused, every disk working, the membership settled.
+func (h *history) healAll(im *impaired) {
 	c := h.c
 	c.Heal()
 	c.SetDropRate(0)
 	c.SetDelay(0, 0)
-	for i := range c.Size() {
+	for _, i := range h.liveMembers() {
 		c.Resume(i)
-		if !c.Running(i) {
+		if im.down[i] {
+			h.restart(i, im)
+		} else if !c.Running(i) {
 			c.Restart(i)
 		}
 	}
+	h.reconcileMembers()
 }

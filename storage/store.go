@@ -34,10 +34,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/storage/wal"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -100,12 +102,58 @@ const (
 type MemDisk struct {
 	fs        *vfs.MemFS
 	crashable bool
+	// fault is what FailWrites set: every write, sync and creation on
+	// the disk returns it while set. Shared by the stores opened on the
+	// disk; nil on a disk made other than by NewMemDisk or Crash.
+	fault *atomic.Pointer[error]
 }
 
 // NewMemDisk returns an empty in-memory disk that remembers what was
 // synced, for Crash. Each sync copies the file it syncs, so stores on it
 // keep their write-ahead log files small.
-func NewMemDisk() *MemDisk { return &MemDisk{fs: vfs.NewCrashableMem(), crashable: true} }
+func NewMemDisk() *MemDisk {
+	return &MemDisk{fs: vfs.NewCrashableMem(), crashable: true, fault: new(atomic.Pointer[error])}
+}
+
+// FailWrites makes every later write, sync, file creation, rename and
+// removal on the disk fail with err, as a dying or full device does (a
+// full disk: an *os.PathError wrapping syscall.ENOSPC); nil makes the
+// disk work again. Reads go on working. A store on the disk reports
+// ErrFault at the first such failure and its member stops, having
+// acknowledged only what it had synced; Crash then keeps what was
+// synced, on a disk that works. It is for fault tests.
+func (d *MemDisk) FailWrites(err error) {
+	if d.fault == nil {
+		return
+	}
+	if err == nil {
+		d.fault.Store(nil)
+		return
+	}
+	d.fault.Store(&err)
+}
+
+// files returns the disk's file system, through FailWrites' injector.
+func (d *MemDisk) files() vfs.FS {
+	if d.fault == nil {
+		return d.fs
+	}
+	return errorfs.Wrap(d.fs, memDiskFault{d.fault})
+}
+
+// memDiskFault injects FailWrites' error into every operation that
+// changes the disk.
+type memDiskFault struct{ err *atomic.Pointer[error] }
+
+func (f memDiskFault) MaybeError(op errorfs.Op) error {
+	p := f.err.Load()
+	if p == nil || op.Kind.ReadOrWrite() != errorfs.OpIsWrite || op.Kind == errorfs.OpFileClose || op.Kind == errorfs.OpLock {
+		return nil
+	}
+	return *p
+}
+
+func (f memDiskFault) String() string { return "MemDisk.FailWrites" }
 
 // Crash returns the disk as a power cut at this instant would leave it:
 // everything synced, and a random part (chosen by rng; nil = none) of
@@ -116,7 +164,7 @@ func (d *MemDisk) Crash(rng *rand.Rand) *MemDisk {
 		cfg.UnsyncedDataPercent = 50
 		cfg.RNG = rng
 	}
-	return &MemDisk{fs: d.fs.CrashClone(cfg), crashable: true}
+	return &MemDisk{fs: d.fs.CrashClone(cfg), crashable: true, fault: new(atomic.Pointer[error])}
 }
 
 // Options configure a Store.
@@ -278,7 +326,7 @@ func Open(opts Options) (s *Store, err error) {
 			// Nobody can crash this disk: skip the bookkeeping of syncs.
 			opts.Disk = &MemDisk{fs: vfs.NewMem()}
 		}
-		fs = &faultFS{FS: opts.wrap(opts.Disk.fs), f: f}
+		fs = &faultFS{FS: opts.wrap(opts.Disk.files()), f: f}
 		popts.FS = fs
 		if opts.Disk.crashable {
 			// A sync copies the whole file on a crashable disk: rotate

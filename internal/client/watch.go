@@ -307,7 +307,14 @@ func (up *upstream) run() {
 			resume = nextNow
 		}
 		switch end.Code {
-		case clientwire.CodeConnLost, clientwire.CodeSlowWatcher, clientwire.CodeClosed:
+		case clientwire.CodeClosed:
+			// The member is closing (a storage fault stops it too) and
+			// ends its connections soon, but until it does it takes a
+			// new watch and ends it at once, closed again: resuming
+			// here would spin (and, in virtual time, stop the clock).
+			// Resume on the next member.
+			return nextMember, nil
+		case clientwire.CodeConnLost, clientwire.CodeSlowWatcher:
 			return resume, nil
 		case clientwire.CodeNone:
 			if up.ctx.Err() != nil {
