@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -136,56 +137,58 @@ func TestLeaderCrashElectsNewLeader(t *testing.T) {
 }
 
 func TestMinorityRefusesMajorityContinues(t *testing.T) {
-	c := coordtest.NewCluster(t, 5)
-	ctx := ctxT(t, 30*time.Second)
-	leader := c.LeaderIndex()
-	_, err := c.Node(leader).Put(ctx, "k", []byte("before"))
-	require.NoError(t, err)
-	// Put the old leader in the minority, so the test covers a leader
-	// that must notice it lost its quorum.
-	minority := []int{leader, (leader + 1) % 5}
-	var majority []int
-	for i := range 5 {
-		if i != minority[0] && i != minority[1] {
-			majority = append(majority, i)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 5)
+		ctx := ctxT(t, 30*time.Second)
+		leader := c.LeaderIndex()
+		_, err := c.Node(leader).Put(ctx, "k", []byte("before"))
+		require.NoError(t, err)
+		// Put the old leader in the minority, so the test covers a leader
+		// that must notice it lost its quorum.
+		minority := []int{leader, (leader + 1) % 5}
+		var majority []int
+		for i := range 5 {
+			if i != minority[0] && i != minority[1] {
+				majority = append(majority, i)
+			}
 		}
-	}
-	c.Partition(minority, majority)
+		c.Partition(minority, majority)
 
-	for _, i := range minority {
-		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := c.Node(i).Put(wctx, "k", []byte("minority"))
-		cancel()
-		require.Error(t, err)
-		require.True(t, errors.Is(err, coord.ErrNoQuorum) || errors.Is(err, coord.ErrAmbiguous), "got %v", err)
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err = c.Node(i).Get(rctx, "k")
-		cancel()
-		require.ErrorIs(t, err, coord.ErrNoQuorum, "a linearizable read on the minority must fail, not answer stale")
-		kv, err := c.Node(i).Get(ctx, "k", coord.Serializable())
-		require.NoError(t, err, "serializable reads still answer locally")
-		require.Equal(t, "before", string(kv.Value))
-	}
+		for _, i := range minority {
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err := c.Node(i).Put(wctx, "k", []byte("minority"))
+			cancel()
+			require.Error(t, err)
+			require.True(t, errors.Is(err, coord.ErrNoQuorum) || errors.Is(err, coord.ErrAmbiguous), "got %v", err)
+			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err = c.Node(i).Get(rctx, "k")
+			cancel()
+			require.ErrorIs(t, err, coord.ErrNoQuorum, "a linearizable read on the minority must fail, not answer stale")
+			kv, err := c.Node(i).Get(ctx, "k", coord.Serializable())
+			require.NoError(t, err, "serializable reads still answer locally")
+			require.Equal(t, "before", string(kv.Value))
+		}
 
-	// The majority elects a leader among itself and goes on.
-	var kv coord.KV
-	require.Eventually(t, func() bool {
-		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		kv, err = c.Node(majority[0]).Put(wctx, "k", []byte("majority"))
-		return err == nil
-	}, 15*time.Second, 10*time.Millisecond)
-
-	c.Heal()
-	for _, i := range minority {
+		// The majority elects a leader among itself and goes on.
+		var kv coord.KV
 		require.Eventually(t, func() bool {
-			got, err := c.Node(i).Get(ctx, "k", coord.Serializable())
-			return err == nil && string(got.Value) == "majority" && got.ModRev == kv.ModRev
-		}, 15*time.Second, 10*time.Millisecond, "member %d catches up after heal", i)
-	}
-	got, err := c.Node(minority[0]).Get(ctx, "k")
-	require.NoError(t, err)
-	require.Equal(t, "majority", string(got.Value), "the minority's refused write never appears")
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			kv, err = c.Node(majority[0]).Put(wctx, "k", []byte("majority"))
+			return err == nil
+		}, 15*time.Second, 10*time.Millisecond)
+
+		c.Heal()
+		for _, i := range minority {
+			require.Eventually(t, func() bool {
+				got, err := c.Node(i).Get(ctx, "k", coord.Serializable())
+				return err == nil && string(got.Value) == "majority" && got.ModRev == kv.ModRev
+			}, 15*time.Second, 10*time.Millisecond, "member %d catches up after heal", i)
+		}
+		got, err := c.Node(minority[0]).Get(ctx, "k")
+		require.NoError(t, err)
+		require.Equal(t, "majority", string(got.Value), "the minority's refused write never appears")
+	})
 }
 
 func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -93,27 +94,29 @@ func holdThenFault(t *testing.T, ctx context.Context, c *coordtest.Cluster, name
 // passed, then to the waiter queued before the expiry.
 func TestLockDelayAfterExpiry(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
-	leader := c.LeaderIndex()
-	h := (leader + 1) % 3
-	t1, res, rev, seen := holdThenExpire(t, ctx, c, "delayed", h, leader)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 60*time.Second)
+		leader := c.LeaderIndex()
+		h := (leader + 1) % 3
+		t1, res, rev, seen := holdThenExpire(t, ctx, c, "delayed", h, leader)
 
-	other := newSession(t, ctx, c.Node(leader), 10*electionTimeout)
-	_, err := coord.NewMutex(other, "delayed").TryLock(ctx)
-	require.ErrorIs(t, err, coord.ErrLocked, "TryLock during the delay")
+		other := newSession(t, ctx, c.Node(leader), 10*electionTimeout)
+		_, err := coord.NewMutex(other, "delayed").TryLock(ctx)
+		require.ErrorIs(t, err, coord.ErrLocked, "TryLock during the delay")
 
-	r := recv(t, ctx, res)
-	elapsed := time.Since(seen)
-	require.NoError(t, r.err)
-	require.Greater(t, r.token, t1)
-	require.Less(t, int64(r.token), rev, "the waiter queued before the expiry kept its place")
-	// The leader starts the delay once it has applied the expiry, which
-	// the waiter's member (here the same one) saw no earlier; the slack
-	// is for this test's polling.
-	require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
-	requireNoMarker(t, ctx, c.Node(leader), "delayed")
-	c.Heal()
+		r := recv(t, ctx, res)
+		elapsed := time.Since(seen)
+		require.NoError(t, r.err)
+		require.Greater(t, r.token, t1)
+		require.Less(t, int64(r.token), rev, "the waiter queued before the expiry kept its place")
+		// The leader starts the delay once it has applied the expiry, which
+		// the waiter's member (here the same one) saw no earlier; the slack
+		// is for this test's polling.
+		require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
+		requireNoMarker(t, ctx, c.Node(leader), "delayed")
+		c.Heal()
+	})
 }
 
 // TestLockDelayAfterPause: the holder's member freezes (a long GC pause,
@@ -121,17 +124,19 @@ func TestLockDelayAfterExpiry(t *testing.T) {
 // holder, once resumed, finds its hold gone.
 func TestLockDelayAfterPause(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
-	leader := c.LeaderIndex()
-	h := (leader + 1) % 3
-	_, res, rev, seen := holdThenFault(t, ctx, c, "paused", h, leader, c.Pause)
-	r := recv(t, ctx, res)
-	elapsed := time.Since(seen)
-	require.NoError(t, r.err)
-	require.Less(t, int64(r.token), rev)
-	require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
-	c.Resume(h)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 60*time.Second)
+		leader := c.LeaderIndex()
+		h := (leader + 1) % 3
+		_, res, rev, seen := holdThenFault(t, ctx, c, "paused", h, leader, c.Pause)
+		r := recv(t, ctx, res)
+		elapsed := time.Since(seen)
+		require.NoError(t, r.err)
+		require.Less(t, int64(r.token), rev)
+		require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
+		c.Resume(h)
+	})
 }
 
 // TestLockDelayNotAfterRelease: Unlock and Close are the holder letting
@@ -166,45 +171,49 @@ func TestLockDelayNotAfterRelease(t *testing.T) {
 // not granted before the delay has passed.
 func TestLockDelayLeaderChange(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
-	leader := c.LeaderIndex()
-	h, w := (leader+1)%3, (leader+2)%3
-	_, res, rev, seen := holdThenExpire(t, ctx, c, "failover", h, w)
-	c.Heal()
-	c.Crash(leader)
-	r := recv(t, ctx, res)
-	elapsed := time.Since(seen)
-	require.NoError(t, r.err)
-	require.Less(t, int64(r.token), rev)
-	require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
-	require.NotEqual(t, leader, c.LeaderIndex())
-	c.Restart(leader)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 60*time.Second)
+		leader := c.LeaderIndex()
+		h, w := (leader+1)%3, (leader+2)%3
+		_, res, rev, seen := holdThenExpire(t, ctx, c, "failover", h, w)
+		c.Heal()
+		c.Crash(leader)
+		r := recv(t, ctx, res)
+		elapsed := time.Since(seen)
+		require.NoError(t, r.err)
+		require.Less(t, int64(r.token), rev)
+		require.GreaterOrEqual(t, elapsed, testLockDelay-electionTimeout, "granted before the delay ended")
+		require.NotEqual(t, leader, c.LeaderIndex())
+		c.Restart(leader)
+	})
 }
 
 // TestLockDelaySurvivesRestart: the marker is replicated state: after
 // every member restarts it is still there, and the new leader ends it.
 func TestLockDelaySurvivesRestart(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
-	_, key, rev := expireHolderWithMaxDelay(t, ctx, c, "restart")
-	for i := range 3 {
-		c.Crash(i)
-	}
-	for i := range 3 {
-		c.Restart(i)
-	}
-	n := c.Node(c.LeaderIndex())
-	kv, err := n.Get(ctx, key)
-	require.NoError(t, err, "the marker survived the restart")
-	require.Equal(t, rev, kv.CreateRev)
-	s := newSession(t, ctx, n, 10*electionTimeout)
-	_, err = coord.NewMutex(s, "restart").TryLock(ctx)
-	require.ErrorIs(t, err, coord.ErrLocked)
-	// Ending it by hand is allowed (an operator's override).
-	_, err = n.Delete(ctx, key)
-	require.NoError(t, err)
-	_, err = coord.NewMutex(s, "restart").Lock(ctx)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 60*time.Second)
+		_, key, rev := expireHolderWithMaxDelay(t, ctx, c, "restart")
+		for i := range 3 {
+			c.Crash(i)
+		}
+		for i := range 3 {
+			c.Restart(i)
+		}
+		n := c.Node(c.LeaderIndex())
+		kv, err := n.Get(ctx, key)
+		require.NoError(t, err, "the marker survived the restart")
+		require.Equal(t, rev, kv.CreateRev)
+		s := newSession(t, ctx, n, 10*electionTimeout)
+		_, err = coord.NewMutex(s, "restart").TryLock(ctx)
+		require.ErrorIs(t, err, coord.ErrLocked)
+		// Ending it by hand is allowed (an operator's override).
+		_, err = n.Delete(ctx, key)
+		require.NoError(t, err)
+		_, err = coord.NewMutex(s, "restart").Lock(ctx)
+		require.NoError(t, err)
+	})
 }

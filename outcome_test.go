@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -155,31 +156,33 @@ func TestAmbiguousCASOutcome(t *testing.T) {
 }
 
 func TestOutcomeOfAppliedWrite(t *testing.T) {
-	c := coordtest.NewCluster(t, 3)
-	lead := c.LeaderIndex()
-	f := (lead + 1) % 3
-	ctx := context.Background()
-	// The follower must know its leader before the cut: one that never
-	// heard it refuses the write as certainly not applied (ErrNoQuorum),
-	// CI's seed 3730824744957666194.
-	_, err := c.Node(f).Put(ctx, "warm", nil)
-	require.NoError(t, err)
-	// The leader cannot answer the follower: the follower's write applies
-	// on the cell, but the follower never sees it while blocked.
-	c.Network().Block(c.Name(lead), c.Name(f))
-	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	_, err = c.Node(f).Put(short, "k", []byte("v"))
-	var amb *coord.AmbiguousError
-	require.ErrorAs(t, err, &amb, "got %v", err)
-	kv, err := c.Node(lead).Get(ctx, "k")
-	require.NoError(t, err)
-	out, err := c.Node(lead).Outcome(ctx, amb.ID)
-	require.NoError(t, err)
-	require.True(t, out.Applied)
-	require.True(t, out.Succeeded)
-	require.Equal(t, kv.ModRev, out.Rev)
-	c.Network().Unblock(c.Name(lead), c.Name(f))
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		lead := c.LeaderIndex()
+		f := (lead + 1) % 3
+		ctx := context.Background()
+		// The follower must know its leader before the cut: one that never
+		// heard it refuses the write as certainly not applied (ErrNoQuorum),
+		// CI's seed 3730824744957666194.
+		_, err := c.Node(f).Put(ctx, "warm", nil)
+		require.NoError(t, err)
+		// The leader cannot answer the follower: the follower's write applies
+		// on the cell, but the follower never sees it while blocked.
+		c.Network().Block(c.Name(lead), c.Name(f))
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err = c.Node(f).Put(short, "k", []byte("v"))
+		var amb *coord.AmbiguousError
+		require.ErrorAs(t, err, &amb, "got %v", err)
+		kv, err := c.Node(lead).Get(ctx, "k")
+		require.NoError(t, err)
+		out, err := c.Node(lead).Outcome(ctx, amb.ID)
+		require.NoError(t, err)
+		require.True(t, out.Applied)
+		require.True(t, out.Succeeded)
+		require.Equal(t, kv.ModRev, out.Rev)
+		c.Network().Unblock(c.Name(lead), c.Name(f))
+	})
 }
 
 func TestIdempotencyKey(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -65,39 +66,41 @@ func readOnly(string) (coord.ClientGrant, error) { return coord.ClientGrant{}, n
 // ErrReadTooLarge after reading at most Config.MaxReadBytes, and also
 // writes nothing to the log.
 func TestReadOnlyTxnIsARead(t *testing.T) {
-	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
-		cfg.ClientPolicy = readOnly
-	}))
-	ctx := ctxT(t, 120*time.Second)
-	fill(t, ctx, c.Leader(), "k/", 10_000, 100)
-	cl := connect(t, c)
-	before := settledIndexes(t, c)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
+			cfg.ClientPolicy = readOnly
+		}))
+		ctx := ctxT(t, 120*time.Second)
+		fill(t, ctx, c.Leader(), "k/", 10_000, 100)
+		cl := connect(t, c)
+		before := settledIndexes(t, c)
 
-	for name, cell := range map[string]coord.Cell{"client": cl, "member": c.Node(1)} {
-		res, err := cell.Txn(ctx).If(coord.Version("k/00000").Eq(1)).
-			Then(coord.OpGet("k/00000"), coord.OpGetPrefix("k/0000")).
-			Else(coord.OpGetPrefix("none/")).
-			Commit()
-		require.NoError(t, err, name)
-		require.True(t, res.Succeeded, name)
-		require.Len(t, res.Results, 2, name)
-		require.Len(t, res.Results[0].KVs, 1, name)
-		require.Len(t, res.Results[1].KVs, 10, name)
-		require.Equal(t, "k/00009", res.Results[1].KVs[9].Key, name)
-		require.GreaterOrEqual(t, res.Rev, res.Results[1].KVs[9].ModRev, name)
-		require.Equal(t, before, settledIndexes(t, c), "%s: a read-only transaction entered the log", name)
+		for name, cell := range map[string]coord.Cell{"client": cl, "member": c.Node(1)} {
+			res, err := cell.Txn(ctx).If(coord.Version("k/00000").Eq(1)).
+				Then(coord.OpGet("k/00000"), coord.OpGetPrefix("k/0000")).
+				Else(coord.OpGetPrefix("none/")).
+				Commit()
+			require.NoError(t, err, name)
+			require.True(t, res.Succeeded, name)
+			require.Len(t, res.Results, 2, name)
+			require.Len(t, res.Results[0].KVs, 1, name)
+			require.Len(t, res.Results[1].KVs, 10, name)
+			require.Equal(t, "k/00009", res.Results[1].KVs[9].Key, name)
+			require.GreaterOrEqual(t, res.Rev, res.Results[1].KVs[9].ModRev, name)
+			require.Equal(t, before, settledIndexes(t, c), "%s: a read-only transaction entered the log", name)
 
-		// The attack, as the issue ran it.
-		ops := make([]coord.Op, 128)
-		for i := range ops {
-			ops[i] = coord.OpGetPrefix("")
+			// The attack, as the issue ran it.
+			ops := make([]coord.Op, 128)
+			for i := range ops {
+				ops[i] = coord.OpGetPrefix("")
+			}
+			start := time.Now()
+			_, err = cell.Txn(ctx).Then(ops...).Commit()
+			require.ErrorIs(t, err, coord.ErrReadTooLarge, name)
+			t.Logf("%s: 128 x OpGetPrefix(\"\") over 10,000 keys refused in %v: %v", name, time.Since(start), err)
+			require.Equal(t, before, settledIndexes(t, c), "%s: the refused transaction entered the log", name)
 		}
-		start := time.Now()
-		_, err = cell.Txn(ctx).Then(ops...).Commit()
-		require.ErrorIs(t, err, coord.ErrReadTooLarge, name)
-		t.Logf("%s: 128 x OpGetPrefix(\"\") over 10,000 keys refused in %v: %v", name, time.Since(start), err)
-		require.Equal(t, before, settledIndexes(t, c), "%s: the refused transaction entered the log", name)
-	}
+	})
 }
 
 // TestWritingTxnReadBounded: a transaction that writes and reads more
@@ -105,111 +108,115 @@ func TestReadOnlyTxnIsARead(t *testing.T) {
 // nothing, on a member and through a client; one that reads less
 // writes and reads as before.
 func TestWritingTxnReadBounded(t *testing.T) {
-	const limit = 16 << 10
-	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
-		cfg.MaxReadBytes = limit
-	}))
-	ctx := ctxT(t, 60*time.Second)
-	fill(t, ctx, c.Leader(), "q/", 300, 100) // about 50 KiB as reads count it
-	cl := connect(t, c)
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 16 << 10
+		c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
+			cfg.MaxReadBytes = limit
+		}))
+		ctx := ctxT(t, 60*time.Second)
+		fill(t, ctx, c.Leader(), "q/", 300, 100) // about 50 KiB as reads count it
+		cl := connect(t, c)
 
-	for name, cell := range map[string]coord.Cell{"client": cl, "member": c.Node(2)} {
-		w := "w/" + name
-		settledIndexes(t, c) // every member has applied the writes so far
-		rev := c.Node(0).Status().Revision
-		_, err := cell.Txn(ctx).Then(coord.OpPut(w, []byte("x")), coord.OpGetPrefix("q/")).Commit()
-		require.ErrorIs(t, err, coord.ErrReadTooLarge, name)
-		_, err = cell.Txn(ctx).If(coord.Version(w).Eq(7)).
-			Then(coord.OpPut(w, []byte("x"))).
-			Else(coord.OpDelete("q/00000"), coord.OpGetPrefix("q/")).
-			Commit()
-		require.ErrorIs(t, err, coord.ErrReadTooLarge, "%s: in Else", name)
-		gets := []coord.Op{coord.OpPut(w, []byte("x"))}
-		for i := range 120 {
-			gets = append(gets, coord.OpGet(fmt.Sprintf("q/%05d", i)))
-		}
-		_, err = cell.Txn(ctx).Then(gets...).Commit()
-		require.ErrorIs(t, err, coord.ErrReadTooLarge, "%s: point gets", name)
-		_, err = cell.Get(ctx, w)
-		require.ErrorIs(t, err, coord.ErrNotFound, "%s: a refused transaction wrote", name)
-		_, err = cell.Get(ctx, "q/00000")
-		require.NoError(t, err, "%s: a refused transaction deleted", name)
-		settledIndexes(t, c)
-		for i := range c.Size() {
-			require.Equal(t, rev, c.Node(i).Status().Revision, "%s: member %d moved", name, i)
-		}
+		for name, cell := range map[string]coord.Cell{"client": cl, "member": c.Node(2)} {
+			w := "w/" + name
+			settledIndexes(t, c) // every member has applied the writes so far
+			rev := c.Node(0).Status().Revision
+			_, err := cell.Txn(ctx).Then(coord.OpPut(w, []byte("x")), coord.OpGetPrefix("q/")).Commit()
+			require.ErrorIs(t, err, coord.ErrReadTooLarge, name)
+			_, err = cell.Txn(ctx).If(coord.Version(w).Eq(7)).
+				Then(coord.OpPut(w, []byte("x"))).
+				Else(coord.OpDelete("q/00000"), coord.OpGetPrefix("q/")).
+				Commit()
+			require.ErrorIs(t, err, coord.ErrReadTooLarge, "%s: in Else", name)
+			gets := []coord.Op{coord.OpPut(w, []byte("x"))}
+			for i := range 120 {
+				gets = append(gets, coord.OpGet(fmt.Sprintf("q/%05d", i)))
+			}
+			_, err = cell.Txn(ctx).Then(gets...).Commit()
+			require.ErrorIs(t, err, coord.ErrReadTooLarge, "%s: point gets", name)
+			_, err = cell.Get(ctx, w)
+			require.ErrorIs(t, err, coord.ErrNotFound, "%s: a refused transaction wrote", name)
+			_, err = cell.Get(ctx, "q/00000")
+			require.NoError(t, err, "%s: a refused transaction deleted", name)
+			settledIndexes(t, c)
+			for i := range c.Size() {
+				require.Equal(t, rev, c.Node(i).Status().Revision, "%s: member %d moved", name, i)
+			}
 
-		res, err := cell.Txn(ctx).Then(coord.OpPut(w, []byte("x")), coord.OpGetPrefix("q/0000")).Commit()
-		require.NoError(t, err, name)
-		require.Len(t, res.Results[1].KVs, 10, name)
-		got, err := cell.Get(ctx, w)
-		require.NoError(t, err, name)
-		require.Equal(t, "x", string(got.Value), name)
-	}
+			res, err := cell.Txn(ctx).Then(coord.OpPut(w, []byte("x")), coord.OpGetPrefix("q/0000")).Commit()
+			require.NoError(t, err, name)
+			require.Len(t, res.Results[1].KVs, 10, name)
+			got, err := cell.Get(ctx, w)
+			require.NoError(t, err, name)
+			require.Equal(t, "x", string(got.Value), name)
+		}
+	})
 }
 
 // TestListPages: Limit and After page through 10,000 keys, each exactly
 // once and in key order, on a member, through a client and through a
 // Namespace; a page shorter than the limit is the last.
 func TestListPages(t *testing.T) {
-	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
-	ctx := ctxT(t, 120*time.Second)
-	fill(t, ctx, c.Leader(), "p/", 10_000, 10)
-	fill(t, ctx, c.Leader(), "o/", 10, 10) // before the prefix
-	fill(t, ctx, c.Leader(), "q/", 10, 10) // after it
-	cl := connect(t, c)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3, coordtest.WithClients())
+		ctx := ctxT(t, 120*time.Second)
+		fill(t, ctx, c.Leader(), "p/", 10_000, 10)
+		fill(t, ctx, c.Leader(), "o/", 10, 10) // before the prefix
+		fill(t, ctx, c.Leader(), "q/", 10, 10) // after it
+		cl := connect(t, c)
 
-	pageAll := func(name string, cell coord.Cell, prefix string, limit int) []string {
-		var keys []string
-		after := ""
-		for pages := 0; ; pages++ {
-			require.Less(t, pages, 10_000/limit+2, "%s: pages never end", name)
-			kvs, rev, err := cell.List(ctx, prefix, coord.Limit(limit), coord.After(after))
-			require.NoError(t, err, name)
-			require.LessOrEqual(t, len(kvs), limit, name)
-			for _, kv := range kvs {
-				require.Greater(t, kv.Key, after, name)
-				require.LessOrEqual(t, kv.ModRev, rev, name)
-				keys = append(keys, kv.Key)
-				after = kv.Key
-			}
-			if len(kvs) < limit {
-				return keys
+		pageAll := func(name string, cell coord.Cell, prefix string, limit int) []string {
+			var keys []string
+			after := ""
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, 10_000/limit+2, "%s: pages never end", name)
+				kvs, rev, err := cell.List(ctx, prefix, coord.Limit(limit), coord.After(after))
+				require.NoError(t, err, name)
+				require.LessOrEqual(t, len(kvs), limit, name)
+				for _, kv := range kvs {
+					require.Greater(t, kv.Key, after, name)
+					require.LessOrEqual(t, kv.ModRev, rev, name)
+					keys = append(keys, kv.Key)
+					after = kv.Key
+				}
+				if len(kvs) < limit {
+					return keys
+				}
 			}
 		}
-	}
-	want := make([]string, 10_000)
-	for i := range want {
-		want[i] = fmt.Sprintf("p/%05d", i)
-	}
-	for name, cell := range map[string]coord.Cell{"member": c.Node(1), "client": cl} {
-		require.Equal(t, want, pageAll(name, cell, "p/", 1000), "%s: pages of 1000", name)
-		require.Equal(t, want, pageAll(name, cell, "p/", 777), "%s: pages of 777", name)
-		ns := pageAll(name, coord.Namespace(cell, "p/"), "", 3_000)
-		require.Len(t, ns, len(want), name)
-		require.Equal(t, "00000", ns[0], name)
-		require.Equal(t, "09999", ns[len(ns)-1], name)
+		want := make([]string, 10_000)
+		for i := range want {
+			want[i] = fmt.Sprintf("p/%05d", i)
+		}
+		for name, cell := range map[string]coord.Cell{"member": c.Node(1), "client": cl} {
+			require.Equal(t, want, pageAll(name, cell, "p/", 1000), "%s: pages of 1000", name)
+			require.Equal(t, want, pageAll(name, cell, "p/", 777), "%s: pages of 777", name)
+			ns := pageAll(name, coord.Namespace(cell, "p/"), "", 3_000)
+			require.Len(t, ns, len(want), name)
+			require.Equal(t, "00000", ns[0], name)
+			require.Equal(t, "09999", ns[len(ns)-1], name)
 
-		kvs, _, err := cell.List(ctx, "p/", coord.After("p/09997"))
-		require.NoError(t, err, name)
-		require.Equal(t, []string{"p/09998", "p/09999"}, keyNames(kvs), "%s: After alone", name)
-		kvs, _, err = cell.List(ctx, "p/", coord.After("a"), coord.Limit(2), coord.Serializable())
-		require.NoError(t, err, name)
-		require.Equal(t, []string{"p/00000", "p/00001"}, keyNames(kvs), "%s: After a key before the prefix", name)
-		kvs, _, err = cell.List(ctx, "p/", coord.After("p/1"))
-		require.NoError(t, err, name)
-		require.Empty(t, kvs, "%s: After a key past the prefix", name)
-		kvs, _, err = cell.List(ctx, "o/", coord.Limit(0))
-		require.NoError(t, err, name)
-		require.Len(t, kvs, 10, "%s: Limit(0) is no limit", name)
+			kvs, _, err := cell.List(ctx, "p/", coord.After("p/09997"))
+			require.NoError(t, err, name)
+			require.Equal(t, []string{"p/09998", "p/09999"}, keyNames(kvs), "%s: After alone", name)
+			kvs, _, err = cell.List(ctx, "p/", coord.After("a"), coord.Limit(2), coord.Serializable())
+			require.NoError(t, err, name)
+			require.Equal(t, []string{"p/00000", "p/00001"}, keyNames(kvs), "%s: After a key before the prefix", name)
+			kvs, _, err = cell.List(ctx, "p/", coord.After("p/1"))
+			require.NoError(t, err, name)
+			require.Empty(t, kvs, "%s: After a key past the prefix", name)
+			kvs, _, err = cell.List(ctx, "o/", coord.Limit(0))
+			require.NoError(t, err, name)
+			require.Len(t, kvs, 10, "%s: Limit(0) is no limit", name)
 
-		_, _, err = cell.List(ctx, "p/", coord.Limit(-1))
-		require.ErrorIs(t, err, coord.ErrInvalidArgument, name)
-		_, err = cell.Get(ctx, "p/00000", coord.Limit(1))
-		require.ErrorIs(t, err, coord.ErrInvalidArgument, "%s: Get takes no Limit", name)
-		_, err = cell.Get(ctx, "p/00000", coord.After("p/"))
-		require.ErrorIs(t, err, coord.ErrInvalidArgument, "%s: Get takes no After", name)
-	}
+			_, _, err = cell.List(ctx, "p/", coord.Limit(-1))
+			require.ErrorIs(t, err, coord.ErrInvalidArgument, name)
+			_, err = cell.Get(ctx, "p/00000", coord.Limit(1))
+			require.ErrorIs(t, err, coord.ErrInvalidArgument, "%s: Get takes no Limit", name)
+			_, err = cell.Get(ctx, "p/00000", coord.After("p/"))
+			require.ErrorIs(t, err, coord.ErrInvalidArgument, "%s: Get takes no After", name)
+		}
+	})
 }
 
 func keyNames(kvs []coord.KV) []string {
