@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
 )
@@ -230,21 +229,11 @@ type pastKey struct {
 func (sm *StateMachine) pastKeys(r *RangeRead, rev int64, charge func(int64) bool) ([]pastKey, error) {
 	// The history reaches at least the view's revision once the image
 	// is drained.
-	if err := sm.drainImage(); err != nil {
-		return nil, err
-	}
-	it, err := sm.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixStateMeta},
-		UpperBound: []byte{prefixHistory + 1},
-	})
+	it, m, err := sm.historyIter()
 	if err != nil {
-		return nil, fmt.Errorf("storage: history: %w", err)
+		return nil, err
 	}
 	defer it.Close()
-	m, err := iterMeta(it)
-	if err != nil {
-		return nil, err
-	}
 	switch {
 	case r.Rev < m.oldest-1:
 		return nil, &CompactedError{Oldest: m.oldest}

@@ -288,6 +288,30 @@ func iterMeta(it *pebble.Iterator) (smMeta, error) {
 	return decodeMeta(val)
 }
 
+// historyIter drains the image writer, so the history goes as far as the
+// revisions Apply reported, and opens one iterator over the meta and the
+// history with the meta it sees: bound checks made on that meta hold for
+// the iterator, whatever retention pass commits meanwhile. The caller
+// closes it.
+func (sm *StateMachine) historyIter() (*pebble.Iterator, smMeta, error) {
+	if err := sm.drainImage(); err != nil {
+		return nil, smMeta{}, err
+	}
+	it, err := sm.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixStateMeta},
+		UpperBound: []byte{prefixHistory + 1},
+	})
+	if err != nil {
+		return nil, smMeta{}, fmt.Errorf("storage: history: %w", err)
+	}
+	m, err := iterMeta(it)
+	if err != nil {
+		it.Close()
+		return nil, smMeta{}, err
+	}
+	return it, m, nil
+}
+
 // History returns up to limit revisions after fromRev, in order (limit <=
 // 0: all of them). It returns ErrCompacted (wrapped, with the oldest
 // available revision) when revisions after fromRev are no longer retained.
@@ -296,24 +320,11 @@ func (sm *StateMachine) History(fromRev int64, limit int) ([]Revision, error) {
 		return nil, err
 	}
 	defer sm.life.RUnlock()
-	// The history goes as far as the revisions Apply reported.
-	if err := sm.drainImage(); err != nil {
-		return nil, err
-	}
-	it, err := sm.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixStateMeta},
-		UpperBound: []byte{prefixHistory + 1},
-	})
+	it, m, err := sm.historyIter()
 	if err != nil {
-		return nil, fmt.Errorf("storage: history: %w", err)
+		return nil, err
 	}
 	defer it.Close()
-	// The bound check uses the meta the same iterator sees, so a retention
-	// pass committed meanwhile cannot remove revisions this call promised.
-	m, err := iterMeta(it)
-	if err != nil {
-		return nil, err
-	}
 	fromRev = max(fromRev, 0)
 	if fromRev < m.oldest-1 {
 		return nil, fmt.Errorf("%w: oldest retained revision is %d", ErrCompacted, m.oldest)
