@@ -261,3 +261,29 @@ func TestDeleteLargePrefix(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 20, d.Deleted)
 }
+
+// TestDeletePrefixOnlyItsKeys: a prefix delete (alone or in a Txn)
+// deletes the keys under its prefix and no key that merely shares the
+// prefix's leading bytes with it.
+func TestDeletePrefixOnlyItsKeys(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	for _, k := range []string{"ab1", "abc1", "abc2", "b", "x1", "xy1"} {
+		_, err := cli.Put(ctx, k, "v")
+		require.NoError(t, err)
+	}
+	d, err := cli.Delete(ctx, "abc", clientv3.WithPrefix())
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, d.Deleted)
+	r, err := cli.Txn(ctx).Then(clientv3.OpDelete("xy", clientv3.WithPrefix())).Commit()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, r.Responses[0].GetResponseDeleteRange().Deleted)
+	g, err := cli.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	var keys []string
+	for _, kv := range g.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	assert.Equal(t, []string{"ab1", "b", "x1"}, keys)
+}
