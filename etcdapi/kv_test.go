@@ -287,3 +287,36 @@ func TestDeletePrefixOnlyItsKeys(t *testing.T) {
 	}
 	assert.Equal(t, []string{"ab1", "b", "x1"}, keys)
 }
+
+// TestTxnLeaseCompare: a compare on a key's lease is coord's SessionOf
+// (a lease is its session): equal to the lease it was put with, 0 for a
+// key without one or an absent key.
+func TestTxnLeaseCompare(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	l, err := cli.Grant(ctx, 30)
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, "leased", "v", clientv3.WithLease(l.ID))
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, "plain", "v")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		key, op string
+		want    clientv3.LeaseID
+		holds   bool
+	}{
+		{"leased", "=", l.ID, true},
+		{"leased", "!=", l.ID, false},
+		{"leased", "=", 0, false},
+		{"leased", ">", 0, true},
+		{"plain", "=", 0, true},
+		{"plain", "<", l.ID, true},
+		{"absent", "=", 0, true},
+		{"absent", "=", l.ID, false},
+	} {
+		r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(tc.key), tc.op, tc.want)).Commit()
+		require.NoError(t, err, "%s %s %d", tc.key, tc.op, tc.want)
+		assert.Equal(t, tc.holds, r.Succeeded, "%s %s %d", tc.key, tc.op, tc.want)
+	}
+}

@@ -196,10 +196,6 @@ func TestUnimplementedForms(t *testing.T) {
 			_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version("a"), ">", 0).WithRange("z")).Then(clientv3.OpPut("n", "v")).Commit()
 			return err
 		},
-		"compare on a lease": func() error {
-			_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue("k"), "=", 0)).Then(clientv3.OpPut("n", "v")).Commit()
-			return err
-		},
 		"past revision in a writing txn": func() error {
 			_, err := cli.Txn(ctx).Then(clientv3.OpGet("k", clientv3.WithRev(1)), clientv3.OpPut("n", "v")).Commit()
 			return err

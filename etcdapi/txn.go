@@ -209,7 +209,9 @@ func toCmp(c *pb.Compare) (coord.Cmp, error) {
 		t, want = coord.ModRev(key), c.GetModRevision()
 		return revCmp(t, c.Result, want)
 	case pb.Compare_LEASE:
-		return coord.Cmp{}, unimplemented("a compare on a key's lease")
+		// A lease is the coord session of the same ID (what Put's lease
+		// and a key's lease field carry), 0 for none in both.
+		t, want = coord.SessionOf(key), c.GetLease()
 	default:
 		return coord.Cmp{}, unimplemented("this compare target")
 	}
