@@ -320,3 +320,38 @@ func TestTxnLeaseCompare(t *testing.T) {
 		assert.Equal(t, tc.holds, r.Succeeded, "%s %s %d", tc.key, tc.op, tc.want)
 	}
 }
+
+// TestRangeFilterCount: with revision filters, count is every key in the
+// range (etcd counts before its filters) and more says the limit left
+// some filtered key out; a max revision of 1 and a read at revision 1
+// (etcd's empty store) keep no key.
+func TestRangeFilterCount(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	var revs []int64
+	for i := range 4 {
+		p, err := cli.Put(ctx, fmt.Sprintf("f/%d", i), "v")
+		require.NoError(t, err)
+		revs = append(revs, p.Header.Revision)
+	}
+	g, err := cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithMinModRev(revs[1]), clientv3.WithLimit(2))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, g.Count)
+	assert.Len(t, g.Kvs, 2)
+	assert.True(t, g.More, "f/3 passes the filter and is past the limit")
+	g, err = cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithMinModRev(revs[2]), clientv3.WithLimit(2))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, g.Count)
+	assert.Len(t, g.Kvs, 2)
+	assert.False(t, g.More)
+	g, err = cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithMaxModRev(1))
+	require.NoError(t, err)
+	assert.Empty(t, g.Kvs)
+	assert.EqualValues(t, 4, g.Count)
+	g, err = cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithRev(1))
+	require.NoError(t, err)
+	assert.Empty(t, g.Kvs)
+	assert.Zero(t, g.Count)
+	assert.Equal(t, revs[3], g.Header.Revision)
+}
