@@ -128,27 +128,25 @@ func readRange(ctx context.Context, c coord.Cell, r *pb.RangeRequest) (kvs []coo
 		opts = append(opts, coord.KeysOnly())
 	}
 	key := listKey(kr)
-	if none {
-		// A max revision of 1 (etcd's empty store) keeps no key; coord's 0
-		// would mean no bound.
-		opts = append(slices.Clip(base), coord.CountOnly(), coord.Counted(&matched))
-	}
-	if r.Revision == 1 {
+	switch {
+	case r.Revision == 1:
 		// etcd's revision 1 is the empty store (coord's 0, which WithRev
-		// takes as "now").
-		_, rev, err = c.List(ctx, key, append(slices.Clip(base), coord.CountOnly(), coord.Counted(&matched))...)
+		// takes as now): no key, read only for the current revision.
+		_, rev, err = c.List(ctx, key, append(slices.Clip(base), coord.KeysOnly(), coord.Limit(1))...)
 		return nil, 0, false, rev, err
+	case none:
+		// A max revision of 1 keeps no key (coord's 0 would be no bound):
+		// only the range's count.
+		_, rev, err = c.List(ctx, key, append(slices.Clip(base), coord.CountOnly(), coord.Counted(&count))...)
+		return nil, count, false, rev, err
 	}
 	kvs, rev, err = c.List(ctx, key, opts...)
 	if err != nil {
 		return nil, 0, false, 0, err
 	}
-	if none {
-		kvs, matched = nil, 0
-	}
 	more = !r.CountOnly && matched > int64(len(kvs))
 	count = matched
-	if len(filters) > 0 || none {
+	if len(filters) > 0 {
 		// etcd counts the range before its filters: a second, count-only
 		// read of the same revision.
 		at := rev
