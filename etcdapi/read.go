@@ -103,10 +103,7 @@ func prefixEnd(p []byte) []byte {
 // filters), more, and the current coord revision.
 func readRange(ctx context.Context, c coord.Cell, r *pb.RangeRequest) (kvs []coord.KV, count int64, more bool, rev int64, err error) {
 	kr := rangeOf(r.Key, r.RangeEnd)
-	base, err := rangeBase(kr, r.Serializable, r.Revision)
-	if err != nil {
-		return nil, 0, false, 0, err
-	}
+	base := rangeBase(kr, r.Serializable, r.Revision)
 	sort, err := sortOf(r)
 	if err != nil {
 		return nil, 0, false, 0, err
@@ -162,7 +159,7 @@ func readRange(ctx context.Context, c coord.Cell, r *pb.RangeRequest) (kvs []coo
 }
 
 // rangeBase is the coord options naming kr at etcd revision erev (0: now).
-func rangeBase(kr keyRange, serializable bool, erev int64) ([]coord.ReadOption, error) {
+func rangeBase(kr keyRange, serializable bool, erev int64) []coord.ReadOption {
 	var opts []coord.ReadOption
 	if serializable {
 		opts = append(opts, coord.Serializable())
@@ -178,7 +175,7 @@ func rangeBase(kr keyRange, serializable bool, erev int64) ([]coord.ReadOption, 
 	if erev > 1 {
 		opts = append(opts, coord.WithRev(erev-1))
 	}
-	return opts, nil
+	return opts
 }
 
 // listKey is the key (or prefix) List is given for kr.
@@ -250,8 +247,7 @@ func filtersOf(r *pb.RangeRequest) (opts []coord.ReadOption, none bool) {
 // rangeNow returns the keys in kr as the cell has them now, in key
 // order, and the revision they were read at.
 func rangeNow(ctx context.Context, c coord.Cell, kr keyRange) ([]coord.KV, int64, error) {
-	opts, _ := rangeBase(kr, false, 0)
-	return c.List(ctx, listKey(kr), opts...)
+	return c.List(ctx, listKey(kr), rangeBase(kr, false, 0)...)
 }
 
 // watchRange starts a coord watch of exactly r: one key (ExactKey), a
