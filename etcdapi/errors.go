@@ -26,7 +26,7 @@ func toGRPC(err error) error {
 	switch {
 	case errors.As(err, &ce), errors.Is(err, coord.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, errFutureRev):
+	case errors.Is(err, coord.ErrFutureRev):
 		return rpctypes.ErrGRPCFutureRev
 	case errors.Is(err, coord.ErrNoQuorum), errors.Is(err, coord.ErrNotReady):
 		return rpctypes.ErrGRPCNoLeader

@@ -45,20 +45,26 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if len(r.Key) == 0 {
 		return nil, rpctypes.ErrGRPCEmptyKey
 	}
-	kvs, rev, err := rangeAt(ctx, k.s.cell, rangeOf(r.Key, r.RangeEnd), coordRev(r.Revision), r.Serializable)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	resp, err := shapeRange(r, kvs)
+	resp, err := k.s.rangeResp(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	resp.Header = k.s.header(rev)
 	return resp, nil
 }
 
+// rangeResp answers one RangeRequest from one coord read (two when it
+// filters on revisions: etcd's count is of the range before them).
+func (s *server) rangeResp(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	kvs, count, more, rev, err := readRange(ctx, s.cell, r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.RangeResponse{Header: s.header(rev), Kvs: kvsOf(kvs, r.KeysOnly), Count: count, More: more}, nil
+}
+
 // shapeRange applies a RangeRequest's filters, sort, limit, keys_only and
-// count_only to the keys in its range (in key order), as etcd does:
+// count_only to the keys in its range (in key order), as etcd does, for
+// a range read inside a transaction (coord's ops get a key or a prefix):
 // count is every key in the range, more says the limit or the filters
 // left some out.
 func shapeRange(r *pb.RangeRequest, kvs []coord.KV) (*pb.RangeResponse, error) {
@@ -178,7 +184,7 @@ func (s *server) putOp(ctx context.Context, key string, value []byte, lease int6
 func (k *kvServer) putKeeping(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	key := string(r.Key)
 	for range 16 {
-		kvs, _, err := rangeNow(ctx, k.s.cell, rangeOf(r.Key, nil), false)
+		kvs, _, err := rangeNow(ctx, k.s.cell, rangeOf(r.Key, nil))
 		if err != nil {
 			return nil, toGRPC(err)
 		}
@@ -240,7 +246,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	// A range coord cannot name in one op: delete the keys it holds now,
 	// each only if unchanged, in one transaction. A key put into the
 	// range meanwhile is not deleted (see docs/etcd.md).
-	kvs, rev, err := rangeNow(ctx, k.s.cell, kr, false)
+	kvs, rev, err := rangeNow(ctx, k.s.cell, kr)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

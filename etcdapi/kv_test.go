@@ -261,3 +261,97 @@ func TestDeleteLargePrefix(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 20, d.Deleted)
 }
+
+// TestDeletePrefixOnlyItsKeys: a prefix delete (alone or in a Txn)
+// deletes the keys under its prefix and no key that merely shares the
+// prefix's leading bytes with it.
+func TestDeletePrefixOnlyItsKeys(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	for _, k := range []string{"ab1", "abc1", "abc2", "b", "x1", "xy1"} {
+		_, err := cli.Put(ctx, k, "v")
+		require.NoError(t, err)
+	}
+	d, err := cli.Delete(ctx, "abc", clientv3.WithPrefix())
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, d.Deleted)
+	r, err := cli.Txn(ctx).Then(clientv3.OpDelete("xy", clientv3.WithPrefix())).Commit()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, r.Responses[0].GetResponseDeleteRange().Deleted)
+	g, err := cli.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	var keys []string
+	for _, kv := range g.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	assert.Equal(t, []string{"ab1", "b", "x1"}, keys)
+}
+
+// TestTxnLeaseCompare: a compare on a key's lease is coord's SessionOf
+// (a lease is its session): equal to the lease it was put with, 0 for a
+// key without one or an absent key.
+func TestTxnLeaseCompare(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	l, err := cli.Grant(ctx, 30)
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, "leased", "v", clientv3.WithLease(l.ID))
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, "plain", "v")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		key, op string
+		want    clientv3.LeaseID
+		holds   bool
+	}{
+		{"leased", "=", l.ID, true},
+		{"leased", "!=", l.ID, false},
+		{"leased", "=", 0, false},
+		{"leased", ">", 0, true},
+		{"plain", "=", 0, true},
+		{"plain", "<", l.ID, true},
+		{"absent", "=", 0, true},
+		{"absent", "=", l.ID, false},
+	} {
+		r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(tc.key), tc.op, tc.want)).Commit()
+		require.NoError(t, err, "%s %s %d", tc.key, tc.op, tc.want)
+		assert.Equal(t, tc.holds, r.Succeeded, "%s %s %d", tc.key, tc.op, tc.want)
+	}
+}
+
+// TestRangeFilterCount: with revision filters, count is every key in the
+// range (etcd counts before its filters) and more says the limit left
+// some filtered key out; a max revision of 1 and a read at revision 1
+// (etcd's empty store) keep no key.
+func TestRangeFilterCount(t *testing.T) {
+	f := newFront(t, nil)
+	cli := f.client(t, f.eps[0])
+	ctx := tctx(t)
+	var revs []int64
+	for i := range 4 {
+		p, err := cli.Put(ctx, fmt.Sprintf("f/%d", i), "v")
+		require.NoError(t, err)
+		revs = append(revs, p.Header.Revision)
+	}
+	g, err := cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithMinModRev(revs[1]), clientv3.WithLimit(2))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, g.Count)
+	assert.Len(t, g.Kvs, 2)
+	assert.True(t, g.More, "f/3 passes the filter and is past the limit")
+	g, err = cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithMinModRev(revs[2]), clientv3.WithLimit(2))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, g.Count)
+	assert.Len(t, g.Kvs, 2)
+	assert.False(t, g.More)
+	g, err = cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithMaxModRev(1))
+	require.NoError(t, err)
+	assert.Empty(t, g.Kvs)
+	assert.EqualValues(t, 4, g.Count)
+	g, err = cli.Get(ctx, "f/", clientv3.WithPrefix(), clientv3.WithRev(1))
+	require.NoError(t, err)
+	assert.Empty(t, g.Kvs)
+	assert.Zero(t, g.Count)
+	assert.Equal(t, revs[3], g.Header.Revision)
+}

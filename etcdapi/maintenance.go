@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"sync/atomic"
 
@@ -188,9 +189,38 @@ func (m *maintenanceServer) HashKV(context.Context, *pb.HashKVRequest) (*pb.Hash
 	return nil, unimplemented("HashKV")
 }
 
-// MoveLeader needs a leadership transfer coord does not offer yet.
-func (m *maintenanceServer) MoveLeader(context.Context, *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	return nil, unimplemented("MoveLeader")
+// MoveLeader hands leadership to the member of etcd ID TargetID (the
+// Raft ID MemberList gives it) through Admin().MoveLeader, which any
+// member may be asked (etcd asks the leader). Through a coord.Client
+// there are no member IDs to name nor an Admin to ask.
+func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if m.s.node == nil {
+		return nil, unimplemented("MoveLeader through a coord.Client (serve on a member)")
+	}
+	ms, err := m.s.node.Admin().Members(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	name := ""
+	for _, mb := range ms {
+		if mb.ID == r.TargetID {
+			if mb.Learner {
+				return nil, rpctypes.ErrGRPCBadLeaderTransferee
+			}
+			name = mb.Name
+		}
+	}
+	if name == "" {
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	switch err := m.s.node.Admin().MoveLeader(ctx, name); {
+	case errors.Is(err, coord.ErrUnknownMember), errors.Is(err, coord.ErrInvalidArgument):
+		// Removed or demoted since the list.
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	case err != nil:
+		return nil, toGRPC(err)
+	}
+	return &pb.MoveLeaderResponse{Header: m.s.header(-1)}, nil
 }
 
 // Downgrade has no meaning for a coord cell.

@@ -1,20 +1,20 @@
 package etcdapi
 
 // The read adapter: etcd's reads (a [key, range_end) range at a
-// revision, an exact-key watch) built from what the coord API offers
-// today (List of a prefix, Get, a prefix Watch from a revision). It is
-// the one place to change when coord's reads take ranges, revisions and
-// exact keys themselves: nothing else in the package reads the cell.
+// revision with its limit, count, sort and filters; a range or exact-key
+// watch) as coord's own read and watch options, one bounded read each.
+// Only a transaction's reads are still shaped here (coord's ops get one
+// key or a prefix): nothing else in the package reads the cell.
 
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
+	"math"
 	"slices"
-	"strings"
 
 	"github.com/coordcell/coord"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // keyRange is etcd's [key, end) as it comes in a request: end empty is
@@ -58,7 +58,7 @@ func (r keyRange) prefix() string {
 	return string(r.key[:n])
 }
 
-// isPrefix reports whether r is exactly the keys under r.prefix() (etcd's
+// isPrefix reports whether r is exactly the keys under its key (etcd's
 // WithPrefix form: end is key with its last byte incremented, or every
 // key when key is empty or "\x00" and end is "\x00").
 func (r keyRange) isPrefix() bool {
@@ -69,6 +69,17 @@ func (r keyRange) isPrefix() bool {
 		return len(r.key) == 0 || (len(r.key) == 1 && r.key[0] == 0)
 	}
 	return bytes.Equal(prefixEnd(r.key), r.end)
+}
+
+// asPrefix is the prefix an r in etcd's prefix form (isPrefix) names:
+// its key, or every key ("") for the "\x00" forms. Not r.prefix(): "abc"
+// to "abd" shares only "ab" with its end, and a delete of "ab" would reach
+// keys outside r.
+func (r keyRange) asPrefix() string {
+	if r.all() {
+		return ""
+	}
+	return string(r.key)
 }
 
 // prefixEnd is clientv3's GetPrefixRangeEnd: the first key after every
@@ -84,153 +95,176 @@ func prefixEnd(p []byte) []byte {
 	return []byte{0}
 }
 
-// listAfter is the After for a List of r.prefix() that skips what sorts
-// before r.key, without skipping r.key: the last byte decremented (what
-// then sorts between it and r.key starts with it and is filtered out).
-func (r keyRange) listAfter() string {
-	p := r.prefix()
-	if len(r.key) <= len(p) {
-		return ""
+// readRange is one etcd RangeRequest as one coord List: the range, its
+// revision, limit, count, keys_only, count_only, sort and revision
+// filters all given to coord, so the read is bounded by what it returns
+// (and Config.MaxReadBytes) rather than by the prefix the keys share. It
+// returns the keys, etcd's count (every key in the range, whatever the
+// filters), more, and the current coord revision.
+func readRange(ctx context.Context, c coord.Cell, r *pb.RangeRequest) (kvs []coord.KV, count int64, more bool, rev int64, err error) {
+	kr := rangeOf(r.Key, r.RangeEnd)
+	base := rangeBase(kr, r.Serializable, r.Revision)
+	sort, err := sortOf(r)
+	if err != nil {
+		return nil, 0, false, 0, err
 	}
-	k := r.key
-	if last := k[len(k)-1]; last > 0 {
-		return string(k[:len(k)-1]) + string([]byte{last - 1})
+	filters, none := filtersOf(r)
+	opts := append(slices.Clip(base), filters...)
+	if sort != nil {
+		opts = append(opts, sort)
 	}
-	return string(k[:len(k)-1])
+	var matched int64
+	opts = append(opts, coord.Counted(&matched))
+	switch {
+	case r.CountOnly:
+		opts = append(opts, coord.CountOnly())
+	case r.Limit > 0:
+		opts = append(opts, coord.Limit(int(min(r.Limit, math.MaxInt32))))
+	}
+	if r.KeysOnly {
+		opts = append(opts, coord.KeysOnly())
+	}
+	key := listKey(kr)
+	switch {
+	case r.Revision == 1:
+		// etcd's revision 1 is the empty store (coord's 0, which WithRev
+		// takes as now): no key, read only for the current revision.
+		_, rev, err = c.List(ctx, key, append(slices.Clip(base), coord.KeysOnly(), coord.Limit(1))...)
+		return nil, 0, false, rev, err
+	case none:
+		// A max revision of 1 keeps no key (coord's 0 would be no bound):
+		// only the range's count.
+		_, rev, err = c.List(ctx, key, append(slices.Clip(base), coord.CountOnly(), coord.Counted(&count))...)
+		return nil, count, false, rev, err
+	}
+	kvs, rev, err = c.List(ctx, key, opts...)
+	if err != nil {
+		return nil, 0, false, 0, err
+	}
+	more = !r.CountOnly && matched > int64(len(kvs))
+	count = matched
+	if len(filters) > 0 {
+		// etcd counts the range before its filters: a second, count-only
+		// read of the same revision.
+		at := rev
+		if r.Revision > 0 {
+			at = r.Revision - 1
+		}
+		copts := append(slices.Clip(base), coord.WithRev(at), coord.CountOnly(), coord.Counted(&count))
+		if _, _, err := c.List(ctx, key, copts...); err != nil {
+			return nil, 0, false, 0, err
+		}
+	}
+	return kvs, count, more, rev, nil
 }
 
-// errFutureRev is the read adapter's refusal of a revision past the
-// present; the handlers answer it as etcd does (ErrGRPCFutureRev).
-var errFutureRev = errors.New("etcdapi: required revision is a future revision")
-
-// rangeNow returns the keys in r as the cell has them now, in key order,
-// and the revision they were read at.
-func rangeNow(ctx context.Context, c coord.Cell, r keyRange, serializable bool) ([]coord.KV, int64, error) {
-	var ropts []coord.ReadOption
+// rangeBase is the coord options naming kr at etcd revision erev (0: now).
+func rangeBase(kr keyRange, serializable bool, erev int64) []coord.ReadOption {
+	var opts []coord.ReadOption
 	if serializable {
-		ropts = append(ropts, coord.Serializable())
+		opts = append(opts, coord.Serializable())
 	}
-	if r.single() {
-		// List rather than Get: it says the revision it read at. The key
-		// is the first under itself as a prefix, so one is enough.
-		kvs, rev, err := c.List(ctx, string(r.key), append(ropts, coord.Limit(1))...)
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, kv := range kvs {
-			if kv.Key == string(r.key) {
-				return []coord.KV{kv}, rev, nil
-			}
-		}
-		return nil, rev, nil
+	switch {
+	case kr.single():
+		opts = append(opts, coord.Range(""))
+	case kr.isPrefix():
+		// the prefix form (every key included): coord's own prefix read
+	default:
+		opts = append(opts, coord.Range(string(kr.end)))
 	}
-	if a := r.listAfter(); a != "" {
-		ropts = append(ropts, coord.After(a))
+	if erev > 1 {
+		opts = append(opts, coord.WithRev(erev-1))
 	}
-	kvs, rev, err := c.List(ctx, r.prefix(), ropts...)
-	if err != nil {
-		return nil, 0, err
-	}
-	out := kvs[:0]
-	for _, kv := range kvs {
-		if r.contains(kv.Key) {
-			out = append(out, kv)
-		}
-	}
-	return out, rev, nil
+	return opts
 }
 
-// rangeAt returns the keys in r at coord revision rev (-1: now), in key order,
-// and the revision of the state it started from (the cell's now, as
-// etcd's response header says). A past revision is rebuilt from the
-// present and the change history after rev: each key changed since has
-// its value before its first change after rev. A rev older than the
-// history gives a *coord.CompactedError, one past the present
-// errFutureRev.
-func rangeAt(ctx context.Context, c coord.Cell, r keyRange, rev int64, serializable bool) ([]coord.KV, int64, error) {
-	kvs, now, err := rangeNow(ctx, c, r, serializable)
-	if err != nil || rev < 0 || rev == now {
-		return kvs, now, err
+// listKey is the key (or prefix) List is given for kr.
+func listKey(kr keyRange) string {
+	if !kr.single() && kr.isPrefix() {
+		return kr.asPrefix()
 	}
-	if rev > now {
-		return nil, now, fmt.Errorf("%w: %d > %d", errFutureRev, rev, now)
-	}
-	before, err := changedSince(ctx, c, r, rev, now)
-	if err != nil {
-		return nil, now, err
-	}
-	out := make([]coord.KV, 0, len(kvs))
-	for _, kv := range kvs {
-		if _, changed := before[kv.Key]; !changed {
-			out = append(out, kv)
-		}
-	}
-	for _, prev := range before {
-		if prev != nil {
-			out = append(out, *prev)
-		}
-	}
-	sortByKey(out)
-	return out, now, nil
+	return string(kr.key)
 }
 
-// changedSince watches r from rev to now and returns, for every key in r
-// changed in (rev, now], the key as it was at rev (nil: absent then).
-func changedSince(ctx context.Context, c coord.Cell, r keyRange, rev, now int64) (map[string]*coord.KV, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w := c.Watch(ctx, r.prefix(), coord.FromRev(rev), coord.WithPrevKV(), coord.WithMaxLag(0))
-	defer w.Close()
-	before := make(map[string]*coord.KV)
-	asked := false
-	for {
-		if !asked {
-			// Ask to hear when the watch is current, so a quiet range ends
-			// the walk too.
-			w.RequestProgress()
-			asked = true
-		}
-		select {
-		case ev, ok := <-w.Events():
-			if !ok {
-				if err := w.Err(); err != nil {
-					return nil, err
-				}
-				return nil, ctx.Err()
-			}
-			if ev.Rev > now {
-				return before, nil
-			}
-			if ev.Type == coord.EventProgress {
-				if ev.Rev >= now {
-					return before, nil
-				}
-				asked = false
-				continue
-			}
-			if !r.contains(ev.KV.Key) {
-				continue
-			}
-			if _, seen := before[ev.KV.Key]; !seen {
-				before[ev.KV.Key] = ev.PrevKV
-			}
-			if ev.Rev == now && ev.EndOfRev {
-				return before, nil
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// sortOf is a RangeRequest's sort as coord's (nil: key order, coord's
+// own), refusing an order or target etcd does not know as etcd does.
+func sortOf(r *pb.RangeRequest) (coord.ReadOption, error) {
+	if _, ok := pb.RangeRequest_SortOrder_name[int32(r.SortOrder)]; !ok {
+		return nil, rpctypes.ErrGRPCInvalidSortOption
 	}
+	var t coord.SortTarget
+	switch r.SortTarget {
+	case pb.RangeRequest_KEY:
+		t = coord.SortByKey
+	case pb.RangeRequest_VERSION:
+		t = coord.SortByVersion
+	case pb.RangeRequest_CREATE:
+		t = coord.SortByCreateRev
+	case pb.RangeRequest_MOD:
+		t = coord.SortByModRev
+	case pb.RangeRequest_VALUE:
+		t = coord.SortByValue
+	default:
+		return nil, rpctypes.ErrGRPCInvalidSortOption
+	}
+	order := r.SortOrder
+	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
+		order = pb.RangeRequest_ASCEND // etcd's default for another target
+	}
+	switch {
+	case order == pb.RangeRequest_DESCEND:
+		return coord.SortBy(t, coord.SortDescend), nil
+	case order == pb.RangeRequest_ASCEND && t != coord.SortByKey:
+		return coord.SortBy(t, coord.SortAscend), nil
+	}
+	return nil, nil
 }
 
-// watchRange starts a coord watch that sees every change in r: a watch of
-// r's prefix, whose events outside r the caller drops (filter). from is
-// the coord FromRev (-1: from now).
+// filtersOf is a RangeRequest's min/max revision filters in coord's
+// numbering (etcd's minus one). none is true when a max of 1 keeps no
+// key at all (every etcd key revision is at least 2).
+func filtersOf(r *pb.RangeRequest) (opts []coord.ReadOption, none bool) {
+	lo := func(v int64, f func(int64) coord.ReadOption) {
+		if v > 1 {
+			opts = append(opts, f(v-1))
+		}
+	}
+	hi := func(v int64, f func(int64) coord.ReadOption) {
+		switch {
+		case v == 1:
+			none = true
+		case v > 1:
+			opts = append(opts, f(v-1))
+		}
+	}
+	lo(r.MinModRevision, coord.MinModRev)
+	hi(r.MaxModRevision, coord.MaxModRev)
+	lo(r.MinCreateRevision, coord.MinCreateRev)
+	hi(r.MaxCreateRevision, coord.MaxCreateRev)
+	return opts, none
+}
+
+// rangeNow returns the keys in kr as the cell has them now, in key
+// order, and the revision they were read at.
+func rangeNow(ctx context.Context, c coord.Cell, kr keyRange) ([]coord.KV, int64, error) {
+	return c.List(ctx, listKey(kr), rangeBase(kr, false, 0)...)
+}
+
+// watchRange starts a coord watch of exactly r: one key (ExactKey), a
+// prefix, or a [key, end) range (WatchRange). from is the coord FromRev
+// (-1: from now).
 func watchRange(ctx context.Context, c coord.Cell, r keyRange, from int64, opts ...coord.WatchOption) *coord.Watcher {
 	if from >= 0 {
 		opts = append(opts, coord.FromRev(from))
 	}
-	return c.Watch(ctx, r.prefix(), opts...)
+	switch {
+	case r.single():
+		opts = append(opts, coord.ExactKey())
+	case r.isPrefix():
+	default:
+		opts = append(opts, coord.WatchRange(string(r.end)))
+	}
+	return c.Watch(ctx, listKey(r), opts...)
 }
 
 // txnRead is a range read inside a transaction, in coord's ops: the get
@@ -249,7 +283,7 @@ func txnDelete(r keyRange) (coord.Op, bool) {
 	case r.single():
 		return coord.OpDelete(string(r.key)), true
 	case r.isPrefix():
-		return coord.OpDeletePrefix(r.prefix()), true
+		return coord.OpDeletePrefix(r.asPrefix()), true
 	}
 	return coord.Op{}, false
 }
@@ -263,8 +297,4 @@ func inRange(kvs []coord.KV, r keyRange) []coord.KV {
 		}
 	}
 	return out
-}
-
-func sortByKey(kvs []coord.KV) {
-	slices.SortFunc(kvs, func(a, b coord.KV) int { return strings.Compare(a.Key, b.Key) })
 }

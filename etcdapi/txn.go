@@ -98,9 +98,8 @@ func anyAtRev(ops []*pb.RequestOp) bool {
 	return false
 }
 
-// readTxn reads each range at its revision. Each range at a past
-// revision is rebuilt from one walk of the history, so ranges at the same
-// revision agree, as one etcd read would.
+// readTxn reads each range at its revision, each one coord read: ranges
+// at the same revision agree, as in one etcd read.
 func (k *kvServer) readTxn(ctx context.Context, ops []*pb.RequestOp) (*pb.TxnResponse, error) {
 	resp := &pb.TxnResponse{Succeeded: true, Responses: make([]*pb.ResponseOp, len(ops))}
 	var now int64
@@ -109,18 +108,14 @@ func (k *kvServer) readTxn(ctx context.Context, ops []*pb.RequestOp) (*pb.TxnRes
 		if len(rr.Key) == 0 {
 			return nil, rpctypes.ErrGRPCEmptyKey
 		}
-		kvs, rev, err := rangeAt(ctx, k.s.cell, rangeOf(rr.Key, rr.RangeEnd), coordRev(rr.Revision), rr.Serializable)
-		if err != nil {
-			return nil, toGRPC(err)
-		}
-		now = max(now, rev)
-		out, err := shapeRange(rr, kvs)
+		out, err := k.s.rangeResp(ctx, rr)
 		if err != nil {
 			return nil, err
 		}
+		now = max(now, out.Header.Revision)
 		resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: out}}
 	}
-	resp.Header = k.s.header(now)
+	resp.Header = k.s.header(now - 1)
 	for _, r := range resp.Responses {
 		setHeader(r, resp.Header)
 	}
@@ -214,7 +209,9 @@ func toCmp(c *pb.Compare) (coord.Cmp, error) {
 		t, want = coord.ModRev(key), c.GetModRevision()
 		return revCmp(t, c.Result, want)
 	case pb.Compare_LEASE:
-		return coord.Cmp{}, unimplemented("a compare on a key's lease")
+		// A lease is the coord session of the same ID (what Put's lease
+		// and a key's lease field carry), 0 for none in both.
+		t, want = coord.SessionOf(key), c.GetLease()
 	default:
 		return coord.Cmp{}, unimplemented("this compare target")
 	}

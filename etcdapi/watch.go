@@ -13,7 +13,7 @@ import (
 )
 
 // watchServer is etcd's Watch service: one bidirectional stream carries
-// many watches, each a coord watch of its range's prefix.
+// many watches, each a coord watch of exactly its key or range.
 type watchServer struct {
 	pb.UnimplementedWatchServer
 	s *server
@@ -171,12 +171,12 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 		return err
 	}
 	st.wg.Add(1)
-	go st.serve(ctx, ow, kr, puts || dels, c.Fragment)
+	go st.serve(ctx, ow, puts || dels, c.Fragment)
 	return nil
 }
 
 // serve relays one watch's events until it ends.
-func (st *watchStream) serve(ctx context.Context, ow *oneWatch, kr keyRange, any, fragment bool) {
+func (st *watchStream) serve(ctx context.Context, ow *oneWatch, any, fragment bool) {
 	defer st.wg.Done()
 	defer ow.cancel()
 	w := ow.w
@@ -203,7 +203,7 @@ func (st *watchStream) serve(ctx context.Context, ow *oneWatch, kr keyRange, any
 				}
 				continue
 			}
-			if any && kr.contains(ev.KV.Key) {
+			if any {
 				batch = append(batch, toEvent(ev))
 			}
 			if !ev.EndOfRev || len(w.Events()) > 0 && len(batch) < 1000 {
