@@ -120,12 +120,23 @@ func (n *Node) AddLearner(ctx context.Context, name, addr string) error {
 // behind would stall commits). It can be called on any member: a follower
 // asks the leader.
 func (n *Node) Promote(ctx context.Context, name string) error {
+	return n.onLeader(ctx, adminrpc.OpPromote, name, func() error { return n.promoteHere(ctx, name) }, nil)
+}
+
+// onLeader runs here on this member if it leads, else asks the leader
+// for op on name through the admin RPC, and then (if not nil) runs
+// asked; while leadership moves under the question it looks again every
+// quarter election timeout, until ctx ends (ErrNoQuorum).
+func (n *Node) onLeader(ctx context.Context, op string, name string, here func() error, asked func() error) error {
 	for {
-		err := n.promoteHere(ctx, name)
+		err := here()
 		if !errors.Is(err, errNotLeaderHere) {
 			return err
 		}
-		err = n.admin.rpc.Ask(ctx, adminrpc.Request{Op: adminrpc.OpPromote, Name: name})
+		err = n.admin.rpc.Ask(ctx, adminrpc.Request{Op: op, Name: name})
+		if err == nil && asked != nil {
+			return asked()
+		}
 		if !errors.Is(err, errNotLeaderHere) {
 			return err
 		}
@@ -145,25 +156,9 @@ func (n *Node) Promote(ctx context.Context, name string) error {
 // not complete (the target cut off or behind: Raft abandons it after an
 // election timeout, and the old leader carries on).
 func (n *Node) MoveLeader(ctx context.Context, name string) error {
-	for {
-		err := n.moveLeaderHere(ctx, name)
-		if !errors.Is(err, errNotLeaderHere) {
-			return err
-		}
-		err = n.admin.rpc.Ask(ctx, adminrpc.Request{Op: adminrpc.OpMoveLeader, Name: name})
-		if err == nil {
-			// The leader saw name lead; so will this member, soon.
-			return n.waitLeader(ctx, name)
-		}
-		if !errors.Is(err, errNotLeaderHere) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errs.NoQuorum, ctx.Err())
-		case <-time.After(n.electionTimeout() / 4):
-		}
-	}
+	return n.onLeader(ctx, adminrpc.OpMoveLeader, name, func() error { return n.moveLeaderHere(ctx, name) },
+		// The leader saw name lead; so will this member, soon.
+		func() error { return n.waitLeader(ctx, name) })
 }
 
 // moveLeaderHere moves leadership to name if this member leads
