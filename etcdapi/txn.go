@@ -183,19 +183,7 @@ func toCmp(c *pb.Compare) (coord.Cmp, error) {
 	}
 	key := string(c.Key)
 	if c.Target == pb.Compare_VALUE {
-		v := coord.Value(key)
-		want := c.GetValue()
-		switch c.Result {
-		case pb.Compare_EQUAL:
-			return v.Eq(want), nil
-		case pb.Compare_NOT_EQUAL:
-			return v.Ne(want), nil
-		case pb.Compare_LESS:
-			return v.Lt(want), nil
-		case pb.Compare_GREATER:
-			return v.Gt(want), nil
-		}
-		return coord.Cmp{}, unimplemented("this compare result")
+		return compareBy(coord.Value(key), c.Result, c.GetValue())
 	}
 	var t coord.IntTarget
 	var want int64
@@ -215,7 +203,21 @@ func toCmp(c *pb.Compare) (coord.Cmp, error) {
 	default:
 		return coord.Cmp{}, unimplemented("this compare target")
 	}
-	switch c.Result {
+	return compareBy(t, c.Result, want)
+}
+
+// target is what coord compares a key by: its value or one of its
+// numbers.
+type target[V any] interface {
+	Eq(V) coord.Cmp
+	Ne(V) coord.Cmp
+	Lt(V) coord.Cmp
+	Gt(V) coord.Cmp
+}
+
+// compareBy is etcd's compare result res of t with want.
+func compareBy[V any](t target[V], res pb.Compare_CompareResult, want V) (coord.Cmp, error) {
+	switch res {
 	case pb.Compare_EQUAL:
 		return t.Eq(want), nil
 	case pb.Compare_NOT_EQUAL:
@@ -249,17 +251,7 @@ func revCmp(t coord.IntTarget, res pb.Compare_CompareResult, want int64) (coord.
 			return t.Gt(0), nil // present only
 		}
 	}
-	switch res {
-	case pb.Compare_EQUAL:
-		return t.Eq(want), nil
-	case pb.Compare_NOT_EQUAL:
-		return t.Ne(want), nil
-	case pb.Compare_LESS:
-		return t.Lt(want), nil
-	case pb.Compare_GREATER:
-		return t.Gt(want), nil
-	}
-	return coord.Cmp{}, unimplemented("this compare result")
+	return compareBy(t, res, want)
 }
 
 // toOps is a branch as coord ops, with plan[i]:plan[i+1] the results of
