@@ -10,7 +10,7 @@ import (
 
 func TestSeedKeepsRevisionsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(Options{Dir: dir})
+	s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
 	cs := &pb.ConfState{Voters: []uint64{1}}
 	kvs := []command.KV{
@@ -21,7 +21,7 @@ func TestSeedKeepsRevisionsAcrossReopen(t *testing.T) {
 	require.ErrorIs(t, s.Seed(cs, nil, nil, 1), ErrNotNew)
 	require.NoError(t, s.Close())
 
-	s, err = Open(Options{Dir: dir})
+	s, err = Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
 	defer s.Close()
 	require.False(t, s.IsNew())

@@ -32,7 +32,7 @@ func TestDataDirSoak(t *testing.T) {
 		t.Skip("set COORD_STORAGE_SOAK to a number of changes to run the soak")
 	}
 	dir := t.TempDir()
-	st, err := Open(Options{Dir: dir})
+	st, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
 	defer st.Close()
 	sm := st.StateMachine()

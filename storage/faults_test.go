@@ -102,7 +102,7 @@ func TestCorruptSSTableFaultsTheStore(t *testing.T) {
 	// No automatic compactions: under load Pebble could otherwise merge
 	// the two tables before they are corrupted, and a manual compaction of
 	// the one table left at the bottom is a move that reads nothing.
-	s, err := Open(Options{Dir: dir, OnFault: rec.hook, tunePebble: func(o *pebble.Options) {
+	s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes, OnFault: rec.hook, tunePebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)

@@ -36,7 +36,7 @@ func newestWAL(t *testing.T, dir string) (string, int64) {
 // returns the last index.
 func writeSyncedLog(t *testing.T, dir string) uint64 {
 	t.Helper()
-	s, err := Open(Options{Dir: dir})
+	s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
 	for i := range 10 {
 		term, vote := uint64(1), uint64(1)
@@ -74,7 +74,7 @@ func TestDamagedWALTailIsRefused(t *testing.T) {
 			require.Greater(t, size, int64(4000))
 			do(t, path, size)
 
-			s, err := Open(Options{Dir: dir})
+			s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 			if err == nil {
 				last, _ := s.RaftLog().LastIndex()
 				s.Close()
@@ -92,7 +92,7 @@ func TestIntactStoreReopens(t *testing.T) {
 	dir := t.TempDir()
 	want := writeSyncedLog(t, dir)
 	for range 2 {
-		s, err := Open(Options{Dir: dir})
+		s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 		require.NoError(t, err)
 		last, _ := s.RaftLog().LastIndex()
 		require.Equal(t, want, last)
@@ -148,7 +148,7 @@ func TestMissingMarksFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	writeSyncedLog(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(dir, marksFile)))
-	_, err := Open(Options{Dir: dir})
+	_, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.ErrorIs(t, err, ErrLostState)
 }
 
@@ -159,14 +159,14 @@ func TestTornMarksSlot(t *testing.T) {
 	writeSyncedLog(t, dir)
 	path := filepath.Join(dir, marksFile)
 	flipByte(t, path, 5)
-	s, err := Open(Options{Dir: dir})
+	s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
 	// Close rewrote a slot: spoil both now.
 	flipByte(t, path, 5)
 	flipByte(t, path, marksSlotSize+5)
-	_, err = Open(Options{Dir: dir})
+	_, err = Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.ErrorIs(t, err, ErrLostState)
 }
 

@@ -109,7 +109,7 @@ func appendNoops(t *testing.T, s *Store, n int) []*pb.Entry {
 // directory's newest (only) segment.
 func storeWithApplied(t *testing.T, dir string, applied int) string {
 	t.Helper()
-	s, err := Open(Options{Dir: dir})
+	s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
 	var ents []*pb.Entry
 	for range 10 {
@@ -161,7 +161,7 @@ func TestRefusedOpenChangesNothing(t *testing.T) {
 		dir  string
 		opts Options
 	}
-	onDisk := func(dir string) damaged { return damaged{fs: vfs.Default, dir: dir, opts: Options{Dir: dir}} }
+	onDisk := func(dir string) damaged { return damaged{fs: vfs.Default, dir: dir, opts: Options{Dir: dir, segmentBytes: testSegmentBytes}} }
 	inMem := func(disk *MemDisk) damaged { return damaged{fs: disk.fs, dir: "/coord", opts: Options{Disk: disk}} }
 	cases := []struct {
 		name   string
@@ -214,14 +214,14 @@ func TestRefusedOpenChangesNothing(t *testing.T) {
 		}},
 		{"state machine older than the log's start", ErrLostState, func(t *testing.T) damaged {
 			dir := t.TempDir()
-			s, err := Open(Options{Dir: dir})
+			s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 			require.NoError(t, err)
 			ents := appendNoops(t, s, 100)
 			_, err = s.StateMachine().Apply(ents[:30], nil)
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 			old := copyPebble(t, dir, t.TempDir())
-			s, err = Open(Options{Dir: dir})
+			s, err = Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 			require.NoError(t, err)
 			_, err = s.StateMachine().Apply(ents[30:], nil)
 			require.NoError(t, err)

@@ -218,3 +218,8 @@ func requireSameKV(t testing.TB, want, got command.KV, msgAndArgs ...any) {
 	want.Value, got.Value = nil, nil
 	require.Equal(t, want, got, msgAndArgs...)
 }
+
+// testSegmentBytes is the Raft log's segment size in tests on a real
+// disk: a default 32 MiB segment is filled, synced and (in the refusal
+// tests) hashed whole, which under the race detector costs seconds.
+const testSegmentBytes = 256 << 10

@@ -218,6 +218,10 @@ type Options struct {
 	// stop automatic compactions with it, so the tables they corrupt are
 	// the ones a manual compaction must read).
 	tunePebble func(*pebble.Options)
+	// segmentBytes, if set, is the Raft log's segment size on a real
+	// disk (tests keep it small: every cut writes and syncs the whole
+	// segment, and refusal tests hash every file).
+	segmentBytes int64
 }
 
 func (o *Options) setDefaults() {
@@ -344,6 +348,9 @@ func Open(opts Options) (s *Store, err error) {
 	}
 	if opts.tunePebble != nil {
 		opts.tunePebble(popts)
+	}
+	if opts.segmentBytes != 0 {
+		segBytes = opts.segmentBytes
 	}
 	// A commit that fails while opening panics in Pebble (faultLogger).
 	defer recoverFault(&err)

@@ -99,7 +99,7 @@ func TestUpgradeFromFormat1(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(v1Testdata)))
 	for range 2 {
-		s, err := Open(Options{Dir: dir})
+		s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 		require.NoError(t, err)
 		requireUpgraded(t, s)
 		require.NoError(t, s.Close())
