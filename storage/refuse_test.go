@@ -161,7 +161,9 @@ func TestRefusedOpenChangesNothing(t *testing.T) {
 		dir  string
 		opts Options
 	}
-	onDisk := func(dir string) damaged { return damaged{fs: vfs.Default, dir: dir, opts: Options{Dir: dir, segmentBytes: testSegmentBytes}} }
+	onDisk := func(dir string) damaged {
+		return damaged{fs: vfs.Default, dir: dir, opts: Options{Dir: dir, segmentBytes: testSegmentBytes}}
+	}
 	inMem := func(disk *MemDisk) damaged { return damaged{fs: disk.fs, dir: "/coord", opts: Options{Disk: disk}} }
 	cases := []struct {
 		name   string
