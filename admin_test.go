@@ -14,6 +14,7 @@ import (
 // through its Admin handle (add, use, remove the old) and sees the
 // keyring's view follow; a member that does not gossip has no keyring.
 func TestAdminGossipKeyring(t *testing.T) {
+	t.Parallel()
 	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
 	c := coordtest.NewCluster(t, 1, coordtest.WithGossip(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.Gossip.Keys = [][]byte{k1}
@@ -43,6 +44,7 @@ func TestAdminGossipKeyring(t *testing.T) {
 // asked of the leader or of a follower, and the cell writes on; an
 // unknown name is ErrUnknownMember, the leader itself a no-op.
 func TestAdminMoveLeader(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	for round := range 3 {

@@ -129,6 +129,7 @@ func prop(from, to uint64, cmds ...*command.Command) *pb.Message {
 }
 
 func TestOutsiderCannotSpeakForTheCell(t *testing.T) {
+	t.Parallel()
 	nodes, peers := tcpCell(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -234,6 +235,7 @@ func keysOf(kvs []coord.KV) []string {
 }
 
 func TestSecretKeepsStrangersOut(t *testing.T) {
+	t.Parallel()
 	secret := bytes.Repeat([]byte{7}, 32)
 	nodes, peers := tcpCell(t, func(c *coord.Config) { c.Secret = secret })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestBackupUnderWritesRestoresIntoNewCell(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		src := coordtest.NewCluster(t, 3)
 		leader := src.Leader()
@@ -110,6 +111,7 @@ func TestBackupUnderWritesRestoresIntoNewCell(t *testing.T) {
 }
 
 func TestRestoreRefusesBadBackups(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	n := c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

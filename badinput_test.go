@@ -18,6 +18,7 @@ import (
 )
 
 func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.MaxKeySize = 32
 		cfg.MaxValueSize = 100
@@ -52,6 +53,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 }
 
 func TestQuotaRefusesGrowthButAllowsDeletes(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.QuotaBytes = 4 << 10
 	}))
@@ -85,6 +87,7 @@ func TestQuotaRefusesGrowthButAllowsDeletes(t *testing.T) {
 }
 
 func TestOpenRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for name, cfg := range map[string]coord.Config{
 		"no name":                {},
@@ -111,6 +114,7 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 
 // Every error from Open wraps a sentinel: a port in use is ErrListen.
 func TestOpenErrorsWrapSentinels(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
@@ -122,6 +126,7 @@ func TestOpenErrorsWrapSentinels(t *testing.T) {
 // Requests that could never work are refused before they start, and a
 // closed member answers ErrClosed, serializable reads included.
 func TestBadRequestsAndClosedMember(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(0)
@@ -142,6 +147,7 @@ func TestBadRequestsAndClosedMember(t *testing.T) {
 // A member that joined restarts without Join: its data directory knows
 // its cell, and its peer list need not name it.
 func TestJoinedMemberRestartsWithoutJoin(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 30*time.Second)
 	network := transport.NewNetwork(1)
 	defer network.Close()

@@ -187,6 +187,7 @@ func writeRandom(ctx context.Context, t *testing.T, w coord.Cell, m *cacheModel,
 // A cache sees the writes made elsewhere, a revision at a time and in
 // order: every cached List is the cell's state at the revision it names.
 func TestClientCacheSeesWritesInOrder(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, withCache("c/"))
@@ -217,6 +218,7 @@ func TestClientCacheSeesWritesInOrder(t *testing.T) {
 // A serializable read after a write through the same client sees the
 // write (the read waits for the cache to reach it).
 func TestClientCacheReadYourWrites(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, withCache("ryw/"))
@@ -271,6 +273,7 @@ func TestClientCacheReadYourWrites(t *testing.T) {
 
 // Linearizable reads go to the member; so do reads outside the cache.
 func TestClientCacheLinearizableReadsGoToMember(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, withCache("lin/"))
@@ -311,6 +314,7 @@ func appliedEverywhere(ctx context.Context, t *testing.T, c *coordtest.Cluster) 
 // A client that has just connected answers from the member until its
 // cache has listed: never from an empty cache.
 func TestClientCacheNeverAnswersBeforeListing(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	ctx := ctxT(t, 60*time.Second)
@@ -343,6 +347,7 @@ func TestClientCacheNeverAnswersBeforeListing(t *testing.T) {
 // repeat, and every cached List on the way is the cell's state at its
 // revision.
 func TestClientCacheFailover(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, withCache("f/"))
@@ -385,6 +390,7 @@ func TestClientCacheFailover(t *testing.T) {
 // history comes back to a compacted revision: the cache lists again and
 // converges on the cell.
 func TestClientCacheRelistsOnCompaction(t *testing.T) {
+	t.Parallel()
 	var blocked atomic.Bool
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.HistoryRevisions = 20
@@ -439,6 +445,7 @@ func TestClientCacheRelistsOnCompaction(t *testing.T) {
 // Readers share the cache with its feed under -race: each sees every
 // key's values only move forward, and every listing's revision too.
 func TestClientCacheConcurrentReaders(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, withCache("r/"))
@@ -494,6 +501,7 @@ func TestClientCacheConcurrentReaders(t *testing.T) {
 // so, reads go to the member (and are right), and once the prefix fits
 // again the cache lists it and answers again.
 func TestClientCacheByteBound(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, withCache("b/"), func(cfg *coord.ClientConfig) { cfg.CacheMaxBytes = 2000 })
@@ -530,6 +538,7 @@ func TestClientCacheByteBound(t *testing.T) {
 }
 
 func TestClientCacheConfig(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 1)
 	c.Leader()
 	ctx := ctxT(t, 10*time.Second)

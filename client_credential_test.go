@@ -73,6 +73,7 @@ func connectCred(t *testing.T, ctx context.Context, c *coordtest.Cluster, name, 
 // or root, so it can neither resume nor end bob's session, nor write
 // root's keys, and its failed attempts are counted by the members.
 func TestClientCredentialProvesOneName(t *testing.T) {
+	t.Parallel()
 	c, creds := credCell(t, nil)
 	ctx := ctxT(t, 60*time.Second)
 	bob, err := connectCred(t, ctx, c, "bob", creds["bob"])
@@ -199,6 +200,7 @@ func dialTLS(ctx context.Context, addr string, tc *tls.Config) (net.Conn, error)
 // which also ends the connections it admitted), while other clients,
 // and the revoked client's next generation, still connect and work.
 func TestClientCredentialRevoked(t *testing.T) {
+	t.Parallel()
 	c, creds := credCell(t, func(cfg *coord.Config) { cfg.ClientRevoked = map[string]uint64{"root": 1} })
 	ctx := ctxT(t, 60*time.Second)
 	_, err := connectCred(t, ctx, c, "", creds["root"])
@@ -248,6 +250,7 @@ func TestClientCredentialRevoked(t *testing.T) {
 // TestClientCredentialNeverMakesAMember: a credential's certificate,
 // even one naming a member, is refused by the members' transport.
 func TestClientCredentialNeverMakesAMember(t *testing.T) {
+	t.Parallel()
 	secret := bytes.Repeat([]byte{0x43}, 32)
 	for name, clientSecret := range map[string][]byte{"client secret apart": bytes.Repeat([]byte{0x44}, 32), "the member secret": nil} {
 		_, peers := tcpCell(t, func(c *coord.Config) { c.Secret, c.ClientSecret = secret, clientSecret })
@@ -274,6 +277,7 @@ func TestClientCredentialNeverMakesAMember(t *testing.T) {
 // TestClientCredentialConfig: Connect refuses a credential it cannot
 // use before dialling anyone, and IssueClientCredential bad arguments.
 func TestClientCredentialConfig(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 10*time.Second)
 	cred, err := coord.IssueClientCredential(credClientSecret, "alice", 1)
 	require.NoError(t, err)
@@ -304,6 +308,7 @@ func TestClientCredentialConfig(t *testing.T) {
 // TestClientSecretDeprecated: a client given the client secret itself
 // still connects, as before credentials, and is told why it should not.
 func TestClientSecretDeprecated(t *testing.T) {
+	t.Parallel()
 	c, _ := credCell(t, nil)
 	ctx := ctxT(t, 30*time.Second)
 	var logs lockedBuffer
@@ -321,6 +326,7 @@ func TestClientSecretDeprecated(t *testing.T) {
 // verifies the member with the client CA alone, as a plain tls.Config
 // does: it is admitted as the credential's name.
 func TestClientCredentialAsPEMFiles(t *testing.T) {
+	t.Parallel()
 	var ids identities
 	c, _ := credCell(t, func(cfg *coord.Config) {
 		cfg.ClientPolicy = func(id string) (coord.ClientGrant, error) {

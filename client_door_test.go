@@ -89,6 +89,7 @@ func closedByPeer(t *testing.T, conn net.Conn, within time.Duration) {
 // clients from another address all get in while the flood goes on, and
 // the member never holds more than its bound.
 func TestClientDoorSilentFlood(t *testing.T) {
+	t.Parallel()
 	honestFrom := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
 	if l, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
 		t.Skipf("no second loopback address to dial from: %v", err)
@@ -172,6 +173,7 @@ func TestClientDoorSilentFlood(t *testing.T) {
 
 // Connections per identity are bounded once admitted.
 func TestClientDoorPerIdentity(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) { cfg.ClientMaxPerIdentity = 2 })
 	n := c.Node(0)
 	ctx := ctxT(t, 20*time.Second)
@@ -196,6 +198,7 @@ func TestClientDoorPerIdentity(t *testing.T) {
 // after the I/O timeout and a silent connection after the idle one; a
 // client that pings stays.
 func TestClientDoorIdleAndStalled(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
 		cfg.ClientIdleTimeout = 4 * time.Second
 		cfg.ClientIOTimeout = 200 * time.Millisecond
@@ -238,6 +241,7 @@ func TestClientDoorIdleAndStalled(t *testing.T) {
 // Now its queue stays within ClientQueueBytes and it is cut off; other
 // clients are served throughout.
 func TestClientDoorSlowReaderCut(t *testing.T) {
+	t.Parallel()
 	const limit = 256 << 10
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
 		cfg.ClientQueueBytes = limit
@@ -271,6 +275,7 @@ func TestClientDoorSlowReaderCut(t *testing.T) {
 // that still does not read is then cut off, as TestClientDoorSlowReaderCut
 // shows for replies.)
 func TestClientDoorWatchesBoundedInBytes(t *testing.T) {
+	t.Parallel()
 	const limit = 256 << 10
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) { cfg.ClientQueueBytes = limit })
 	n := c.Node(0)
@@ -361,6 +366,7 @@ func TestClientDoorKeepAliveIDs(t *testing.T) {
 // write with no deadline, and Serve for it. Now the member ends such a
 // connection itself at once, and Close returns promptly.
 func TestClientDoorCloseWithUnreadReplies(t *testing.T) {
+	t.Parallel()
 	for _, end := range []string{"half-close", "bad frame"} {
 		t.Run(end, func(t *testing.T) {
 			c := serveCluster(t, 1, func(_ int, cfg *coord.Config) { cfg.ClientIOTimeout = time.Hour })
@@ -398,6 +404,7 @@ func TestClientDoorCloseWithUnreadReplies(t *testing.T) {
 // reads holds replies queued and keeps sending: nothing waits on the
 // client.
 func TestClientDoorCloseWhileClientNeverReads(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
 		cfg.TLS = ca.config(t, cfg.Name)

@@ -19,6 +19,7 @@ import (
 // the client's sessions silent each interval, and wrote a silence mark
 // and a seen mark for each.
 func TestClientOutOfPhaseWritesNoMarks(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(i int, cfg *coord.Config) {
 			cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = 100*time.Millisecond, 10, 1

@@ -22,6 +22,7 @@ import (
 // off from theirs, so clients fail over mid-operation. The history,
 // clients' and members' together, must be linearizable.
 func TestClientLinearizableUnderFaults(t *testing.T) {
+	t.Parallel()
 	seed := rand.Int64()
 	t.Logf("seed %d", seed)
 	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed), coordtest.WithClients())

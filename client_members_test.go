@@ -21,6 +21,7 @@ import (
 // client dials TCP), deduplicated and capped, and an answer that leaves
 // out earlier addresses does not make the client forget them.
 func TestClientLearnedAddrs(t *testing.T) {
+	t.Parallel()
 	configured := []string{"10.0.0.1:7001"}
 	answer := []string{
 		"10.0.0.1:7001",                 // configured: never listed twice
@@ -56,6 +57,7 @@ func TestClientLearnedAddrs(t *testing.T) {
 // members), and moves to one of them when its only configured member
 // crashes, its session and watch carrying on.
 func TestClientFailoverToLearnedMember(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithGossip(), coordtest.WithClients())
 	c.Leader()
 	cl := connect(t, c, func(cfg *coord.ClientConfig) { cfg.Members = []string{c.Name(0)} })
@@ -102,6 +104,7 @@ func TestClientFailoverToLearnedMember(t *testing.T) {
 // TestClientServeAddrs: a member answers Members with the addresses it
 // serves clients on, dialable ones only: a wildcard bind is left out.
 func TestClientServeAddrs(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 1)
 	n := c.Leader()
 	if got := coord.ClientServeAddrs(n); !slices.Equal(got, []string{c.Name(0)}) {
@@ -145,6 +148,7 @@ func TestClientServeAddrs(t *testing.T) {
 // and the member just left last; so a client that loses a member that
 // still accepts connections (cut off from the cell) goes to another one.
 func TestClientRoundsRotate(t *testing.T) {
+	t.Parallel()
 	got := coord.ClientRounds([]string{"a", "b", "c"}, []string{"x"}, 4)
 	want := [][]string{
 		{"a", "b", "c", "x"},

@@ -32,6 +32,7 @@ func connectOffLeader(t *testing.T, c *coordtest.Cluster) (*coord.Client, int) {
 // no deadline, returns its result, and the write applies once (a client
 // used to end it ErrAmbiguous when the connection went).
 func TestClientWriteSurvivesItsMember(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	cl, m := connectOffLeader(t, c)
 	ctx := context.Background()
@@ -62,6 +63,7 @@ func TestClientWriteSurvivesItsMember(t *testing.T) {
 // Another client cannot settle it for the first (its owner is its own
 // identity, whatever ID it names).
 func TestClientOutcome(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	cl, m := connectOffLeader(t, c)
 	other := connect(t, c)
@@ -111,6 +113,7 @@ func TestClientOutcome(t *testing.T) {
 // An idempotency key through clients of one identity: resubmitted by a
 // new client (as after a restart), the write applies once.
 func TestClientIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	ctx := context.Background()
 	same := func(cfg *coord.ClientConfig) { cfg.Name = "scheduler" }

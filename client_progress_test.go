@@ -32,6 +32,7 @@ func clientEvent(t *testing.T, w *coord.Watcher) coord.Event {
 // its member's when it asked (changes outside the prefix included), also
 // when the watcher shares its upstream with a watcher of a wider prefix.
 func TestClientWatchRequestProgress(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -120,6 +121,7 @@ func TestClientWatchRequestProgress(t *testing.T) {
 // changes under is answered at once with the revision it is current to,
 // and after a change elsewhere with that change's revision or later.
 func TestClientWatchRequestProgressQuiet(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -150,6 +152,7 @@ func TestClientWatchRequestProgressQuiet(t *testing.T) {
 // the client moves to another member is answered there, once, at or
 // above what the watch delivered before and the client wrote since.
 func TestClientWatchRequestProgressFailover(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)

@@ -39,6 +39,7 @@ func connectAs(t *testing.T, ctx context.Context, addrs []string, name string) *
 // hold and its token. The client's own recipes work as before, and an
 // admin grant may break a hold.
 func TestClientCannotBreakAnotherSessionsLock(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 3, func(_ int, cfg *coord.Config) { cfg.ClientPolicy = recipeGrants })
 	ctx := ctxT(t, 60*time.Second)
 	addrs := clientAddrs(c)

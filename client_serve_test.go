@@ -111,6 +111,7 @@ func wireCode(err error) clientwire.Code {
 }
 
 func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 3, nil)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(1)
@@ -165,6 +166,7 @@ func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
 // own sessions' commands; another client's sessions are refused for
 // ephemeral writes, ends and keep-alives, and nothing changes.
 func TestServeClientsTrust(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 3, nil)
 	ctx := ctxT(t, 20*time.Second)
 	a, err := dialRaw(t, ctx, c.Node(0).Admin().ClientAddr(), "alice")
@@ -213,6 +215,7 @@ func TestServeClientsTrust(t *testing.T) {
 // their member its normal number of keep-alive messages to the leader:
 // one per interval, not one per client or per session.
 func TestServeClientsKeepAliveFolding(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 3, nil)
 	ctx := ctxT(t, 60*time.Second)
 	lead := c.LeaderIndex()
@@ -303,6 +306,7 @@ func readRawFrame(t *testing.T, conn net.Conn) (clientwire.Kind, uint64, clientw
 // TooManyRequests while another client is served; bad frames close only
 // their connection; one client more than MaxClients is refused cleanly.
 func TestServeClientsLimits(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
 		cfg.MaxClients = 3
 		cfg.ClientMaxInFlight = 2
@@ -361,6 +365,7 @@ func TestServeClientsLimits(t *testing.T) {
 // TestServeClientsPolicy: ClientPolicy refuses identities with its
 // reason, and a client writes only under its granted prefixes.
 func TestServeClientsPolicy(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) {
 		cfg.ClientPolicy = func(id string) (coord.ClientGrant, error) {
 			switch id {
@@ -411,6 +416,7 @@ func TestServeClientsPolicy(t *testing.T) {
 // the member closes; Close ends every client connection and
 // ServeClients returns ErrClosed.
 func TestServeClientsEndsAtClose(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(0)

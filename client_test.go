@@ -33,6 +33,7 @@ func connect(t *testing.T, c *coordtest.Cluster, opts ...func(*coord.ClientConfi
 }
 
 func TestClientKV(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -114,6 +115,7 @@ func collect(t *testing.T, w *coord.Watcher, n int) []coord.Event {
 }
 
 func TestClientWatchMerged(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -175,6 +177,7 @@ func TestClientWatchMerged(t *testing.T) {
 }
 
 func TestClientRecipes(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -270,6 +273,7 @@ func TestClientRecipes(t *testing.T) {
 // 1,000 sessions over 10 clients: each client sends one keep-alive
 // message per interval for all its sessions, not one per session.
 func TestClientKeepAliveBatching(t *testing.T) {
+	t.Parallel()
 	// In virtual time: the window counts intervals of the clients' own
 	// clocks, which a loaded machine's scheduler would otherwise stretch.
 	synctest.Test(t, clientKeepAliveBatching)
@@ -388,6 +392,7 @@ func memberIndex(c *coordtest.Cluster, name string) int {
 // its session, its lock and its watch carry on, the watch seeing every
 // revision exactly once.
 func TestClientFailoverCrash(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -460,6 +465,7 @@ func TestClientFailoverCrash(t *testing.T) {
 // A client cut off from its member (no error, just silence) notices by
 // its pings and moves on, its session intact.
 func TestClientFailoverCut(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)
@@ -499,6 +505,7 @@ func TestClientFailoverCut(t *testing.T) {
 // session expires; a Fence then refuses its token once the next holder's
 // was admitted.
 func TestClientStaleTokenFenced(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	var blocked atomic.Bool
@@ -556,6 +563,7 @@ func TestClientStaleTokenFenced(t *testing.T) {
 }
 
 func TestClientConnectErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	if _, err := coord.Connect(ctx, coord.ClientConfig{Members: []string{"x"}}); !errors.Is(err, coord.ErrInvalidConfig) {
 		t.Fatalf("no name: %v", err)
@@ -576,6 +584,7 @@ func TestClientConnectErrors(t *testing.T) {
 // creation made the member and the leader look up every session at
 // every tick, and starved a busy host.
 func TestClientKeepAliveSendsOnlyNewSessionsBetweenIntervals(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -621,6 +630,7 @@ func TestClientKeepAliveSendsOnlyNewSessionsBetweenIntervals(t *testing.T) {
 // that is not closed, that is a lost member, not the end. Its reads and
 // writes wait for the connection to end and go to the next member.
 func TestClientMovesOnFromClosingMember(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c)

@@ -53,6 +53,7 @@ func clientAddrs(c *coordtest.Cluster) []string {
 // TestClientSecret: a client holding the client secret authenticates as
 // the name it chose; one with another secret is refused, errors.Is-able.
 func TestClientSecret(t *testing.T) {
+	t.Parallel()
 	memberSecret := bytes.Repeat([]byte{1}, 32)
 	clientSecret := bytes.Repeat([]byte{2}, 32)
 	var ids identities
@@ -85,6 +86,7 @@ func TestClientSecret(t *testing.T) {
 // TestClientSecretFromMemberSecret: without a client secret, clients use
 // the member secret, and still get a client certificate, not a member's.
 func TestClientSecretFromMemberSecret(t *testing.T) {
+	t.Parallel()
 	secret := bytes.Repeat([]byte{4}, 32)
 	var ids identities
 	c := serveCluster(t, 1, func(_ int, cfg *coord.Config) { cfg.Secret, cfg.ClientPolicy = secret, ids.policy })
@@ -98,6 +100,7 @@ func TestClientSecretFromMemberSecret(t *testing.T) {
 }
 
 func TestClientSecretConfigChecked(t *testing.T) {
+	t.Parallel()
 	_, err := coord.Open(context.Background(), coord.Config{Name: "a", Peers: []coord.Peer{{Name: "a", Addr: "127.0.0.1:0"}},
 		ClientSecret: []byte("too short")})
 	require.ErrorIs(t, err, coord.ErrInvalidConfig)
@@ -107,6 +110,7 @@ func TestClientSecretConfigChecked(t *testing.T) {
 // does not pass for a member, even when the client secret is the
 // members' own.
 func TestClientSecretRefusedByMembers(t *testing.T) {
+	t.Parallel()
 	secret := bytes.Repeat([]byte{5}, 32)
 	_, peers := tcpCell(t, func(c *coord.Config) { c.Secret, c.ClientSecret = secret, secret })
 	tc, err := transport.ClientSecretTLS(secret, peers[1].Name)
@@ -167,6 +171,7 @@ func (ca *testCA) config(t *testing.T, name string) *tls.Config {
 // client is known by its certificate's name, and its sessions are its
 // own: another client cannot end them.
 func TestClientTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	nodes, _ := tcpCell(t, func(c *coord.Config) {
 		c.TLS = ca.config(t, c.Name)
@@ -215,6 +220,7 @@ func TestClientTLS(t *testing.T) {
 // clients of either kind; a PKI client trusts the client CA to verify
 // the member.
 func TestClientSecretWithTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	clientSecret := bytes.Repeat([]byte{6}, 32)
 	var ids identities

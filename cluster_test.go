@@ -20,6 +20,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestPutGetAcrossMembers(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	leader := c.LeaderIndex()
@@ -48,6 +49,7 @@ func TestPutGetAcrossMembers(t *testing.T) {
 }
 
 func TestCompareAndSet(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(0)
@@ -76,6 +78,7 @@ func TestCompareAndSet(t *testing.T) {
 }
 
 func TestTxnAndList(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(1)
@@ -114,6 +117,7 @@ func TestTxnAndList(t *testing.T) {
 }
 
 func TestLeaderCrashElectsNewLeader(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	old := c.LeaderIndex()
@@ -137,6 +141,7 @@ func TestLeaderCrashElectsNewLeader(t *testing.T) {
 }
 
 func TestMinorityRefusesMajorityContinues(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 5)
 		ctx := ctxT(t, 30*time.Second)
@@ -192,6 +197,7 @@ func TestMinorityRefusesMajorityContinues(t *testing.T) {
 }
 
 func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.CompactEvery = 50
 		cfg.CatchUpEntries = 10
@@ -221,6 +227,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 }
 
 func TestCrashAndRestartEveryMemberKeepsAcknowledgedWrites(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 30*time.Second)
 	acked := map[string]string{}
@@ -248,6 +255,7 @@ func TestCrashAndRestartEveryMemberKeepsAcknowledgedWrites(t *testing.T) {
 }
 
 func TestWatchFromRevision(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(0)
@@ -285,6 +293,7 @@ func TestWatchFromRevision(t *testing.T) {
 }
 
 func TestWatchBelowRetainedHistoryIsCompacted(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.HistoryRevisions = 10
 	}))

@@ -67,6 +67,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // others' Raft addresses, with BootstrapExpect 3: one cell forms and
 // every member ends in it.
 func TestGossipFormsOneCell(t *testing.T) {
+	t.Parallel()
 	for run := range 3 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -99,6 +100,7 @@ func TestGossipFormsOneCell(t *testing.T) {
 // TestGossipReplacesDeadVoter kills a voter of 3 (with a standby) and
 // sees the autopilot promote the standby and remove the dead voter.
 func TestGossipReplacesDeadVoter(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(testLogger()),
 			coordtest.WithConfig(func(i int, cfg *coord.Config) { cfg.Gossip.Autopilot.Voters = 3 }))
@@ -137,6 +139,7 @@ func TestGossipReplacesDeadVoter(t *testing.T) {
 // in orders and at times drawn from different seeds: every run ends with
 // all 7 in one cell (one leader, whom every member follows), never two.
 func TestGossipOneCellAnyStartOrder(t *testing.T) {
+	t.Parallel()
 	// Staggered starts once left a member whose set lost a member to a
 	// later view waiting out Open's deadline (one run in about twelve,
 	// seed 2437704248412617070, and 1365949003272237408): members outside
@@ -208,6 +211,7 @@ func votersNow(t *testing.T, c *coordtest.Cluster, i int) []string {
 // minority's autopilot thinks, the majority's members all stay voters,
 // and the cell serves on both sides of the partition's end.
 func TestGossipMinorityPartitionRemovesNoMajority(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 5, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second),
 			coordtest.WithLogger(testLogger()))
@@ -251,6 +255,7 @@ func TestGossipMinorityPartitionRemovesNoMajority(t *testing.T) {
 // so no zone holds a majority (2+2+1), and the cell keeps serving when
 // all of zone a dies at once.
 func TestGossipZoneLossKeepsServing(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		zones := []string{"a", "a", "a", "b", "b", "c"}
 		c := coordtest.NewCluster(t, 6, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second),
@@ -292,6 +297,7 @@ func TestGossipZoneLossKeepsServing(t *testing.T) {
 // probe of it goes unanswered reports it suspect before failed, and every
 // member reports it alive once the cut heals.
 func TestGossipHealthSuspect(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 5, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(testLogger()),
 			// The autopilot adds the members, and removes none for the cut.
@@ -513,6 +519,7 @@ func threeVotersAndStandby(t *testing.T, c *coordtest.Cluster) (leader, standby,
 // healthy replacement, and 3 voters is the target) and decides nothing;
 // once the standby is stable again it replaces the dead voter.
 func TestGossipFlappingStandbyNotChurned(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const stabilization = 3 * time.Second
 		rec := newAPRecorder()
@@ -566,6 +573,7 @@ func TestGossipFlappingStandbyNotChurned(t *testing.T) {
 // an empty data directory: it joins again as a new member (another Raft
 // ID), a learner, and is promoted when the next voter dies.
 func TestGossipRemovedNameComesBackAsNew(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		rec := newAPRecorder()
 		c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(slog.New(rec)),
@@ -621,6 +629,7 @@ func TestGossipRemovedNameComesBackAsNew(t *testing.T) {
 // left (a crash would keep them an hour). A fresh Open under the voter's
 // name joins as a new learner and is promoted back to 3 voters.
 func TestGossipLeftMemberRemovedAtOnce(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		rec := newAPRecorder()
 		c := coordtest.NewCluster(t, 4, coordtest.WithGossip(), coordtest.WithWaitTimeout(30*time.Second), coordtest.WithLogger(slog.New(rec)),

@@ -30,6 +30,7 @@ func get(t *testing.T, h http.Handler, path string, header ...string) (int, stri
 }
 
 func TestHandlerHealthReadyStatus(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	leader := c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -72,6 +73,7 @@ func TestHandlerHealthReadyStatus(t *testing.T) {
 }
 
 func TestReadyzWithoutQuorum(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	li := c.LeaderIndex()
 	// A member cut off from the others loses its leader once its
@@ -110,6 +112,7 @@ func TestReadyzWithoutQuorum(t *testing.T) {
 }
 
 func TestHealthzAfterClose(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	n := c.Leader()
 	h := n.Handler()
@@ -179,6 +182,7 @@ func htmlTables(t *testing.T, page string) (map[string][][]string, map[string]st
 }
 
 func TestHandlerPageShowsLocksElectionsSessions(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	n := c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -230,6 +234,7 @@ func TestHandlerPageShowsLocksElectionsSessions(t *testing.T) {
 }
 
 func TestAdminRequiresToken(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	h := c.Leader().Handler(coord.WithAdmin("s3cret"))
 	code, _ := get(t, h, "/admin/status")
@@ -246,6 +251,7 @@ func TestAdminRequiresToken(t *testing.T) {
 // TestAdminRefusesBadRequests sends the admin API what a confused or
 // hostile client might: each gets a 400 with a reason and writes nothing.
 func TestAdminRefusesBadRequests(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		// A small frame, so that a body past it is cheap to send.
 		cfg.MaxTxnOps, cfg.MaxFrameSize = 16, 4<<20

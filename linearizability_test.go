@@ -119,6 +119,7 @@ var registerModel = porcupine.Model{
 // happen (ErrNoQuorum) are left out; ambiguous writes stay in with an
 // open end, as Jepsen does.
 func TestLinearizableUnderFaults(t *testing.T) {
+	t.Parallel()
 	seed := rand.Int64()
 	t.Logf("seed %d", seed)
 	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed))

@@ -35,6 +35,7 @@ import (
 // logged; coordtest.WithSeed replays the network's randomness (the
 // schedule of goroutines is not replayable).
 func TestLockSafetyUnderFaults(t *testing.T) {
+	t.Parallel()
 	seed := rand.Int64()
 	t.Logf("seed %d", seed)
 	duration := soakDuration(5 * time.Second)

@@ -151,6 +151,7 @@ func TestMutexFIFOAndNoHerd(t *testing.T) {
 // follower, then the leader): its session expires and the lock passes to
 // a waiter on another member within about TTL plus an election timeout.
 func TestMutexPassesOnWhenHolderDies(t *testing.T) {
+	t.Parallel()
 	for _, holderIsLeader := range []bool{false, true} {
 		t.Run(fmt.Sprintf("holderIsLeader=%v", holderIsLeader), func(t *testing.T) {
 			c := coordtest.NewCluster(t, 3)

@@ -26,6 +26,7 @@ func memberNames(t *testing.T, n *coord.Node, ctx context.Context) map[string]bo
 }
 
 func TestLearnerCatchesUpBySnapshotAndServes(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.CompactEvery = 50
 		cfg.CatchUpEntries = 10
@@ -63,6 +64,7 @@ func TestLearnerCatchesUpBySnapshotAndServes(t *testing.T) {
 }
 
 func TestReplaceAVoterWithoutDowntime(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	leaderIdx := c.LeaderIndex()
@@ -131,6 +133,7 @@ func TestReplaceAVoterWithoutDowntime(t *testing.T) {
 // as if nothing happened (which used to panic Raft on the first
 // heartbeat). The cell keeps working with the other two.
 func TestWipedMemberIsRefusedAndStops(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -167,6 +170,7 @@ func TestWipedMemberIsRefusedAndStops(t *testing.T) {
 }
 
 func TestDataDirBelongsToOneMember(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	disk := storage.NewMemDisk()
 	net := transport.NewNetwork(1)
@@ -182,6 +186,7 @@ func TestDataDirBelongsToOneMember(t *testing.T) {
 // A follower's Promote is carried out by the leader, over the admin RPC,
 // and comes back with the leader's verdict as the same sentinels.
 func TestFollowerPromoteAsksTheLeader(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	li := c.LeaderIndex()
@@ -207,6 +212,7 @@ func TestFollowerPromoteAsksTheLeader(t *testing.T) {
 // voter to check its incarnation, and stops once a majority refuse it.
 // The victim is the first leader, so every member knows its incarnation.
 func TestWipedMemberStopsAfterLeaderChange(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -46,6 +46,7 @@ func value(m *dto.Metric) float64 {
 }
 
 func TestMetricsMoveOnA3MemberCell(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	leader := c.Leader()
 	regs := make([]*prometheus.Registry, c.Size())
@@ -132,6 +133,7 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 }
 
 func TestMetricsAfterClose(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	n := c.Leader()
 	reg := prometheus.NewRegistry()
@@ -144,6 +146,7 @@ func TestMetricsAfterClose(t *testing.T) {
 // A session on a member cut off from the cell enters jeopardy and
 // expires, and the member's transport counts what it could not send.
 func TestMetricsSessionJeopardyAndExpiry(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	li := c.LeaderIndex()
 	fi := (li + 1) % 3
@@ -172,6 +175,7 @@ func TestMetricsSessionJeopardyAndExpiry(t *testing.T) {
 // A watch whose consumer stops reading ends as slow, and one from a
 // revision the history no longer holds as compacted; both are counted.
 func TestMetricsWatchEnds(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.HistoryRevisions = 100
 	}))
@@ -203,6 +207,7 @@ func TestMetricsWatchEnds(t *testing.T) {
 // expiry decided by the cell counts once in the cell, on the member that
 // decided it (the leader, for an orphaned session).
 func TestMetricsClientSessionsAndCellExpiries(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
 	regs := make([]*prometheus.Registry, c.Size())
 	byName := map[string]int{}

@@ -43,6 +43,7 @@ func nsKeys(kvs []coord.KV) []string {
 }
 
 func TestNamespaceKV(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		// Neighbours: a sibling whose key extends the prefix's text, and
@@ -105,6 +106,7 @@ func TestNamespaceKV(t *testing.T) {
 }
 
 func TestNamespaceTxn(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		_, err := c.Put(ctx, "k", []byte("bare"))
@@ -160,6 +162,7 @@ func TestNamespaceTxn(t *testing.T) {
 // A user's delete of everything in a namespace leaves the locks and
 // elections taken through it, and other namespaces, as they were.
 func TestNamespaceDeletePrefixSparesRecipes(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		other := coord.Namespace(c, root+"other/")
@@ -219,6 +222,7 @@ func TestNamespaceDeletePrefixSparesRecipes(t *testing.T) {
 
 // A recipe's Cmp names the recipe's key inside a namespace's Txn.
 func TestNamespaceTxnIsOwner(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		s, err := ns.NewSession(ctx, coord.WithTTL(2*time.Second))
@@ -244,6 +248,7 @@ func TestNamespaceTxnIsOwner(t *testing.T) {
 }
 
 func TestNamespaceWatch(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		_, rev, err := ns.List(ctx, "")
@@ -306,6 +311,7 @@ func describe(ev coord.Event) string {
 }
 
 func TestNamespaceListWatch(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		ns := coord.Namespace(c, root+"app/")
 		_, err := ns.Put(ctx, "a", []byte("1"))
@@ -338,6 +344,7 @@ func TestNamespaceListWatch(t *testing.T) {
 // A namespace that would reach the recipes' keys, or is too long, is
 // refused on every call, and changes nothing.
 func TestNamespaceBadPrefix(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		_, rev, err := c.List(ctx, "")
 		require.NoError(t, err)
@@ -402,6 +409,7 @@ func TestNamespaceBadPrefix(t *testing.T) {
 }
 
 func TestNamespaceNested(t *testing.T) {
+	t.Parallel()
 	nsCells(t, func(t *testing.T, ctx context.Context, c coord.Cell, root string) {
 		outer := coord.Namespace(c, root+"a/")
 		inner := coord.Namespace(outer, "b/")

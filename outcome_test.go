@@ -30,6 +30,7 @@ func waitDone(t *testing.T, c *coordtest.Cluster, what string, errc <-chan error
 // returns once the partition heals, and applies once (issue finding 1:
 // the forward the network dropped was never sent again).
 func TestPutOnIsolatedFollowerReturnsAfterHeal(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	lead := c.LeaderIndex()
 	f := (lead + 1) % 3
@@ -52,6 +53,7 @@ func TestPutOnIsolatedFollowerReturnsAfterHeal(t *testing.T) {
 // Under continuous 10% message loss every Put with no deadline returns,
 // each applied once.
 func TestPutsUnderMessageLossReturn(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	c.Leader()
 	c.SetDropRate(0.1)
@@ -78,6 +80,7 @@ func TestPutsUnderMessageLossReturn(t *testing.T) {
 // once the new leader is known, without ErrAmbiguous (finding 2: they
 // used to wait two election timeouts and end ambiguous).
 func TestInFlightWritesSurviveLeaderLoss(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	old := c.LeaderIndex()
 	// Followers' forwards still reach the old leader, nothing comes back:
@@ -116,6 +119,7 @@ func TestInFlightWritesSurviveLeaderLoss(t *testing.T) {
 // *AmbiguousError, and Outcome settles it (finding 3: the scheduler had
 // to guess whether its "done" CAS happened).
 func TestAmbiguousCASOutcome(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	lead := c.LeaderIndex()
 	f := (lead + 1) % 3
@@ -156,6 +160,7 @@ func TestAmbiguousCASOutcome(t *testing.T) {
 }
 
 func TestOutcomeOfAppliedWrite(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3)
 		lead := c.LeaderIndex()
@@ -186,6 +191,7 @@ func TestOutcomeOfAppliedWrite(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := context.Background()
 	first, err := c.Node(0).Put(ctx, "jobs/17/result", []byte("ok"), coord.IdempotencyKey("job-17"))

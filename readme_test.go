@@ -59,6 +59,7 @@ func TestReadmeExample(t *testing.T) {
 // TestReadmeExample runs, so the README never shows code that does not
 // compile or work.
 func TestReadmeShowsItsExample(t *testing.T) {
+	t.Parallel()
 	src := readFile(t, "readme_test.go")
 	start := strings.Index(src, "func TestReadmeExample(")
 	require.GreaterOrEqual(t, start, 0)
@@ -71,6 +72,7 @@ func TestReadmeShowsItsExample(t *testing.T) {
 }
 
 func TestReadmeSize(t *testing.T) {
+	t.Parallel()
 	fi, err := os.Stat("README.md")
 	require.NoError(t, err)
 	require.LessOrEqual(t, fi.Size(), int64(readmeMaxBytes),
@@ -81,6 +83,7 @@ func TestReadmeSize(t *testing.T) {
 // and docs/*.md: the file (or directory) it names exists, and a
 // #fragment names a heading of the Markdown file it points into.
 func TestDocLinks(t *testing.T) {
+	t.Parallel()
 	files := []string{"README.md", "ARCHITECTURE.md"}
 	guides, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	require.NoError(t, err)
@@ -113,6 +116,7 @@ func TestDocLinks(t *testing.T) {
 // TestReadmePackageMap checks that README.md names every package of the
 // module (by its directory), so its map of the packages follows the code.
 func TestReadmePackageMap(t *testing.T) {
+	t.Parallel()
 	readme := readFile(t, "README.md")
 	for _, dir := range packageDirs(t) {
 		named := regexp.MustCompile(`(^|[^A-Za-z0-9_-])` + regexp.QuoteMeta(dir) + `([^A-Za-z0-9_-]|$)`)
@@ -126,6 +130,7 @@ func TestReadmePackageMap(t *testing.T) {
 // the one place errors are explained, names every sentinel the root
 // package exports.
 func TestErrorsGuideNamesEverySentinel(t *testing.T) {
+	t.Parallel()
 	guide := readFile(t, filepath.Join("docs", "guarantees-and-errors.md"))
 	sentinels := rootSentinels(t)
 	require.NotEmpty(t, sentinels)

@@ -22,6 +22,7 @@ import (
 // current one; a revision not yet reached is ErrFutureRev, one older
 // than the history a *CompactedError.
 func TestReadAtRev(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.HistoryRevisions = 20
 	}))
@@ -84,6 +85,7 @@ func TestReadAtRev(t *testing.T) {
 // CountOnly, SortBy and the filters, as etcd's Range has them, through
 // a Namespace too.
 func TestListRangeAndCount(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
 	ctx := ctxT(t, 60*time.Second)
 	cl := connect(t, c)
@@ -179,6 +181,7 @@ func TestListRangeAndCount(t *testing.T) {
 // still closed by EndOfRev; on a member, through a client, through a
 // Namespace and with ListWatch.
 func TestWatchExactKeyAndRange(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
 	ctx := ctxT(t, 60*time.Second)
 	cl := connect(t, c)
@@ -244,6 +247,7 @@ func TestWatchExactKeyAndRange(t *testing.T) {
 // (etcd's lease compare): the owner's ID while the key is ephemeral, 0
 // for an ordinary or absent key; on a member and through a client.
 func TestTxnSessionCompare(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
 	ctx := ctxT(t, 60*time.Second)
 	cl := connect(t, c)

@@ -66,6 +66,7 @@ func readOnly(string) (coord.ClientGrant, error) { return coord.ClientGrant{}, n
 // ErrReadTooLarge after reading at most Config.MaxReadBytes, and also
 // writes nothing to the log.
 func TestReadOnlyTxnIsARead(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 			cfg.ClientPolicy = readOnly
@@ -108,6 +109,7 @@ func TestReadOnlyTxnIsARead(t *testing.T) {
 // nothing, on a member and through a client; one that reads less
 // writes and reads as before.
 func TestWritingTxnReadBounded(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 16 << 10
 		c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
@@ -157,6 +159,7 @@ func TestWritingTxnReadBounded(t *testing.T) {
 // once and in key order, on a member, through a client and through a
 // Namespace; a page shorter than the limit is the last.
 func TestListPages(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3, coordtest.WithClients())
 		ctx := ctxT(t, 120*time.Second)
@@ -231,6 +234,7 @@ func keyNames(kvs []coord.KV) []string {
 // fails with ErrReadTooLarge, saying to page it, on a member and
 // through a client; pages of it work.
 func TestListOverCap(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.MaxReadBytes = 64 << 10
 	}))
@@ -255,6 +259,7 @@ func TestListOverCap(t *testing.T) {
 // through a client and from a hand-made command; the two branches may
 // write the same key, and deletes may overlap, as etcd allows.
 func TestTxnDuplicateKey(t *testing.T) {
+	t.Parallel()
 	c := serveCluster(t, 1, nil)
 	ctx := ctxT(t, 30*time.Second)
 	n := c.Leader()

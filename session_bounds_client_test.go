@@ -17,6 +17,7 @@ import (
 // and the members' own sessions are not held to it; a closed session
 // gives its place back.
 func TestClientSessionsBoundedPerIdentity(t *testing.T) {
+	t.Parallel()
 	const bound = 3
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.ClientMaxSessions = bound

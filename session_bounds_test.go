@@ -13,6 +13,7 @@ import (
 // for more than the member's maximum TTL, on a member or through a
 // client; the refusal is ErrInvalidTTL and creates nothing.
 func TestSessionTTLAboveMaximumIsRefused(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 1)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(0)
@@ -38,6 +39,7 @@ func TestSessionTTLAboveMaximumIsRefused(t *testing.T) {
 // put) fails with ErrQuotaExceeded and changes nothing; ending sessions
 // gives the room back.
 func TestSessionsCountAgainstQuota(t *testing.T) {
+	t.Parallel()
 	const quota = 2 << 10
 	c := coordtest.NewCluster(t, 1, coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		cfg.QuotaBytes = quota
@@ -78,6 +80,7 @@ func TestSessionsCountAgainstQuota(t *testing.T) {
 // them), the log stays still for many intervals (here 20 half election
 // timeouts), though the sessions live on until their TTL.
 func TestAbandonedSessionsWriteNoLog(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 60*time.Second)
 	n := c.Node(0)

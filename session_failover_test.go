@@ -105,6 +105,7 @@ func runFailovers(t *testing.T, seed int64, ttl time.Duration, rounds, perMember
 // isolation of the leader). The sweep over TTLs and many seeds runs with
 // -soak (or COORD_SOAK).
 func TestSessionsSurviveFailoverAtMinimumTTL(t *testing.T) {
+	t.Parallel()
 	seed := rand.Int64()
 	if v := os.Getenv("COORD_TEST_SEED"); v != "" {
 		var err error
@@ -127,6 +128,7 @@ func TestSessionsSurviveFailoverAtMinimumTTL(t *testing.T) {
 // for TTLs from the minimum up, over many seeds. It runs only with -soak
 // (or COORD_SOAK); run it beside other load to see a busy machine.
 func TestSessionFailoverSweep(t *testing.T) {
+	t.Parallel()
 	if *soak == 0 && os.Getenv("COORD_SOAK") == "" {
 		t.Skip("the sweep runs with -soak or COORD_SOAK")
 	}
@@ -177,6 +179,7 @@ func TestSessionFailoverSweep(t *testing.T) {
 // forwards those proposals to the new leader. They carry the old term, so
 // the cell refuses them, and the sessions held on the other members live.
 func TestPausedLeaderExpiresNothingOnWake(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, pausedLeaderExpiresNothingOnWake) // in virtual time, as above
 }
 
@@ -221,6 +224,7 @@ func pausedLeaderExpiresNothingOnWake(t *testing.T) {
 // line naming it, its owner member, how long ago it was last heard and
 // its TTL; the holder's member logs one when the session ends there.
 func TestExpiryIsLogged(t *testing.T) {
+	t.Parallel()
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c := coordtest.NewCluster(t, 3, coordtest.WithLogger(logger))

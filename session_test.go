@@ -11,6 +11,7 @@ import (
 )
 
 func TestSessionTTLBelowMinimumIsRefused(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 5*time.Second)
 	n := c.Node(0)
@@ -19,6 +20,7 @@ func TestSessionTTLBelowMinimumIsRefused(t *testing.T) {
 }
 
 func TestSessionKeepsEphemeralKeysUntilClose(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3)
 		ctx := ctxT(t, 10*time.Second)
@@ -54,6 +56,7 @@ func TestSessionKeepsEphemeralKeysUntilClose(t *testing.T) {
 }
 
 func TestSessionSurvivesLeaderCrash(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3)
 		ctx := ctxT(t, 20*time.Second)
@@ -79,6 +82,7 @@ func TestSessionSurvivesLeaderCrash(t *testing.T) {
 }
 
 func TestDeadHolderSessionExpires(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3)
 		ctx := ctxT(t, 20*time.Second)
@@ -101,6 +105,7 @@ func TestDeadHolderSessionExpires(t *testing.T) {
 }
 
 func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		// A leader marks a session silent in the log once a keep-alive is
 		// later than half an election timeout past its interval (the safe
@@ -177,6 +182,7 @@ func TestIdleSessionsDoNotWriteTheLog(t *testing.T) {
 }
 
 func TestSessionJeopardyThenExpiryWhenCutOff(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3)
 		ctx := ctxT(t, 20*time.Second)
@@ -206,6 +212,7 @@ func TestSessionJeopardyThenExpiryWhenCutOff(t *testing.T) {
 }
 
 func TestSessionRecoversFromJeopardy(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {}))
 		ctx := ctxT(t, 20*time.Second)
@@ -226,6 +233,7 @@ func TestSessionRecoversFromJeopardy(t *testing.T) {
 }
 
 func TestLeaderFlappingCannotKeepADeadSessionAlive(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := coordtest.NewCluster(t, 5)
 		ctx := ctxT(t, 30*time.Second)
@@ -282,6 +290,7 @@ func TestLeaderFlappingCannotKeepADeadSessionAlive(t *testing.T) {
 // closed says so (ErrSessionClosed, as Lock on it does), on a member and
 // on a client, and writes nothing.
 func TestEphemeralPutOnClosedSession(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 1)
 	ctx := ctxT(t, 20*time.Second)
 	n := c.Node(0)

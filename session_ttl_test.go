@@ -14,6 +14,7 @@ import (
 // refreshed by keep-alives; once the holder stops (Orphan) it only runs
 // down, until the cell ends the session and TimeToLive says so.
 func TestTimeToLiveRefreshedThenRunsDown(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -78,6 +79,7 @@ func requireRefreshed(ctx context.Context, t *testing.T, s *coord.Session) {
 
 // A closed session is ended in the cell: ErrSessionExpired.
 func TestTimeToLiveClosedSession(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	n := c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -93,6 +95,7 @@ func TestTimeToLiveClosedSession(t *testing.T) {
 // the old leader's less the time that passed: it grants a live session
 // a full TTL from its election.
 func TestTimeToLiveAcrossLeaderChange(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -116,6 +119,7 @@ func TestTimeToLiveAcrossLeaderChange(t *testing.T) {
 // member, refreshed by the client's keep-alives; once closed, it has
 // ended.
 func TestTimeToLiveClientSession(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithClients())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

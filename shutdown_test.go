@@ -14,6 +14,7 @@ import (
 // member anyway, and says so with the context's error. (goleak in
 // TestMain checks that nothing of the abandoned hand-over lives on.)
 func TestShutdownLeaderCutOffEndsAtDeadline(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	li := c.LeaderIndex()
 	leader := c.Node(li)
@@ -46,6 +47,7 @@ func TestShutdownLeaderCutOffEndsAtDeadline(t *testing.T) {
 // A context that has already ended closes the member at once, without a
 // hand-over: the rest of the cell elects a new leader.
 func TestShutdownEndedContextClosesAtOnce(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	li := c.LeaderIndex()
 	leader := c.Node(li)
@@ -64,6 +66,7 @@ func TestShutdownEndedContextClosesAtOnce(t *testing.T) {
 // With time enough, Shutdown is Close: the leader hands over and the
 // result is nil.
 func TestShutdownGracefulHandsOver(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	li := c.LeaderIndex()
 	leader := c.Node(li)

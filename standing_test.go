@@ -64,6 +64,7 @@ func requireRemoved(t *testing.T, c *coordtest.Cluster, n *coord.Node, logs *loc
 // TestRemovedMemberStops: a follower removed while connected learns it
 // from the log (its own removal applies there) and stops.
 func TestRemovedMemberStops(t *testing.T) {
+	t.Parallel()
 	logs := &lockedBuffer{}
 	c := coordtest.NewCluster(t, 3, coordtest.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	ctx := ctxT(t, 60*time.Second)
@@ -83,6 +84,7 @@ func TestRemovedMemberStops(t *testing.T) {
 // returns once the change applied; the old leader then stops, and the
 // others elect a new one.
 func TestRemovedLeaderStops(t *testing.T) {
+	t.Parallel()
 	logs := &lockedBuffer{}
 	c := coordtest.NewCluster(t, 3, coordtest.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	ctx := ctxT(t, 60*time.Second)
@@ -102,6 +104,7 @@ func TestRemovedLeaderStops(t *testing.T) {
 // others again, they tell it, and it stops. A learner, which never
 // campaigns, learns it the same way.
 func TestMemberRemovedWhileCutOffStops(t *testing.T) {
+	t.Parallel()
 	for _, learner := range []bool{false, true} {
 		t.Run(fmt.Sprintf("learner=%v", learner), func(t *testing.T) {
 			logs := &lockedBuffer{}
@@ -140,6 +143,7 @@ func TestMemberRemovedWhileCutOffStops(t *testing.T) {
 // once it has applied the commit index the cell had when it joined (by a
 // snapshot here: the log was compacted), and its first write succeeds.
 func TestJoinerReadyMeansCaughtUp(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.CompactEvery = 50
 		cfg.CatchUpEntries = 10
@@ -227,12 +231,14 @@ func clientSurvivesOutageIn(t *testing.T, fault func(c *coordtest.Cluster, i int
 // the client, but cannot reach the cell; the client moves to another
 // member soon enough that sessions of the minimum TTL survive.
 func TestClientLeavesIsolatedMember(t *testing.T) {
+	t.Parallel()
 	clientSurvivesOutage(t, (*coordtest.Cluster).Isolate, func(c *coordtest.Cluster, _ int) { c.Heal() })
 }
 
 // TestClientLeavesPausedMember: the same with a member frozen (a long GC
 // pause, SIGSTOP of its Raft side).
 func TestClientLeavesPausedMember(t *testing.T) {
+	t.Parallel()
 	clientSurvivesOutage(t, (*coordtest.Cluster).Pause, (*coordtest.Cluster).Resume)
 }
 
@@ -240,6 +246,7 @@ func TestClientLeavesPausedMember(t *testing.T) {
 // client given one member learns every other member's client address
 // (replicated in the address book), and Members reports them.
 func TestClientLearnsEveryMemberWithoutGossip(t *testing.T) {
+	t.Parallel()
 	c := clientCell(t, 3)
 	c.Leader()
 	cl := connect(t, c, func(cfg *coord.ClientConfig) { cfg.Members = []string{c.Name(0)} })
@@ -332,6 +339,7 @@ func (c *cuttable) Close() error {
 // a peer it was told to remove, a member removed while cut off is still
 // told once it reaches the others, and stops with ErrRemoved.
 func TestMemberRemovedWhileCutOffOverTCP(t *testing.T) {
+	t.Parallel()
 	var peers []coord.Peer
 	addrs := map[string]string{}
 	for i := range 3 {

@@ -12,6 +12,7 @@ import (
 // the same members as Members, which reads the replicated state, on
 // every member.
 func TestStatusMembersMatchMembers(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	for i := range 3 {

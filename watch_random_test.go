@@ -66,6 +66,7 @@ func (f *follower) run(ctx context.Context, c *coordtest.Cluster, rng *rand.Rand
 // see exactly the suffix of the history after its start revision, each
 // revision's events together and the last one marked.
 func TestWatchersSeeExactlyTheHistorySuffix(t *testing.T) {
+	t.Parallel()
 	seed := rand.Int64()
 	t.Logf("seed %d", seed)
 	c := coordtest.NewCluster(t, 3, coordtest.WithSeed(seed))

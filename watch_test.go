@@ -28,6 +28,7 @@ func nextEvent(t *testing.T, w *coord.Watcher) coord.Event {
 }
 
 func TestWatchPrevKVAndFilters(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(0)
@@ -60,6 +61,7 @@ func TestWatchPrevKVAndFilters(t *testing.T) {
 }
 
 func TestWatchDeliversARevisionTogether(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(0)
@@ -89,6 +91,7 @@ func TestWatchDeliversARevisionTogether(t *testing.T) {
 }
 
 func TestWatchProgressNotify(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	n := c.Node(1)
@@ -110,6 +113,7 @@ func TestWatchProgressNotify(t *testing.T) {
 }
 
 func TestSlowWatcherEndsAndResumesWithoutGapOrRepeat(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 30*time.Second)
 	n := c.Node(0)
@@ -142,6 +146,7 @@ func TestSlowWatcherEndsAndResumesWithoutGapOrRepeat(t *testing.T) {
 }
 
 func TestStuckWatchersDoNotSlowWrites(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 1)
 	ctx := ctxT(t, 60*time.Second)
 	n := c.Node(0)
@@ -173,6 +178,7 @@ func TestStuckWatchersDoNotSlowWrites(t *testing.T) {
 // prefix), so even a watch that read a full window just before stalling
 // resumes behind both the window and the history.
 func TestListWatchResumesAcrossCompaction(t *testing.T) {
+	t.Parallel()
 	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
 		cfg.HistoryRevisions = 20
 	}))
