@@ -69,6 +69,7 @@ var (
 	_ PeerRemover   = (*TCP)(nil)
 	_ StatsReporter = (*TCP)(nil)
 	_ PeerWatcher   = (*TCP)(nil)
+	_ StrangerGate  = (*TCP)(nil)
 )
 
 // TCPConfig configures ListenTCP. Only Name is required; zero fields get
@@ -183,6 +184,10 @@ type TCP struct {
 	connErrs   atomic.Uint64 // failed dials and lost outbound connections (Stats)
 	dropped    atomic.Uint64 // envelopes dropped (Stats)
 	onDown     atomic.Pointer[func(peer string)]
+	strangers  atomic.Pointer[func(name string) bool] // AdmitStrangers
+	// strangerTraffic counts the frames of senders admitted by the
+	// stranger gate, which have no peer of their own yet.
+	strangerTraffic peerCounters
 
 	mu      sync.RWMutex
 	closed  bool
@@ -358,6 +363,17 @@ func (t *TCP) AddPeer(name, addr string) {
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.peers[name] = p
 	t.wg.Go(func() { t.writeLoop(p) })
+}
+
+// AdmitStrangers sets the gate that lets senders that are not known
+// peers deliver frames (see StrangerGate). Their connections are bound
+// to them as a peer's are, so RemovePeer cuts them too.
+func (t *TCP) AdmitStrangers(f func(name string) bool) {
+	if f == nil {
+		t.strangers.Store(nil)
+		return
+	}
+	t.strangers.Store(&f)
 }
 
 // RemovePeer forgets a member: its outbound connection and queue are

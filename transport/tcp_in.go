@@ -266,16 +266,27 @@ func (t *TCP) admit(ic *inConn, env Envelope) error {
 			return peerIdentityError(err)
 		}
 	}
+	t.mu.RLock()
+	known := t.peers[env.From] != nil
+	t.mu.RUnlock()
+	// Asked without the lock: the gate may read the member's store.
+	stranger := false
+	if gate := t.strangers.Load(); !known && gate != nil {
+		stranger = (*gate)(env.From)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ErrClosed
 	}
-	p := t.peers[env.From]
-	if p == nil {
+	switch p := t.peers[env.From]; {
+	case p != nil:
+		ic.traffic = &p.traffic
+	case stranger:
+		ic.traffic = &t.strangerTraffic
+	default:
 		return fmt.Errorf("%w: %q", ErrUnknownPeer, env.From)
 	}
-	ic.traffic = &p.traffic
 	set := t.inbound[env.From]
 	if set == nil {
 		set = make(map[*inConn]struct{})
