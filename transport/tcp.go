@@ -76,8 +76,9 @@ var (
 // the defaults named in their comments.
 //
 // Security: a member accepts frames only from known peers (those in
-// Peers or added with AddPeer), over a connection bound to the one
-// member its first frame names. With TLS or Secret, that member must be
+// Peers or added with AddPeer), or senders the stranger gate admits
+// (AdmitStrangers), over a connection bound to the one member its first
+// frame names. With TLS or Secret, that member must be
 // the one the connection's verified client certificate names (see
 // VerifyPeer), and a dialled peer's server certificate must name it too.
 // Without either, anyone who reaches the port can claim to be a member:

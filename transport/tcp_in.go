@@ -248,9 +248,10 @@ func (t *TCP) handshake(ic *inConn) bool {
 }
 
 // admit checks env against the connection's sender. The first frame
-// binds the connection to its From, which must be a known peer and, under
-// TLS, be named by the client certificate; every later frame must come
-// from the same member. Every frame must be for this member.
+// binds the connection to its From, which must be a known peer (or one
+// the stranger gate admits) and, under TLS, be named by the client
+// certificate; every later frame must come from the same member. Every
+// frame must be for this member.
 func (t *TCP) admit(ic *inConn, env Envelope) error {
 	if env.To != t.name {
 		return fmt.Errorf("%w: frame for another member", ErrMalformedFrame)
