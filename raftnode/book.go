@@ -28,6 +28,13 @@ func (b *addressBook) name(id uint64) (string, bool) {
 	return m.Name, ok
 }
 
+// addr returns the transport address the book records for member id.
+func (b *addressBook) addr(id uint64) string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.members[id].Addr
+}
+
 func (b *addressBook) id(name string) (uint64, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()

@@ -68,6 +68,9 @@ type coreConfig struct {
 	// Seed seeds the core's own choices (the turns of failover.go).
 	Seed     uint64
 	Counters *counters
+	// IDOf, if not nil, derives a member's Raft ID from its name in
+	// place of IDFromName (tests whose members have small IDs).
+	IDOf func(name string) uint64
 }
 
 // core is one member's consensus core.
@@ -83,14 +86,15 @@ type core struct {
 	rnd   *rand.Rand
 
 	// Shared, each under its own lock or atomic.
-	waiters  waiters
-	confs    confWaiters
-	book     addressBook
-	ident    identity
-	stand    standing
-	status   atomic.Pointer[Status]
-	drops    atomic.Uint64 // messages refused by the checks in validate.go
-	counters *counters
+	waiters   waiters
+	confs     confWaiters
+	book      addressBook
+	strangers strangers // members not in the book yet (strangers.go)
+	ident     identity
+	stand     standing
+	status    atomic.Pointer[Status]
+	drops     atomic.Uint64 // messages refused by the checks in validate.go
+	counters  *counters
 
 	// The driver's: touched only by whoever calls Tick, Step, Ready.
 	tick    uint64
@@ -133,10 +137,13 @@ type Ready struct {
 	Lead, Term    uint64
 	// Contact is set when the member was in contact with the cell at a
 	// tick since the last Ready (standing.go).
-	Contact   bool
-	Chunks    []*chunk
-	Acks      []*chunkAck
-	Apps      []appMessage
+	Contact bool
+	Chunks  []*chunk
+	Acks    []*chunkAck
+	Apps    []appMessage
+	// Peers are transport peers to add or remove before anything is sent
+	// (strangers.go).
+	Peers     []peerChange
 	Envelopes []transport.Envelope
 
 	HasRaft          bool
@@ -218,6 +225,7 @@ func newCore(cfg coreConfig) (*core, error) {
 	c.waiters.init()
 	c.confs.init()
 	c.book.init()
+	c.strangers.init()
 	c.initIdentity(cfg.Identity, cfg.Peers)
 	c.initStanding()
 	rc := cfg.Raft
@@ -279,7 +287,7 @@ func (c *core) Flush() {
 func (c *core) HasReady() bool {
 	o := &c.out
 	return c.fatal != nil || len(o.Answers) > 0 || o.Contact || len(o.Chunks) > 0 || len(o.Acks) > 0 ||
-		len(o.Apps) > 0 || len(o.Envelopes) > 0 || c.rn.HasReady()
+		len(o.Apps) > 0 || len(o.Peers) > 0 || len(o.Envelopes) > 0 || c.rn.HasReady()
 }
 
 // Ready returns what the driver must do now (see Ready). What it holds
@@ -333,11 +341,12 @@ func (c *core) Advance(rd Ready) {
 	clear(rd.Chunks)
 	clear(rd.Acks)
 	clear(rd.Apps)
+	clear(rd.Peers)
 	clear(rd.Envelopes)
 	clear(rd.Messages)
 	clear(rd.Snaps)
 	c.spare = Ready{
-		Answers: rd.Answers[:0], Chunks: rd.Chunks[:0], Acks: rd.Acks[:0], Apps: rd.Apps[:0],
+		Answers: rd.Answers[:0], Chunks: rd.Chunks[:0], Acks: rd.Acks[:0], Apps: rd.Apps[:0], Peers: rd.Peers[:0],
 		Envelopes: rd.Envelopes[:0], Messages: rd.Messages[:0], Snaps: rd.Snaps[:0],
 	}
 	// A new leader learnt from this Ready gets the commands the old one
@@ -353,10 +362,11 @@ func (c *core) Advance(rd Ready) {
 func (c *core) encode(msgs []*pb.Message) ([]transport.Envelope, []snapSend) {
 	envs, snaps := c.out.Messages[:0], c.out.Snaps[:0]
 	for _, m := range msgs {
-		to, ok := c.book.name(m.GetTo())
+		to, ok := c.peerName(m.GetTo())
 		if !ok {
 			continue
 		}
+		envs = c.tellAddress(envs, m, to)
 		if m.GetType() == pb.MsgSnap {
 			snaps = append(snaps, snapSend{m: m, to: to})
 			continue

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,40 +76,76 @@ func newCoreEnv(t testing.TB) *coreEnv {
 	return &coreEnv{t: t, cut: map[string]bool{}, drop: map[string]int{}, calls: map[string]*call{}, down: map[string]bool{}}
 }
 
-// addMembers founds a cell of n voters m1..mn with Raft IDs 1..n.
-func (e *coreEnv) addMembers(n int) {
+// addMembers founds a cell of n voters m1..mn with Raft IDs 1..n. With
+// addrs, each has the transport address addr-mI in the book.
+func (e *coreEnv) addMembers(n int, addrs bool) {
 	cs := &pb.ConfState{}
 	var book []storage.MemberInfo
 	for i := range n {
 		id := uint64(i + 1)
 		cs.Voters = append(cs.Voters, id)
-		book = append(book, storage.MemberInfo{ID: id, Name: fmt.Sprintf("m%d", id)})
+		info := storage.MemberInfo{ID: id, Name: fmt.Sprintf("m%d", id)}
+		if addrs {
+			info.Addr = "addr-" + info.Name
+		}
+		book = append(book, info)
 	}
-	for i, info := range book {
+	for _, info := range book {
 		st, err := storage.Open(storage.Options{})
 		require.NoError(e.t, err)
 		e.t.Cleanup(func() { st.Close() })
 		require.NoError(e.t, st.Bootstrap(cs, book))
-		ident, err := st.SaveIdentity(storage.Identity{CellID: testCellID, Name: info.Name, Incarnation: uint64(100 + i + 1)})
-		require.NoError(e.t, err)
-		m := &coreMember{name: info.Name, store: st, counters: &counters{}, logs: &logRecorder{}}
-		c, err := newCore(coreConfig{
-			ID: info.ID, Name: info.Name, Identity: ident,
-			ElectionTicks: envElection, HeartbeatTicks: envHeartbeat,
-			Logger: slog.New(m.logs), Log: st.RaftLog(), Store: st, State: st.StateMachine(),
-			Seed: uint64(i), Counters: m.counters,
-			Connected: func(peer string) bool { return !e.down[info.Name+">"+peer] },
-			Raft: raft.Config{
-				Applied: st.StateMachine().AppliedIndex(), MaxSizePerMsg: 1 << 20,
-				MaxInflightMsgs: 256, MaxUncommittedEntriesSize: 1 << 30,
-				CheckQuorum: true, PreVote: true, ReadOnlyOption: raft.ReadOnlySafe, StepDownOnRemoval: true,
-			},
-		})
-		require.NoError(e.t, err)
-		c.book.set(slices.Values(book))
-		m.c = c
-		e.members = append(e.members, m)
+		e.startMember(st, info, testCellID, book)
 	}
+}
+
+// startMember starts a core for member info on store st, whose book
+// holds book; cell 0 for a joining member.
+func (e *coreEnv) startMember(st *storage.Store, info storage.MemberInfo, cell uint64, book []storage.MemberInfo) *coreMember {
+	ident, err := st.SaveIdentity(storage.Identity{CellID: cell, Name: info.Name, Incarnation: 100 + info.ID})
+	require.NoError(e.t, err)
+	m := &coreMember{name: info.Name, store: st, counters: &counters{}, logs: &logRecorder{}}
+	c, err := newCore(coreConfig{
+		ID: info.ID, Name: info.Name, Identity: ident,
+		ElectionTicks: envElection, HeartbeatTicks: envHeartbeat,
+		Logger: slog.New(m.logs), Log: st.RaftLog(), Store: st, State: st.StateMachine(),
+		Seed: info.ID - 1, Counters: m.counters, IDOf: envIDOf,
+		Connected: func(peer string) bool { return !e.down[info.Name+">"+peer] },
+		Raft: raft.Config{
+			Applied: st.StateMachine().AppliedIndex(), MaxSizePerMsg: 1 << 20,
+			MaxInflightMsgs: 256, MaxUncommittedEntriesSize: 1 << 30,
+			CheckQuorum: true, PreVote: true, ReadOnlyOption: raft.ReadOnlySafe, StepDownOnRemoval: true,
+		},
+	})
+	require.NoError(e.t, err)
+	c.book.set(slices.Values(book))
+	m.c = c
+	e.members = append(e.members, m)
+	return m
+}
+
+// joinMember starts member name (Raft ID from envIDOf) on an empty store,
+// knowing the members of via's book, as a member told to join does.
+func (e *coreEnv) joinMember(name string, via *coreMember) *coreMember {
+	st, err := storage.Open(storage.Options{})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { st.Close() })
+	ms, err := via.store.StateMachine().Members()
+	require.NoError(e.t, err)
+	info := storage.MemberInfo{ID: envIDOf(name), Name: name}
+	if len(ms) > 0 && ms[0].Addr != "" {
+		info.Addr = "addr-" + name
+	}
+	return e.startMember(st, info, 0, append(ms, info))
+}
+
+// envIDOf is the env's IDFromName: mI has Raft ID I, so transcripts read
+// plainly; any other name gets IDFromName's.
+func envIDOf(name string) uint64 {
+	if id, err := strconv.ParseUint(strings.TrimPrefix(name, "m"), 10, 64); err == nil && strings.HasPrefix(name, "m") && id > 0 {
+		return id
+	}
+	return IDFromName(name)
 }
 
 func (e *coreEnv) member(name string) *coreMember {
@@ -209,6 +246,7 @@ func (e *coreEnv) note(env transport.Envelope, fate string) {
 var kindNames = map[wireKind]string{
 	kindChunk: "snapshot chunk", kindChunkAck: "snapshot chunk ack", kindApp: "application message",
 	kindReject: "reject (another data directory)", kindProbe: "probe", kindRemoved: "removal notice",
+	kindPeerAddr: "peer address",
 }
 
 func describeEntry(data []byte) string {
@@ -247,6 +285,13 @@ func (e *coreEnv) process(m *coreMember) bool {
 		}
 		for _, a := range rd.Apps {
 			e.printf("%s: application message from %s: %q", m.name, a.from, a.data)
+		}
+		for _, pc := range rd.Peers {
+			if pc.remove {
+				e.printf("%s: forgets the address of %s", m.name, pc.name)
+			} else {
+				e.printf("%s: answers %s at %s", m.name, pc.name, pc.addr)
+			}
 		}
 		e.wire = append(e.wire, rd.Envelopes...)
 		if rd.HasRaft {
@@ -334,6 +379,7 @@ func (e *coreEnv) reloadBook(m *coreMember) {
 	}
 	gone := m.c.book.keepOnly(keep, m.name)
 	m.c.book.set(slices.Values(ms))
+	m.c.strangers.forget(func(name string) bool { _, ok := m.c.book.id(name); return ok })
 	m.c.rememberRemoved(gone, func(name string) bool { _, ok := m.c.book.id(name); return ok })
 }
 

@@ -55,6 +55,7 @@ func (c *core) onTick() {
 	et := uint64(c.cfg.ElectionTicks)
 	c.checkLeaderLoss()
 	c.noteContact()
+	c.expireStrangers()
 	if c.lead == 0 && c.tick-c.leaderlessSince > 3*et {
 		// No leader for several election timeouts: we are on a minority
 		// side (or the cell has lost quorum). Say so instead of hanging.

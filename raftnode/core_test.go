@@ -23,7 +23,11 @@ import (
 //
 // Commands:
 //
-//	add-members n=N             found a cell m1..mN (Raft IDs 1..N)
+//	add-members n=N [addrs]     found a cell m1..mN (Raft IDs 1..N), with
+//	                            transport addresses addr-mI in the book
+//	join mI via=mJ              start mI on an empty store, knowing mJ's
+//	                            book (before conf-change add=mI)
+//	transfer mI to=mJ           mI, leading, hands leadership to mJ
 //	campaign mI [verbose]       mI campaigns (a pre-vote first)
 //	forget-leader mI...         each forgets its leader (as after a lease)
 //	tick [mI...] [n=K] [whole]  K ticks of the members (default all), each
@@ -34,7 +38,7 @@ import (
 //	propose mI key=value        a caller's put on mI: call pN
 //	read mI                     a caller's read-index on mI: call rN
 //	conf-change mI update=mJ    a membership change on mI: call cN
-//	conf-change mI remove=mJ    (or a removal)
+//	conf-change mI remove=mJ    (or a removal, or add=mJ: an addition)
 //	peer-down mI mJ             mI's transport reports mJ's connection
 //	                            closed by mJ, and not back
 //	reconnect mI mJ             until this
@@ -86,7 +90,16 @@ func (e *coreEnv) run(d *datadriven.TestData) {
 	case "add-members":
 		var n int
 		d.ScanArgs(t, "n", &n)
-		e.addMembers(n)
+		e.addMembers(n, d.HasArg("addrs"))
+	case "join":
+		var via string
+		d.ScanArgs(t, "via", &via)
+		e.joinMember(d.CmdArgs[0].Key, e.member(via))
+	case "transfer":
+		var to string
+		d.ScanArgs(t, "to", &to)
+		require.True(t, first().c.transferTo(envIDOf(to)), "%s does not lead", first().name)
+		e.settle()
 	case "campaign":
 		require.NoError(t, first().c.rn.Campaign())
 		e.verbose = d.HasArg("verbose")
@@ -148,14 +161,25 @@ func (e *coreEnv) run(d *datadriven.TestData) {
 		m := first()
 		var target string
 		typ, verb := pb.ConfChangeUpdateNode, "update"
-		if !d.MaybeScanArgs(t, "update", &target) {
+		switch {
+		case d.MaybeScanArgs(t, "update", &target):
+		case d.MaybeScanArgs(t, "add", &target):
+			typ, verb = pb.ConfChangeAddNode, "add"
+		default:
 			d.ScanArgs(t, "remove", &target)
 			typ, verb = pb.ConfChangeRemoveNode, "remove"
 		}
 		id, ok := m.c.book.id(target)
+		addr := ""
+		if typ == pb.ConfChangeAddNode {
+			id, ok = envIDOf(target), true
+			if j := e.find(target); j != nil {
+				addr = j.c.book.addr(id)
+			}
+		}
 		require.True(t, ok)
 		req := m.c.waiters.newID()
-		ctx, err := command.EncodeMember(&command.Member{Name: target, Req: req})
+		ctx, err := command.EncodeMember(&command.Member{Name: target, Addr: addr, Req: req})
 		require.NoError(t, err)
 		cl := e.newCall("c", m, verb+" "+target)
 		cl.w = &confWaiter{req: req, done: make(chan struct{}), cc: &pb.ConfChangeV2{

@@ -71,11 +71,14 @@ func (n *Node) CellID() uint64 { return n.c.ident.cell.Load() }
 // transport authenticated) and reports whether its message may be
 // looked at.
 func (c *core) admit(from string, d decoded) bool {
-	id, ok := c.senderID(from)
+	id, ok := c.memberID(from)
 	if !ok {
-		c.strangerSpoke(from, d)
-		c.dropped(from, "envelope", errDropSender)
-		return false
+		var err error
+		if id, err = c.admitStranger(from, d); err != nil {
+			c.strangerSpoke(from, d)
+			c.dropped(from, "envelope", err)
+			return false
+		}
 	}
 	if !c.admitCell(from, d.cell) {
 		return false
@@ -93,6 +96,8 @@ func (c *core) admit(from string, d decoded) bool {
 		return false
 	case kindRaft:
 		c.heardFrom(id)
+	case kindPeerAddr:
+		return false // admitStranger kept it; from a member, the book's stands
 	}
 	return true
 }

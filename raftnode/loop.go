@@ -139,6 +139,7 @@ func (n *Node) handleReady(rd Ready) bool {
 			n.cfg.OnMessage(m.from, m.data)
 		}
 	}
+	n.changePeers(rd.Peers)
 	n.send(rd.Envelopes)
 	if !rd.HasRaft {
 		n.c.Advance(rd)

@@ -179,6 +179,10 @@ type Node struct {
 	// for never.
 	contactBase time.Time
 	contactAt   atomic.Int64
+	// peersMu orders the transport peer changes of the apply side (the
+	// address book's) and of the raft loop (strangers', changePeers), so
+	// a stranger's expiry never removes a peer the book just added.
+	peersMu sync.Mutex
 }
 
 // Start opens the member on cfg.Store (which must be bootstrapped or hold
@@ -259,6 +263,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.persist.init(last)
 	n.watchPeers()
+	n.gateStrangers()
 	if f, ok := cfg.Transport.(transport.Freezer); ok {
 		n.wg.Add(1)
 		go n.guard("freeze follower", func() { n.followFreezes(f) })
@@ -282,7 +287,12 @@ func (n *Node) MemberID(name string) (uint64, bool) { return n.c.book.id(name) }
 // setMembers adds members to the address book and tells the transport
 // their addresses.
 func (n *Node) setMembers(ms iter.Seq[storage.MemberInfo]) {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
 	changed := n.c.book.set(ms)
+	// The applied membership confirms the strangers it names: the book
+	// addresses them from now on.
+	n.c.strangers.forget(func(name string) bool { _, ok := n.c.book.id(name); return ok })
 	if adder, ok := n.tr.(transport.PeerAdder); ok {
 		for _, m := range changed {
 			if m.Name != n.cfg.Name && m.Addr != "" {
@@ -318,6 +328,8 @@ func (n *Node) reloadMembers() {
 		return ok
 	})
 	if remover, ok := n.tr.(transport.PeerRemover); ok {
+		n.peersMu.Lock()
+		defer n.peersMu.Unlock()
 		for _, name := range drop {
 			if _, back := n.MemberID(name); !back {
 				remover.RemovePeer(name)

@@ -178,7 +178,7 @@ func (n *Node) receiveChunks() {
 		if err != nil {
 			n.log.Debug("refused snapshot chunk", "seq", c.Seq, "err", err)
 		}
-		to, ok := n.MemberName(c.From)
+		to, ok := n.c.peerName(c.From) // the leader may be a stranger yet (strangers.go)
 		if !ok {
 			continue
 		}

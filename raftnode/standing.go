@@ -122,17 +122,7 @@ func (c *core) heardFrom(id uint64) { c.stand.heard[id] = c.tick }
 // contact (Ready.Contact), and probes the voters when long out of it.
 func (c *core) noteContact() {
 	s := &c.stand
-	window := c.contactWindow()
-	in := false
-	switch {
-	case c.lead == 0:
-	case c.lead == c.id:
-		in = c.quorumHeard(window)
-	default:
-		t, ok := s.heard[c.lead]
-		in = ok && c.tick-t <= window
-	}
-	if in {
+	if c.inContact() {
 		s.contactTick = c.tick
 		c.out.Contact = true
 		return
@@ -148,6 +138,21 @@ func (c *core) noteContact() {
 				delete(s.heard, id)
 			}
 		}
+	}
+}
+
+// inContact reports whether the member is in contact with the cell now:
+// it hears its leader or, leading, a quorum of voters.
+func (c *core) inContact() bool {
+	window := c.contactWindow()
+	switch {
+	case c.lead == 0:
+		return false
+	case c.lead == c.id:
+		return c.quorumHeard(window)
+	default:
+		t, ok := c.stand.heard[c.lead]
+		return ok && c.tick-t <= window
 	}
 }
 

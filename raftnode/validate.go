@@ -86,13 +86,25 @@ func isWireType(t pb.MessageType) bool {
 	return int(t) >= 0 && int(t) < len(wireTypes) && wireTypes[t]
 }
 
-// senderID returns the Raft ID of member name, if it is a member other
+// memberID returns the Raft ID of member name, if it is a member other
 // than this one.
-func (c *core) senderID(name string) (uint64, bool) {
+func (c *core) memberID(name string) (uint64, bool) {
 	if name == c.name {
 		return 0, false
 	}
 	return c.book.id(name)
+}
+
+// senderID returns the Raft ID of name, a member other than this one or
+// a stranger admitted for what it sent (strangers.go, admit).
+func (c *core) senderID(name string) (uint64, bool) {
+	if id, ok := c.memberID(name); ok {
+		return id, true
+	}
+	if name == c.name {
+		return 0, false
+	}
+	return c.strangers.id(name)
 }
 
 // checkRaft returns why m, received from member from, must not reach

@@ -43,6 +43,7 @@ const (
 	kindReject   wireKind = 5 // "I know you by another incarnation": you lost your state
 	kindProbe    wireKind = 6 // "check my incarnation": nothing else (see rejected)
 	kindRemoved  wireKind = 7 // "the cell removed you": target ID and incarnation (standing.go)
+	kindPeerAddr wireKind = 8 // "answer me at this address": the sender's Raft ID and address (strangers.go)
 )
 
 var errWire = errors.New("raftnode: malformed envelope")
@@ -125,6 +126,24 @@ func (h header) encodeRemoved(r removedNotice) []byte {
 	return binary.AppendUvarint(buf, r.Incarnation)
 }
 
+// peerAddr is where the sender of a kindPeerAddr envelope takes its
+// answers: its Raft ID and its transport address, as the cell's
+// membership records them.
+type peerAddr struct {
+	ID   uint64
+	Addr string
+}
+
+// maxPeerAddrLen bounds the address a kindPeerAddr envelope may carry
+// (a host name is at most 253 bytes, a port 6 more).
+const maxPeerAddrLen = 512
+
+func (h header) encodePeerAddr(p peerAddr) []byte {
+	buf := h.put(make([]byte, 0, headerLen+binary.MaxVarintLen64+len(p.Addr)), kindPeerAddr)
+	buf = binary.AppendUvarint(buf, p.ID)
+	return append(buf, p.Addr...)
+}
+
 // decoded is one received envelope: its header, and exactly one of the
 // message fields set (none for a reject or a probe).
 type decoded struct {
@@ -135,6 +154,7 @@ type decoded struct {
 	ack     *chunkAck
 	app     []byte
 	removed *removedNotice
+	addr    *peerAddr
 }
 
 func decodeEnvelope(data []byte) (decoded, error) {
@@ -186,6 +206,16 @@ func decodeBody(kind wireKind, body []byte) (decoded, error) {
 			return decoded{}, fmt.Errorf("%w: malformed removal notice", errWire)
 		}
 		return decoded{removed: &removedNotice{Target: v[0], Incarnation: v[1]}}, nil
+	case kindPeerAddr:
+		var v [1]uint64
+		rest, err := readUvarints(body, v[:])
+		if err != nil {
+			return decoded{}, err
+		}
+		if v[0] == 0 || len(rest) == 0 || len(rest) > maxPeerAddrLen {
+			return decoded{}, fmt.Errorf("%w: malformed peer address", errWire)
+		}
+		return decoded{addr: &peerAddr{ID: v[0], Addr: string(rest)}}, nil
 	case kindReject, kindProbe:
 		if len(body) != 0 {
 			return decoded{}, fmt.Errorf("%w: %d bytes after a bodiless kind %d", errWire, len(body), kind)

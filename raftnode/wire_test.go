@@ -48,6 +48,12 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, kindRemoved, d.kind)
 	require.Equal(t, &r, d.removed)
+
+	pa := peerAddr{ID: 1 << 63, Addr: "10.0.0.4:7001"}
+	d, err = decodeEnvelope(testHeader.encodePeerAddr(pa))
+	require.NoError(t, err)
+	require.Equal(t, kindPeerAddr, d.kind)
+	require.Equal(t, &pa, d.addr)
 }
 
 func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
@@ -57,7 +63,9 @@ func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
 	for _, b := range [][]byte{nil, {wireVersion}, {wireVersion + 1, byte(kindRaft)}, {1, byte(kindRaft), 0, 0},
 		full(99), full(byte(kindChunk), 0xff), full(byte(kindRaft))[:headerLen-1],
 		full(byte(kindReject), 0), full(byte(kindProbe), 1, 2),
-		full(byte(kindRemoved)), full(byte(kindRemoved), 9), full(byte(kindRemoved), 0, 1), full(byte(kindRemoved), 9, 1, 0)} {
+		full(byte(kindRemoved)), full(byte(kindRemoved), 9), full(byte(kindRemoved), 0, 1), full(byte(kindRemoved), 9, 1, 0),
+		full(byte(kindPeerAddr)), full(byte(kindPeerAddr), 9), full(byte(kindPeerAddr), 0, 'a'),
+		append(full(byte(kindPeerAddr), 9), make([]byte, maxPeerAddrLen+1)...)} {
 		_, err := decodeEnvelope(b)
 		require.ErrorIs(t, err, errWire, "%x", b)
 	}
@@ -73,13 +81,14 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add(testHeader.encodeApp(nil))
 	f.Add(testHeader.encodeProbe())
 	f.Add(testHeader.encodeRemoved(removedNotice{Target: 1, Incarnation: 2}))
+	f.Add(testHeader.encodePeerAddr(peerAddr{ID: 1, Addr: "a:1"}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := decodeEnvelope(data)
 		if err != nil {
 			return
 		}
 		n := 0
-		for _, set := range []bool{d.raft != nil, d.chunk != nil, d.ack != nil, d.app != nil, d.removed != nil} {
+		for _, set := range []bool{d.raft != nil, d.chunk != nil, d.ack != nil, d.app != nil, d.removed != nil, d.addr != nil} {
 			if set {
 				n++
 			}

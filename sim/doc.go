@@ -32,10 +32,11 @@
 //	go test ./sim/ -seed 42 -v          # replay one history, with its trace
 //	go test ./sim/ -seeds 20 -seedbase 7000  # the same 20 histories each run
 //
-// Members are added only while every member runs and hears the others:
-// one that misses an addition drops every message from the new member,
-// which it does not know, and never catches up if that one leads (a
-// liveness bug; -addanytime lifts the restriction, to replay it).
+// Members are added only while every member runs and hears the others.
+// That worked around a liveness bug, now fixed (issue 25,
+// raftnode/strangers.go): one that missed an addition dropped every
+// message from the new member, which it did not know, and never caught
+// up if that one led. -addanytime adds members whatever the faults.
 //
 // A failing history prints its seed and the command that replays it.
 // Virtual time makes every timer, timeout and fault the seed draws

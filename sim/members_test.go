@@ -92,10 +92,12 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 	h.retire(victim, im)
 }
 
-// readyToAdd works around a liveness bug (see addAnytime): a member
-// that has not applied the addition of a member drops every message
-// from it (the sender is not in its address book), so if the new member
-// leads, it never catches up. A member is added only while every member
+// readyToAdd worked around a liveness bug, now fixed (see addAnytime;
+// raftnode/strangers.go): a member that had not applied the addition of
+// a member dropped every message from it (the sender was not in its
+// address book), so if the new member led, it never caught up. The
+// default histories keep the restriction so that a seed replays the
+// schedule it always did. A member is added only while every member
 // runs and hears the others: this restarts those down, resumes those
 // paused and heals the network; awaitKnown then waits until all have
 // applied the addition, before the next fault.

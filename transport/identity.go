@@ -208,7 +208,9 @@ func isASCII(s string) bool {
 // server's certificate against the address dialled, but a member is
 // known by its name, not its address: so the chain is verified here
 // against cfg.RootCAs, and verify must accept the leaf as naming peer,
-// or the handshake fails. cfg's own VerifyConnection, if any, runs after
+// or the handshake fails. This is what makes an address taken on a
+// peer's own word safe to dial (raftnode/strangers.go): one that lies
+// reaches a server that cannot prove the name, and nothing is sent. cfg's own VerifyConnection, if any, runs after
 // these checks; VerifyPeerCertificate sees no verified chains.
 func peerClientTLS(cfg *tls.Config, peer string, verify func(string, *x509.Certificate) error) *tls.Config {
 	c := cfg.Clone()

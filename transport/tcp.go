@@ -69,14 +69,16 @@ var (
 	_ PeerRemover   = (*TCP)(nil)
 	_ StatsReporter = (*TCP)(nil)
 	_ PeerWatcher   = (*TCP)(nil)
+	_ StrangerGate  = (*TCP)(nil)
 )
 
 // TCPConfig configures ListenTCP. Only Name is required; zero fields get
 // the defaults named in their comments.
 //
 // Security: a member accepts frames only from known peers (those in
-// Peers or added with AddPeer), over a connection bound to the one
-// member its first frame names. With TLS or Secret, that member must be
+// Peers or added with AddPeer), or senders the stranger gate admits
+// (AdmitStrangers), over a connection bound to the one member its first
+// frame names. With TLS or Secret, that member must be
 // the one the connection's verified client certificate names (see
 // VerifyPeer), and a dialled peer's server certificate must name it too.
 // Without either, anyone who reaches the port can claim to be a member:
@@ -183,6 +185,10 @@ type TCP struct {
 	connErrs   atomic.Uint64 // failed dials and lost outbound connections (Stats)
 	dropped    atomic.Uint64 // envelopes dropped (Stats)
 	onDown     atomic.Pointer[func(peer string)]
+	strangers  atomic.Pointer[func(name string) bool] // AdmitStrangers
+	// strangerTraffic counts the frames of senders admitted by the
+	// stranger gate, which have no peer of their own yet.
+	strangerTraffic peerCounters
 
 	mu      sync.RWMutex
 	closed  bool
@@ -358,6 +364,17 @@ func (t *TCP) AddPeer(name, addr string) {
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.peers[name] = p
 	t.wg.Go(func() { t.writeLoop(p) })
+}
+
+// AdmitStrangers sets the gate that lets senders that are not known
+// peers deliver frames (see StrangerGate). Their connections are bound
+// to them as a peer's are, so RemovePeer cuts them too.
+func (t *TCP) AdmitStrangers(f func(name string) bool) {
+	if f == nil {
+		t.strangers.Store(nil)
+		return
+	}
+	t.strangers.Store(&f)
 }
 
 // RemovePeer forgets a member: its outbound connection and queue are

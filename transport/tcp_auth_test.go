@@ -257,3 +257,53 @@ func TestTCPPlaintextWarning(t *testing.T) {
 	assert.Contains(t, plain.String(), "firewall")
 	assert.NotContains(t, secret.String(), "not authenticated")
 }
+
+// A sender that is not a known peer gets through only past the stranger
+// gate, with its name still proven by its certificate; the address it
+// is then answered at is dialled only if the server there proves the
+// name too; RemovePeer cuts it like any peer.
+func TestTCPStrangerGate(t *testing.T) {
+	ca := newTestCA(t)
+	var logs logBuffer
+	a := listen(t, TCPConfig{Name: "a", TLS: ca.mtls(t, "a"), Logger: logs.logger()})
+	a.AdmitStrangers(func(name string) bool { return name == "d" })
+	d := listen(t, TCPConfig{Name: "d", TLS: ca.mtls(t, "d"), Peers: map[string]string{"a": a.Addr()}})
+	sendUntil(t, d, a, seqEnv("a", 1))
+
+	for _, tc := range []struct{ name, cert, from string }{
+		{"a name the gate refuses", "mallory", "mallory"},
+		{"a certificate for another name", "mallory", "d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			refused := a.refused.Load()
+			c, err := tls.Dial("tcp", a.Addr(), ca.mtls(t, tc.cert))
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			_, _ = c.Write(frameBytes(t, tc.from, "a", []byte("let me in")))
+			requireHungUp(t, c)
+			waitRefused(t, a, refused)
+			requireNothingReceived(t, a.Receive())
+		})
+	}
+
+	// An address that lies: the server there is c, whose certificate
+	// does not name d, so nothing meant for d reaches it.
+	c := listen(t, TCPConfig{Name: "c", TLS: ca.mtls(t, "c"), Peers: map[string]string{"a": a.Addr()}})
+	a.AddPeer("d", c.Addr())
+	require.NoError(t, a.Send([]Envelope{{To: "d", Data: []byte("for d only")}}))
+	require.Eventually(t, func() bool { return logs.contains("does not name") }, waitFor, time.Millisecond)
+	requireNothingReceived(t, c.Receive())
+	// The true one: a answers d.
+	a.AddPeer("d", d.Addr())
+	sendUntil(t, a, d, seqEnv("d", 2))
+
+	// Without the gate, and no longer a peer, d is refused again.
+	a.AdmitStrangers(nil)
+	a.RemovePeer("d")
+	refused := a.refused.Load()
+	require.Eventually(t, func() bool {
+		_ = d.Send([]Envelope{seqEnv("a", 3)})
+		return a.refused.Load() > refused
+	}, waitFor, 10*time.Millisecond)
+	requireNothingReceived(t, a.Receive())
+}

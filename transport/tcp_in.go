@@ -248,9 +248,10 @@ func (t *TCP) handshake(ic *inConn) bool {
 }
 
 // admit checks env against the connection's sender. The first frame
-// binds the connection to its From, which must be a known peer and, under
-// TLS, be named by the client certificate; every later frame must come
-// from the same member. Every frame must be for this member.
+// binds the connection to its From, which must be a known peer (or one
+// the stranger gate admits) and, under TLS, be named by the client
+// certificate; every later frame must come from the same member. Every
+// frame must be for this member.
 func (t *TCP) admit(ic *inConn, env Envelope) error {
 	if env.To != t.name {
 		return fmt.Errorf("%w: frame for another member", ErrMalformedFrame)
@@ -266,16 +267,27 @@ func (t *TCP) admit(ic *inConn, env Envelope) error {
 			return peerIdentityError(err)
 		}
 	}
+	t.mu.RLock()
+	known := t.peers[env.From] != nil
+	t.mu.RUnlock()
+	// Asked without the lock: the gate may read the member's store.
+	stranger := false
+	if gate := t.strangers.Load(); !known && gate != nil {
+		stranger = (*gate)(env.From)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ErrClosed
 	}
-	p := t.peers[env.From]
-	if p == nil {
+	switch p := t.peers[env.From]; {
+	case p != nil:
+		ic.traffic = &p.traffic
+	case stranger:
+		ic.traffic = &t.strangerTraffic
+	default:
 		return fmt.Errorf("%w: %q", ErrUnknownPeer, env.From)
 	}
-	ic.traffic = &p.traffic
 	set := t.inbound[env.From]
 	if set == nil {
 		set = make(map[*inConn]struct{})

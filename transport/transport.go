@@ -59,6 +59,19 @@ type PeerRemover interface {
 	RemovePeer(name string)
 }
 
+// StrangerGate is an optional capability: a transport that accepts
+// frames only from known peers (TCP) lets through, as well, senders that
+// f accepts, so that a member may hear from a member added while it was
+// away before it learns of the addition. f gets the sender's name, which
+// the transport authenticated as it does every peer's (under TLS, the
+// client certificate names it); f runs on the transport's goroutines and
+// must not block for long. What such a sender says is the receiver's to
+// validate; the transport holds no address for it until AddPeer gives
+// one. A later call replaces f; nil lets none through.
+type StrangerGate interface {
+	AdmitStrangers(f func(name string) bool)
+}
+
 // PeerWatcher is an optional capability: a transport that holds
 // connections (TCP) tells when a peer's side closed one, as happens at
 // once when the peer's process dies, and whether a connection with the
