@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/coordcell/coord v0.0.0
+	github.com/coordcell/coord/etcdapi v0.0.0
 	github.com/prometheus/client_golang v1.24.1
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -102,3 +103,5 @@ require (
 )
 
 replace github.com/coordcell/coord => ../
+
+replace github.com/coordcell/coord/etcdapi => ../etcdapi

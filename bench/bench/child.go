@@ -15,6 +15,7 @@ import (
 	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/coordcell"
 	"github.com/coordcell/coord/bench/internal/etcdcell"
+	"github.com/coordcell/coord/bench/internal/frontcell"
 	"github.com/coordcell/coord/bench/internal/proc"
 	"github.com/coordcell/coord/bench/internal/report"
 	"github.com/coordcell/coord/bench/internal/scenario"
@@ -36,7 +37,7 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench child:", err)
 		return 2
 	}
-	open, err := opener(side, o.etcdClient)
+	open, err := opener(side, o.etcdClient, sc.EtcdFront)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench child:", err)
 		return 2
@@ -90,10 +91,14 @@ func runChild(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// opener returns the cell opener of side.
-func opener(side string, mode etcdcell.ClientMode) (cell.Opener, error) {
+// opener returns the cell opener of side; with front, coord's cell
+// serves etcd's API on each member (the etcd-* scenarios).
+func opener(side string, mode etcdcell.ClientMode, front bool) (cell.Opener, error) {
 	switch side {
 	case "coord":
+		if front {
+			return frontcell.Open, nil
+		}
 		return coordcell.Open, nil
 	case "etcd":
 		return etcdcell.Opener(mode), nil

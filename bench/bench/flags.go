@@ -73,6 +73,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	etcdClient := fs.String("etcd-client", string(etcdcell.InProcess),
 		"how the bench talks to etcd: inproc (v3client, in-process, as an embedding application does) or grpc (loopback)")
 
+	fs.BoolVar(&c.EtcdPinned, "etcd-pinned", false, "etcd-put, etcd-get, etcd-lock: clientv3 client i dials member i alone "+
+		"(default: each of the 3 clients has all 3 endpoints and clientv3 spreads its calls over them, round-robin)")
 	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory "+
 		"(scale: each member process's CPU profile over each of its load points)")
 	fs.StringVar(&o.traceDir, "trace", "", "write each child's runtime execution trace into this directory (side-scenario.trace; each measured operation "+

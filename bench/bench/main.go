@@ -70,6 +70,27 @@
 // scenario, so the four figures (put, linearizable get, lock cycle,
 // keep-alive) come side by side with their paired ranges.
 //
+// # etcd's client on both sides
+//
+//	go run ./bench -scenario etcd-put,etcd-get,etcd-lock,client-put -clients 16,64
+//
+// etcd-put, etcd-get and etcd-lock are put, get and lock with both sides
+// driven by an unchanged go.etcd.io/etcd/client/v3 over loopback gRPC:
+// on coord's side each member of the cell serves etcdapi on a port of its
+// own (package frontcell), on etcd's the members' client URLs. Three
+// clients, caller w on client w%3, each given all three endpoints, which
+// clientv3 spreads its calls over (round-robin per call, its default);
+// -etcd-pinned gives client i member i alone. The same load points as
+// put, get and lock (-clients, -get-clients, -lock-holders) and the same
+// figures (throughput, p50, p99, CPU per op; fsyncs per put). Locks go
+// through etcd's v3lock service (Lock on a lease, Unlock of the key it
+// returned), which both sides serve: coord's fair lock behind the front,
+// etcd's concurrency.Mutex inside etcd; clientv3's own concurrency.Mutex
+// would write plain keys on coord, not take coord's lock. Each holder's
+// lease is a concurrency.Session on its client. Beside client-put (coord
+// through its own client protocol) the run shows what the gRPC front
+// costs against coord's protocol, and against etcd serving the same calls.
+//
 // # Scale
 //
 //	go run ./bench -scenario scale -dir /var/tmp            # 1,000,000 keys of 1 KB, each side's 2 GiB cap

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/coordcell/coord/bench/internal/cell"
+	"github.com/coordcell/coord/bench/internal/coordcell"
+	"github.com/coordcell/coord/bench/internal/etcdcell"
+	"github.com/coordcell/coord/bench/internal/frontcell"
 )
 
 // TestMain lets the test binary serve as the bench's child: the parent
@@ -83,7 +87,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(o.scenarios, []string{"put", "get", "lock", "sessions", "sessions-large", "failover", "inflight", "watch",
-		"clients-sessions", "clients-watch", "client-put", "client-lock", "client-get"}) {
+		"clients-sessions", "clients-watch", "client-put", "client-lock", "client-get", "etcd-put", "etcd-get", "etcd-lock"}) {
 		t.Errorf("default scenarios %v", o.scenarios)
 	}
 	if c := o.cfg; c.InflightWriters != 128 || c.InflightCells != 3 || !slices.Equal(c.InflightStops, []cell.StopMode{cell.Crash, cell.Graceful}) {
@@ -91,6 +95,12 @@ func TestFlags(t *testing.T) {
 	}
 	if o, err := parseFlags([]string{"-inflight-stop", "graceful"}, &stderr); err != nil || !slices.Equal(o.cfg.InflightStops, []cell.StopMode{cell.Graceful}) {
 		t.Errorf("-inflight-stop graceful: %v %v", o.cfg.InflightStops, err)
+	}
+	if o.cfg.EtcdPinned {
+		t.Error("etcd-* clients pinned to one member by default, want clientv3's spread")
+	}
+	if o, err := parseFlags([]string{"-scenario", "etcd-lock", "-etcd-pinned"}, &stderr); err != nil || !o.cfg.EtcdPinned {
+		t.Errorf("-etcd-pinned: %v", err)
 	}
 	if o.rounds != 3 {
 		t.Errorf("%d rounds by default, want 3", o.rounds)
@@ -140,5 +150,30 @@ func TestFlags(t *testing.T) {
 	parseFlags([]string{"-h"}, &stderr)
 	if strings.Contains(stderr.String(), "-"+childFlag) {
 		t.Errorf("the usage shows the hidden flag:\n%s", stderr.String())
+	}
+}
+
+// The etcd-* scenarios' coord side is the cell behind etcdapi; every
+// other scenario's is the plain cell, and etcd's is etcd whatever the
+// scenario.
+func TestOpener(t *testing.T) {
+	ptr := func(o cell.Opener) uintptr { return reflect.ValueOf(o).Pointer() }
+	for _, c := range []struct {
+		side  string
+		front bool
+		want  cell.Opener
+	}{{"coord", true, frontcell.Open}, {"coord", false, coordcell.Open}} {
+		got, err := opener(c.side, etcdcell.InProcess, c.front)
+		if err != nil || ptr(got) != ptr(c.want) {
+			t.Errorf("opener(%s, front %v): %v, not the cell wanted", c.side, c.front, err)
+		}
+	}
+	for _, front := range []bool{false, true} {
+		if got, err := opener("etcd", etcdcell.GRPC, front); err != nil || ptr(got) == ptr(frontcell.Open) || ptr(got) == ptr(coordcell.Open) {
+			t.Errorf("opener(etcd, front %v): %v, not etcd's", front, err)
+		}
+	}
+	if _, err := opener("zookeeper", etcdcell.InProcess, true); err == nil {
+		t.Error("an unknown side has an opener")
 	}
 }

@@ -91,6 +91,10 @@ func (c *Cell) node(m int) (*coord.Node, error) {
 	return c.nodes[m], nil
 }
 
+// Node returns member m's node, for what serves beside it in this
+// process (the etcd front of the etcd-* scenarios), or cell.ErrStopped.
+func (c *Cell) Node(m int) (*coord.Node, error) { return c.node(m) }
+
 // Put writes through member m.
 func (c *Cell) Put(ctx context.Context, m int, key string, value []byte) error {
 	n, err := c.node(m)

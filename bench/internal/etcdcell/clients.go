@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/coordcell/coord/bench/internal/cell"
@@ -11,7 +12,14 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-var _ cell.Connector = (*Cell)(nil)
+var (
+	_ cell.Connector  = (*Cell)(nil)
+	_ cell.EtcdServer = (*Cell)(nil)
+)
+
+// EtcdEndpoints returns the members' client URLs, served whatever the
+// cell's ClientMode (in-process mode only calls the members another way).
+func (c *Cell) EtcdEndpoints() []string { return slices.Clone(c.curls[:]) }
 
 // Connect dials member m's client URL over loopback with etcd's gRPC
 // client, whatever the cell's ClientMode: a process that is not a member

@@ -41,13 +41,21 @@ func lockCycles(ctx context.Context, env Env, cfg Config, name, via string,
 			return nil, fmt.Errorf("lock holder %d's session: %w", h, err)
 		}
 	}
+	return lockLoad(ctx, env, cfg, name, via, func(h int, lock string) cell.Mutex { return sessions[h].NewMutex(lock) })
+}
+
+// lockLoad runs cfg.LockHolders holders, holder h taking and releasing
+// mutex(h, lock) one cycle after another: all on one lock (contended),
+// then each on its own (uncontended).
+func lockLoad(ctx context.Context, env Env, cfg Config, name, via string,
+	mutex func(h int, lock string) cell.Mutex) (out []Metric, err error) {
 	for _, contended := range []bool{true, false} {
 		kind, lock := "uncontended", func(h int) string { return "bench-" + strconv.Itoa(h) }
 		if contended {
 			kind, lock = "contended", func(int) string { return "bench" }
 		}
 		res, err := runLoad(ctx, cfg.LockHolders, cfg.Warmup, cfg.Duration, func(ctx context.Context, h, _ int) error {
-			m := sessions[h].NewMutex(lock(h))
+			m := mutex(h, lock(h))
 			if err := m.Lock(ctx); err != nil {
 				return err
 			}

@@ -72,6 +72,10 @@ type Config struct {
 	InflightWriters int
 	InflightCells   int
 	InflightStops   []cell.StopMode
+	// EtcdPinned has the etcd-* scenarios' client i dial member i alone;
+	// unset, each client has every member's endpoint and clientv3
+	// spreads its calls over them (round-robin per call).
+	EtcdPinned bool
 }
 
 // Env is what a scenario runs in.
@@ -115,6 +119,10 @@ type Scenario struct {
 	// -shape says, only when named (never in "all"), and have no Run:
 	// the program runs them itself (client-attacks, scale).
 	ProcsOnly bool
+	// EtcdFront scenarios drive both sides through clientv3 over
+	// loopback gRPC: their coord side is a cell with etcdapi serving on
+	// each member (package frontcell) instead of the plain coord cell.
+	EtcdFront bool
 	// Once scenarios run one round on each side whatever -rounds says:
 	// their figures are peaks or one long run's (client-attacks, scale).
 	Once bool
@@ -139,6 +147,12 @@ var All = []Scenario{
 	{Name: "client-put", Doc: "put through clients on loopback (etcd: gRPC) at each ClientCallers concurrency, and in-process alongside", Run: ClientPut},
 	{Name: "client-lock", Doc: "the lock scenario with the holders' sessions on clients on loopback (etcd: gRPC), one client per member", Run: ClientLock},
 	{Name: "client-get", Doc: "linearizable get through clients on loopback (etcd: gRPC), GetClients callers", Run: ClientGet},
+	{Name: "etcd-put", Doc: "the put scenario through etcd's clientv3 over loopback gRPC on both sides (coord behind etcdapi): ops/s, p50, p99, fsyncs",
+		EtcdFront: true, Run: EtcdPut},
+	{Name: "etcd-get", Doc: "the get scenario (linearizable, serializable) through clientv3 over loopback gRPC on both sides (coord behind etcdapi)",
+		EtcdFront: true, Run: EtcdGet},
+	{Name: "etcd-lock", Doc: "the lock scenario through etcd's v3lock service (clientv3, loopback gRPC) on both sides: coord's fair lock behind etcdapi, etcd's own",
+		EtcdFront: true, Run: EtcdLock},
 	{Name: "client-attacks", Doc: "issue 22's attacks on a member's client door, one after the other, against 3 member processes: " +
 		"each member's peak RSS and heap, its door counters, the longest commit gap of control clients (coord only, member processes, only when named)",
 		CoordOnly: true, ProcsOnly: true, Once: true},
