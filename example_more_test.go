@@ -44,6 +44,39 @@ func ExampleNode_Txn() {
 	// first move: true second move: false
 }
 
+// A nested transaction (OpTxn) decides one more thing in the same
+// commit: here, whether this job is the first one, which also creates
+// the counter.
+func ExampleOpTxn() {
+	nodes, stop := startCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	submit := func(job string) (bool, error) {
+		res, err := nodes[0].Txn(ctx).Then(
+			coord.OpPut("jobs/"+job, []byte("spec")),
+			coord.OpTxn([]coord.Cmp{coord.Version("jobs-seen").Eq(0)},
+				[]coord.Op{coord.OpPut("jobs-seen", []byte("yes"))},
+				nil),
+		).Commit()
+		if err != nil {
+			return false, err
+		}
+		return res.Results[1].Txn.Succeeded, nil
+	}
+	for _, job := range []string{"a", "b"} {
+		first, err := submit(job)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(job, "first:", first)
+	}
+	// Output:
+	// a first: true
+	// b first: false
+}
+
 // ListWatch keeps a local copy of a prefix: a listing, then every change
 // after it, and a fresh listing whenever the watch cannot go on.
 func ExampleNode_ListWatch() {

@@ -13,9 +13,11 @@ import (
 // at one revision. Build it with If, Then and Else, run it with Commit. A
 // Txn is used by one goroutine and committed once.
 //
-// A transaction whose operations are all gets (OpGet, OpGetPrefix) is a
-// linearizable read, served from the member's state by read index, never
-// through the log. Its gets together return at most Config.MaxReadBytes
+// An operation may itself be a transaction (OpTxn), as in etcd.
+//
+// A transaction whose operations are all gets (OpGet, OpGetPrefix, and
+// nested transactions of gets) is a linearizable read, served from the
+// member's state by read index, never through the log. Its gets together return at most Config.MaxReadBytes
 // (ErrReadTooLarge past it), and so do those of a transaction that
 // writes, which then changes nothing.
 //
@@ -43,13 +45,18 @@ func newTxn(ctx context.Context, b *cellOps) *Txn { return &Txn{b: b, ctx: ctx} 
 // If adds comparisons; all must hold for Then to run.
 func (t *Txn) If(cmps ...Cmp) *Txn {
 	for _, c := range cmps {
-		if t.prefix != "" && !c.abs {
-			t.note(nsKey(c.c.Key))
-			c.c.Key = t.prefix + c.c.Key
-		}
-		t.txn.If = append(t.txn.If, c.c)
+		t.txn.If = append(t.txn.If, t.cmp(c))
 	}
 	return t
+}
+
+// cmp returns c's comparison in t's namespace.
+func (t *Txn) cmp(c Cmp) command.Compare {
+	if t.prefix != "" && !c.abs {
+		t.note(nsKey(c.c.Key))
+		c.c.Key = t.prefix + c.c.Key
+	}
+	return c.c
 }
 
 // Then adds the operations run when every comparison holds.
@@ -85,12 +92,29 @@ type OpResult struct {
 	KVs []KV
 	// Deleted counts the keys an OpDelete removed.
 	Deleted int64
+	// Txn is what an OpTxn did: which of its branches ran (Succeeded),
+	// with one result per operation of that branch (Results); its Rev is
+	// the whole transaction's. Nil for every other operation.
+	Txn *TxnResult
 }
 
 // add notes o's error, if it is the first, and returns o's operation
-// in t's namespace.
+// in t's namespace (a nested transaction's compares and operations too).
 func (t *Txn) add(o Op) command.Op {
 	t.note(o.err)
+	if n := o.nest; n != nil {
+		in := &command.Txn{}
+		for _, c := range n.cmps {
+			in.If = append(in.If, t.cmp(c))
+		}
+		for _, op := range n.then {
+			in.Then = append(in.Then, t.add(op))
+		}
+		for _, op := range n.els {
+			in.Else = append(in.Else, t.add(op))
+		}
+		return command.Op{Type: command.OpTxn, Txn: in}
+	}
 	if t.prefix != "" {
 		if !o.op.Prefix {
 			// In a namespace an empty key would name the namespace's
@@ -112,8 +136,9 @@ func (t *Txn) note(err error) {
 // Commit validates and runs the transaction. Invalid input (too many
 // operations, oversized keys or values, an option an operation does not
 // take, a branch that writes one key twice: two puts, a put and a delete
-// of it, or a put under a prefix delete, as etcd refuses them) fails
-// before anything is sent.
+// of it, or a put under a prefix delete, as etcd refuses them, nested
+// transactions' writes counted as OpTxn says) fails before anything is
+// sent.
 func (t *Txn) Commit() (TxnResult, error) {
 	if t.err != nil {
 		return TxnResult{}, t.err
@@ -122,22 +147,80 @@ func (t *Txn) Commit() (TxnResult, error) {
 	if err != nil {
 		return TxnResult{}, err
 	}
-	out := TxnResult{Succeeded: res.Succeeded, Rev: res.Rev, Results: make([]OpResult, len(res.Ops))}
-	for i, r := range res.Ops {
-		out.Results[i].Deleted = r.Deleted
+	return TxnResult{Succeeded: res.Succeeded, Rev: res.Rev, Results: t.results(res.Ops, res.Rev)}, nil
+}
+
+// results is ops as the caller sees them: keys out of t's namespace, a
+// nested transaction's results nested.
+func (t *Txn) results(ops []command.OpResult, rev int64) []OpResult {
+	out := make([]OpResult, len(ops))
+	for i, r := range ops {
+		out[i].Deleted = r.Deleted
 		for _, kv := range r.KVs {
 			kv := fromCmdKV(kv)
 			kv.Key = strings.TrimPrefix(kv.Key, t.prefix)
-			out.Results[i].KVs = append(out.Results[i].KVs, kv)
+			out[i].KVs = append(out[i].KVs, kv)
+		}
+		if r.Txn != nil {
+			out[i].Txn = &TxnResult{Succeeded: r.Txn.Succeeded, Rev: rev, Results: t.results(r.Txn.Ops, rev)}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Op is one operation of a transaction.
 type Op struct {
-	op  command.Op
-	err error // why the operation is invalid; Commit reports it
+	op   command.Op
+	err  error   // why the operation is invalid; Commit reports it
+	nest *nested // an OpTxn's transaction
+}
+
+// nested is an OpTxn's transaction, in the caller's terms: its keys take
+// the namespace of the Txn it is added to.
+type nested struct {
+	cmps      []Cmp
+	then, els []Op
+}
+
+// OpTxn is a nested transaction, etcd's RequestOp_RequestTxn: in the
+// branch of the transaction it is added to, it runs then if every
+// comparison of cmps holds, else els, and its result (OpResult.Txn) says
+// which ran with one result per operation of that branch. Nested
+// transactions may nest up to 8 deep, and every comparison, operation
+// and nested transaction counts against Config.MaxTxnOps
+// (ErrTooManyOps past either).
+//
+// Its semantics are etcd's exactly. All comparisons on the path, the
+// transaction's own and those of every transaction nested in the branches
+// that run, are evaluated against the state before the transaction's
+// first operation: a nested comparison does not see the writes of the
+// operations before it. The operations then run in their order, a nested
+// transaction's in its place, and each sees the writes before it; all
+// writes share the transaction's one revision. A key may not be written
+// twice in a branch (ErrInvalidArgument), where a nested transaction's
+// puts and deletes, of both its branches, count as written in the branch
+// that holds it: its two branches may put the same key (only one runs);
+// a put may not be covered by a delete of its own branch or of a nested
+// transaction before it. A nested transaction may delete what an earlier
+// one puts (the delete runs last and wins), as etcd allows.
+//
+//	res, err := n.Txn(ctx).Then(
+//		coord.OpPut("jobs/7", spec),
+//		coord.OpTxn([]coord.Cmp{coord.Version("jobs/count").Eq(0)},
+//			[]coord.Op{coord.OpPut("jobs/count", one)},
+//			[]coord.Op{coord.OpGet("jobs/count")}),
+//	).Commit()
+//	created := res.Results[1].Txn.Succeeded
+func OpTxn(cmps []Cmp, then []Op, els []Op) Op {
+	o := Op{op: command.Op{Type: command.OpTxn}, nest: &nested{cmps: cmps, then: then, els: els}}
+	for _, ops := range [2][]Op{then, els} {
+		for _, op := range ops {
+			if o.err == nil {
+				o.err = op.err
+			}
+		}
+	}
+	return o
 }
 
 // OpGet reads key.

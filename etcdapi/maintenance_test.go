@@ -189,8 +189,9 @@ func TestUnimplementedForms(t *testing.T) {
 	_, err := cli.Put(ctx, "k", "v")
 	require.NoError(t, err)
 	cases := map[string]func() error{
-		"nested txn": func() error {
-			_, err := cli.Txn(ctx).Then(clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpPut("n", "v")}, nil)).Commit()
+		"past revision in a nested txn": func() error {
+			_, err := cli.Txn(ctx).Then(clientv3.OpTxn(nil,
+				[]clientv3.Op{clientv3.OpGet("k", clientv3.WithRev(1)), clientv3.OpPut("n", "v")}, nil)).Commit()
 			return err
 		},
 		"compare over a range": func() error {

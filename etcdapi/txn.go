@@ -17,15 +17,18 @@ import (
 const DefaultMaxTxnOps = 128
 
 // Txn runs etcd's transaction as one coord transaction: the compares
-// become coord's, each branch's ops coord's ops, and the results are
-// shaped back per op. A transaction that only reads at a revision (an
-// STM's snapshot reads) is read op by op at that revision instead.
+// become coord's, each branch's ops coord's ops (a nested transaction a
+// coord.OpTxn), and the results are shaped back per op. A transaction
+// that only reads at a revision (an STM's snapshot reads) is read op by
+// op at that revision instead. Requests are checked as etcd's kvServer
+// checks them: the op counts (checkTxnRequest), then the duplicate rule
+// (checkIntervals).
 func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if len(r.Compare) > DefaultMaxTxnOps || len(r.Success) > DefaultMaxTxnOps || len(r.Failure) > DefaultMaxTxnOps {
-		return nil, rpctypes.ErrGRPCTooManyOps
+	if err := checkTxnRequest(r, DefaultMaxTxnOps); err != nil {
+		return nil, err
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		if err := checkOps(ops); err != nil {
+		if _, err := checkIntervals(ops); err != nil {
 			return nil, err
 		}
 	}
@@ -35,13 +38,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if anyAtRev(r.Success) || anyAtRev(r.Failure) {
 		return nil, unimplemented("a range at a past revision in a Txn that writes or compares")
 	}
-	txn := k.s.cell.Txn(ctx)
-	for _, c := range r.Compare {
-		cc, err := toCmp(c)
-		if err != nil {
-			return nil, err
-		}
-		txn.If(cc)
+	cmps, err := toCmps(r.Compare)
+	if err != nil {
+		return nil, err
 	}
 	then, thenPlan, err := k.s.toOps(ctx, r.Success)
 	if err != nil {
@@ -51,26 +50,64 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := txn.Then(then...).Else(els...).Commit()
+	res, err := k.s.cell.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 	if err != nil {
 		return nil, k.s.alarm.noteErr(toGRPC(err))
 	}
-	ops, plan := r.Success, thenPlan
-	if !res.Succeeded {
-		ops, plan = r.Failure, elsePlan
+	h := k.s.header(res.Rev)
+	resp, err := shapeTxn(r, &txnPlan{then: thenPlan, els: elsePlan}, res.Succeeded, res.Results, h)
+	if err != nil {
+		return nil, err
 	}
-	resp := &pb.TxnResponse{Header: k.s.header(res.Rev), Succeeded: res.Succeeded,
-		Responses: make([]*pb.ResponseOp, len(ops))}
-	for i, op := range ops {
-		out, err := shapeOp(op, res.Results[plan[i]:plan[i+1]])
+	resp.Header = h
+	if len(then)+len(els) > 0 {
+		k.s.alarm.wrote()
+	}
+	return resp, nil
+}
+
+// toCmps is etcd's compares as coord's.
+func toCmps(cs []*pb.Compare) ([]coord.Cmp, error) {
+	out := make([]coord.Cmp, 0, len(cs))
+	for _, c := range cs {
+		cc, err := toCmp(c)
 		if err != nil {
 			return nil, err
 		}
-		setHeader(out, resp.Header)
-		resp.Responses[i] = out
+		out = append(out, cc)
 	}
-	if len(then)+len(els) > 0 {
-		k.s.alarm.wrote()
+	return out, nil
+}
+
+// shapeTxn is the etcd response of r, whose branches were planned as p,
+// from the coord results of the branch that ran (succeeded says which).
+// Every op's response carries header h, as etcd's do; a nested
+// transaction's own header is left empty, as etcd leaves it.
+func shapeTxn(r *pb.TxnRequest, p *txnPlan, succeeded bool, res []coord.OpResult, h *pb.ResponseHeader) (*pb.TxnResponse, error) {
+	ops, plan := r.Success, p.then
+	if !succeeded {
+		ops, plan = r.Failure, p.els
+	}
+	resp := &pb.TxnResponse{Header: &pb.ResponseHeader{}, Succeeded: succeeded, Responses: make([]*pb.ResponseOp, len(ops))}
+	for i, op := range ops {
+		got := res[plan.bounds[i]:plan.bounds[i+1]]
+		if nt := op.GetRequestTxn(); nt != nil {
+			if len(got) != 1 || got[0].Txn == nil {
+				return nil, status.Error(codes.Internal, "etcdapi: a nested transaction without its result")
+			}
+			in, err := shapeTxn(nt, plan.nested[i], got[0].Txn.Succeeded, got[0].Txn.Results, h)
+			if err != nil {
+				return nil, err
+			}
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: in}}
+			continue
+		}
+		out, err := shapeOp(op, got)
+		if err != nil {
+			return nil, err
+		}
+		setHeader(out, h)
+		resp.Responses[i] = out
 	}
 	return resp, nil
 }
@@ -88,10 +125,14 @@ func readsAtRev(ops []*pb.RequestOp) bool {
 	return at
 }
 
-// anyAtRev reports whether some op reads at a revision.
+// anyAtRev reports whether some op reads at a revision, in a nested
+// transaction too.
 func anyAtRev(ops []*pb.RequestOp) bool {
 	for _, op := range ops {
 		if rr := op.GetRequestRange(); rr != nil && rr.Revision != 0 {
+			return true
+		}
+		if nt := op.GetRequestTxn(); nt != nil && (anyAtRev(nt.Success) || anyAtRev(nt.Failure)) {
 			return true
 		}
 	}
@@ -120,57 +161,6 @@ func (k *kvServer) readTxn(ctx context.Context, ops []*pb.RequestOp) (*pb.TxnRes
 		setHeader(r, resp.Header)
 	}
 	return resp, nil
-}
-
-// checkOps refuses, as etcd does, a branch that puts one key twice or
-// puts a key a delete of the branch covers, and what this front cannot
-// run in a transaction.
-func checkOps(ops []*pb.RequestOp) error {
-	puts := make(map[string]bool)
-	var dels []keyRange
-	for _, op := range ops {
-		switch o := op.Request.(type) {
-		case *pb.RequestOp_RequestPut:
-			if err := checkPut(o.RequestPut); err != nil {
-				return err
-			}
-			if o.RequestPut.IgnoreValue || o.RequestPut.IgnoreLease {
-				return unimplemented("ignore_value and ignore_lease in a Txn")
-			}
-			k := string(o.RequestPut.Key)
-			if puts[k] {
-				return rpctypes.ErrGRPCDuplicateKey
-			}
-			puts[k] = true
-		case *pb.RequestOp_RequestDeleteRange:
-			d := o.RequestDeleteRange
-			if len(d.Key) == 0 {
-				return rpctypes.ErrGRPCEmptyKey
-			}
-			kr := rangeOf(d.Key, d.RangeEnd)
-			if _, ok := txnDelete(kr); !ok {
-				return unimplemented("a DeleteRange of a range that is neither one key nor a prefix, in a Txn")
-			}
-			dels = append(dels, kr)
-		case *pb.RequestOp_RequestRange:
-			rr := o.RequestRange
-			if len(rr.Key) == 0 {
-				return rpctypes.ErrGRPCEmptyKey
-			}
-		case *pb.RequestOp_RequestTxn:
-			return unimplemented("a nested Txn")
-		default:
-			return status.Error(codes.InvalidArgument, "etcdapi: a Txn op with no request")
-		}
-	}
-	for k := range puts {
-		for _, d := range dels {
-			if d.contains(k) {
-				return rpctypes.ErrGRPCDuplicateKey
-			}
-		}
-	}
-	return nil
 }
 
 // toCmp is an etcd compare as coord's.
@@ -254,22 +244,52 @@ func revCmp(t coord.IntTarget, res pb.Compare_CompareResult, want int64) (coord.
 	return compareBy(t, res, want)
 }
 
-// toOps is a branch as coord ops, with plan[i]:plan[i+1] the results of
-// etcd op i: a put is a get (its prev_kv) then the put; a delete a get
-// then the delete; a range one get.
-func (s *server) toOps(ctx context.Context, ops []*pb.RequestOp) ([]coord.Op, []int, error) {
+// branchPlan is where the coord results of a branch's etcd ops are:
+// bounds[i]:bounds[i+1] are op i's, and nested[i] is the plan of op i's
+// branches when it is a nested transaction.
+type branchPlan struct {
+	bounds []int
+	nested map[int]*txnPlan
+}
+
+// txnPlan is the plan of a transaction's two branches.
+type txnPlan struct{ then, els branchPlan }
+
+// toOps is a branch as coord ops, with its plan: a put is a get (its
+// prev_kv) then the put; a delete a get then the delete; a range one
+// get; a nested transaction one coord.OpTxn.
+func (s *server) toOps(ctx context.Context, ops []*pb.RequestOp) ([]coord.Op, branchPlan, error) {
 	out := make([]coord.Op, 0, 2*len(ops))
-	plan := make([]int, 0, len(ops)+1)
-	plan = append(plan, 0)
-	for _, op := range ops {
+	plan := branchPlan{bounds: make([]int, 0, len(ops)+1)}
+	plan.bounds = append(plan.bounds, 0)
+	for i, op := range ops {
 		switch o := op.Request.(type) {
+		case *pb.RequestOp_RequestTxn:
+			nt := o.RequestTxn
+			cmps, err := toCmps(nt.Compare)
+			if err != nil {
+				return nil, plan, err
+			}
+			then, thenPlan, err := s.toOps(ctx, nt.Success)
+			if err != nil {
+				return nil, plan, err
+			}
+			els, elsePlan, err := s.toOps(ctx, nt.Failure)
+			if err != nil {
+				return nil, plan, err
+			}
+			if plan.nested == nil {
+				plan.nested = map[int]*txnPlan{}
+			}
+			plan.nested[i] = &txnPlan{then: thenPlan, els: elsePlan}
+			out = append(out, coord.OpTxn(cmps, then, els))
 		case *pb.RequestOp_RequestRange:
 			out = append(out, txnRead(rangeOf(o.RequestRange.Key, o.RequestRange.RangeEnd)))
 		case *pb.RequestOp_RequestPut:
 			p := o.RequestPut
 			put, err := s.putOp(ctx, string(p.Key), p.Value, p.Lease)
 			if err != nil {
-				return nil, nil, err
+				return nil, plan, err
 			}
 			if p.PrevKv {
 				out = append(out, coord.OpGet(string(p.Key)))
@@ -284,7 +304,7 @@ func (s *server) toOps(ctx context.Context, ops []*pb.RequestOp) ([]coord.Op, []
 			}
 			out = append(out, del)
 		}
-		plan = append(plan, len(out))
+		plan.bounds = append(plan.bounds, len(out))
 	}
 	return out, plan, nil
 }

@@ -119,9 +119,27 @@ func randomLog(t *testing.T, rng *rand.Rand, n int) []*pb.Entry {
 		}
 		return sessions[rng.IntN(len(sessions))]
 	}
-	ops := func() []command.Op {
+	targets := []command.CompareTarget{command.TargetVersion, command.TargetValue, command.TargetCreateRev, command.TargetModRev, command.TargetSession}
+	compares := func() []command.Compare {
+		var out []command.Compare
+		for range rng.IntN(3) {
+			out = append(out, command.Compare{
+				Key: pick(), Target: targets[rng.IntN(len(targets))],
+				Op: command.CompareOp(1 + rng.IntN(4)), Int: rng.Int64N(5), Value: value(),
+			})
+		}
+		return out
+	}
+	// ops makes a branch; at depth 0 and 1 one op in eight is a nested
+	// transaction (format 7).
+	var ops func(depth int) []command.Op
+	ops = func(depth int) []command.Op {
 		out := make([]command.Op, rng.IntN(4))
 		for i := range out {
+			if depth < 2 && rng.IntN(8) == 0 {
+				out[i] = command.Op{Type: command.OpTxn, Txn: &command.Txn{If: compares(), Then: ops(depth + 1), Else: ops(depth + 1)}}
+				continue
+			}
 			switch rng.IntN(7) {
 			case 0:
 				out[i] = getOp(pick())
@@ -139,7 +157,6 @@ func randomLog(t *testing.T, rng *rand.Rand, n int) []*pb.Entry {
 		}
 		return out
 	}
-	targets := []command.CompareTarget{command.TargetVersion, command.TargetValue, command.TargetCreateRev, command.TargetModRev, command.TargetSession}
 
 	ents := make([]*pb.Entry, n)
 	for i := range ents {
@@ -165,14 +182,7 @@ func randomLog(t *testing.T, rng *rand.Rand, n int) []*pb.Entry {
 		case r < 22:
 			c = &command.Command{Kind: command.KindNoop}
 		default:
-			txn := command.Txn{Then: ops(), Else: ops()}
-			for range rng.IntN(3) {
-				txn.If = append(txn.If, command.Compare{
-					Key: pick(), Target: targets[rng.IntN(len(targets))],
-					Op: command.CompareOp(1 + rng.IntN(4)), Int: rng.Int64N(5), Value: value(),
-				})
-			}
-			c = txnCmd(txn)
+			c = txnCmd(command.Txn{Then: ops(0), Else: ops(0), If: compares()})
 		}
 		c.ID = rng.Uint64()
 		data, err := command.Encode(c)

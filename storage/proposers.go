@@ -179,6 +179,19 @@ func (a *applier) proposerCheck(p *command.Proposer) (it proposerItem, repeat *c
 func repeatResult(kept *command.Result, cmd *command.Command) command.Result {
 	res := *kept
 	res.Repeat = true
+	if t := cmd.Txn; t != nil && t.Nests() {
+		branch := t.Then
+		if !res.Succeeded {
+			branch = t.Else
+		}
+		res.Ops = cloneOpResults(res.Ops)
+		command.Ran(branch, res.Ops, func(op *command.Op, r *command.OpResult) {
+			if op.Type == command.OpPut && len(r.KVs) == 1 {
+				r.KVs[0].Value = op.Value
+			}
+		})
+		return res
+	}
 	if t := cmd.Txn; t != nil && len(res.Ops) > 0 {
 		ops := t.Then
 		if !res.Succeeded {
@@ -210,6 +223,9 @@ func (a *applier) keptResult(res *command.Result, cmd *command.Command) *command
 	ops := t.Then
 	if !res.Succeeded {
 		ops = t.Else
+	}
+	if t.Nests() {
+		return a.keptNested(res, ops)
 	}
 	isPut := func(i int) bool { return i < len(ops) && ops[i].Type == command.OpPut }
 	var kept *command.Result
@@ -259,6 +275,49 @@ func (a *applier) keptResult(res *command.Result, cmd *command.Command) *command
 		}
 	}
 	return kept
+}
+
+// keptNested is keptResult for a transaction that nests others, whose
+// branch that ran is ops: the same rules, applied to every op at every
+// depth.
+func (a *applier) keptNested(res *command.Result, ops []command.Op) *command.Result {
+	kept := *res
+	kept.Repeat = false
+	kept.Ops = cloneOpResults(res.Ops)
+	size := 0
+	command.Ran(ops, kept.Ops, func(op *command.Op, r *command.OpResult) {
+		for j := range r.KVs {
+			if op.Type == command.OpPut {
+				r.KVs[j].Value = nil
+			}
+			size += len(r.KVs[j].Key) + len(r.KVs[j].Value) + 40
+		}
+	})
+	if size > a.sm.opts.MaxResultBytes {
+		kept.Trimmed = true
+		command.Ran(ops, kept.Ops, func(op *command.Op, r *command.OpResult) {
+			if op.Type != command.OpPut {
+				r.KVs = nil
+			}
+		})
+	}
+	return &kept
+}
+
+// cloneOpResults deep-copies ops, nested results and KV slices included
+// (the values are shared: nobody writes to them).
+func cloneOpResults(ops []command.OpResult) []command.OpResult {
+	if ops == nil {
+		return nil
+	}
+	out := slices.Clone(ops)
+	for i := range out {
+		out[i].KVs = slices.Clone(out[i].KVs)
+		if n := out[i].Txn; n != nil {
+			out[i].Txn = &command.TxnResult{Succeeded: n.Succeeded, Ops: cloneOpResults(n.Ops)}
+		}
+	}
+	return out
 }
 
 // recordResult keeps res as the result of cmd's proposer p, applied at

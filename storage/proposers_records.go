@@ -44,6 +44,7 @@ const (
 	proposerFormat1 byte = 1 // floor, last active index
 	resultFormat1   byte = 1 // one command's result (earlier builds)
 	resultFormat2   byte = 2 // one command's result, its proposer's floor and last index
+	resultFormat3   byte = 3 // resultFormat2 with nested transactions' results (opNested)
 	horizonFormat1  byte = 1 // the retirement horizon
 )
 
@@ -143,26 +144,50 @@ type resultMeta struct {
 const (
 	opStored byte = 0 // deleted, then the KVs as resultFormat1 has them
 	opPut    byte = 1 // key, version, revision - create revision, session
+	// opNested is a nested transaction's result (resultFormat3 only):
+	// succeeded (0 or 1), the op count, then each op's as at the top.
+	opNested byte = 2
 )
 
 // appendResultRecord appends the stored form (resultFormat2) of res, the
 // result of sequence seq of a proposer whose floor and last index are
 // now m's. The floor goes as its distance below seq (wrapping), small
 // for a proposer whose floor trails its calls.
+//
+// A result with a nested transaction's (opNested) is written in
+// resultFormat3, every other as before, so a build before nested
+// transactions refuses (ErrFormat) only the records it could not read.
 func appendResultRecord(dst []byte, res *command.Result, seq uint64, m resultMeta) []byte {
-	dst = append(dst, resultFormat2, byte(res.Status), resultFlags(res, m.explicit))
+	format := resultFormat2
+	if slices.ContainsFunc(res.Ops, func(op command.OpResult) bool { return op.Txn != nil }) {
+		format = resultFormat3
+	}
+	dst = append(dst, format, byte(res.Status), resultFlags(res, m.explicit))
 	dst = binary.AppendVarint(dst, int64(seq-m.floor))
 	dst = binary.AppendUvarint(dst, m.last)
 	dst = binary.AppendVarint(dst, res.Rev)
 	dst = binary.AppendVarint(dst, res.SessionID)
-	dst = binary.AppendUvarint(dst, uint64(len(res.Ops)))
-	for i := range res.Ops {
-		op := &res.Ops[i]
-		if isPutResult(op, res.Rev) {
+	return appendStoredOps(dst, res.Ops, res.Rev)
+}
+
+// appendStoredOps appends the op results of a resultFormat2 or 3 record.
+func appendStoredOps(dst []byte, ops []command.OpResult, rev int64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ops)))
+	for i := range ops {
+		op := &ops[i]
+		if n := op.Txn; n != nil {
+			var ok byte
+			if n.Succeeded {
+				ok = 1
+			}
+			dst = appendStoredOps(append(dst, opNested, ok), n.Ops, rev)
+			continue
+		}
+		if isPutResult(op, rev) {
 			kv := &op.KVs[0]
 			dst = wirebytes.AppendString(append(dst, opPut), kv.Key)
 			dst = binary.AppendVarint(dst, kv.Version)
-			dst = binary.AppendVarint(dst, res.Rev-kv.CreateRev)
+			dst = binary.AppendVarint(dst, rev-kv.CreateRev)
 			dst = binary.AppendVarint(dst, kv.Session)
 			continue
 		}
@@ -219,11 +244,22 @@ func appendOpResult(dst []byte, op *command.OpResult) []byte {
 }
 
 // resultSize is the length of res's resultFormat1 record: format,
-// status and flags bytes, then appendResultBody's.
+// status and flags bytes, then appendResultBody's. A nested
+// transaction's result, which format 1 cannot hold, counts as an op
+// result with no keys followed by its succeeded byte and its own op
+// results (part of format 7's meaning: never change it).
 func resultSize(res *command.Result) int64 {
-	n := 3 + wirebytes.VarintLen(res.Rev) + wirebytes.VarintLen(res.SessionID) + wirebytes.UvarintLen(uint64(len(res.Ops)))
-	for i := range res.Ops {
-		op := &res.Ops[i]
+	return 3 + int64(wirebytes.VarintLen(res.Rev)+wirebytes.VarintLen(res.SessionID)) + opResultsSize(res.Ops)
+}
+
+func opResultsSize(ops []command.OpResult) int64 {
+	n := wirebytes.UvarintLen(uint64(len(ops)))
+	for i := range ops {
+		op := &ops[i]
+		if op.Txn != nil {
+			n += 3 + int(opResultsSize(op.Txn.Ops))
+			continue
+		}
 		n += wirebytes.VarintLen(op.Deleted) + wirebytes.UvarintLen(uint64(len(op.KVs)))
 		for j := range op.KVs {
 			kv := &op.KVs[j]
@@ -247,14 +283,14 @@ func decodeResultRecord(b []byte, seq uint64) (*command.Result, resultMeta, erro
 		return nil, m, fmt.Errorf("%w: empty result record", ErrCorrupt)
 	}
 	format := b[0]
-	if format != resultFormat1 && format != resultFormat2 {
-		return nil, m, fmt.Errorf("%w: result record format %d, want %d or %d", ErrFormat, format, resultFormat1, resultFormat2)
+	if format != resultFormat1 && format != resultFormat2 && format != resultFormat3 {
+		return nil, m, fmt.Errorf("%w: result record format %d, want %d to %d", ErrFormat, format, resultFormat1, resultFormat3)
 	}
 	r := wirebytes.NewReader(b[1:], ErrCorrupt)
 	res := &command.Result{Status: command.Status(r.U8())}
 	flags := r.U8()
 	known := byte(resultSucceeded | resultTrimmed)
-	if format == resultFormat2 {
+	if format != resultFormat1 {
 		known |= resultExplicit
 	}
 	if flags&^known != 0 {
@@ -262,37 +298,60 @@ func decodeResultRecord(b []byte, seq uint64) (*command.Result, resultMeta, erro
 	}
 	res.Succeeded, res.Trimmed = flags&resultSucceeded != 0, flags&resultTrimmed != 0
 	m.explicit = format == resultFormat1 || flags&resultExplicit != 0
-	if format == resultFormat2 {
+	if format != resultFormat1 {
 		m.floor = seq - uint64(r.Varint())
 		m.last = r.Uvarint()
 	}
 	res.Rev = r.Varint()
 	res.SessionID = r.Varint()
-	if n := r.Count(minOpResult); n > 0 {
-		res.Ops = make([]command.OpResult, n)
-		for i := range res.Ops {
-			op := &res.Ops[i]
-			if format == resultFormat1 {
-				readOpResult(&r, op)
-				continue
-			}
-			switch kind := r.U8(); kind {
-			case opPut:
-				kv := command.KV{Key: r.Str(), Version: r.Varint(), ModRev: res.Rev}
-				kv.CreateRev = res.Rev - r.Varint()
-				kv.Session = r.Varint()
-				op.KVs = []command.KV{kv}
-			case opStored:
-				readOpResult(&r, op)
-			default:
-				r.Fail("op result kind %d", kind)
+	if format == resultFormat1 {
+		if n := r.Count(minOpResult); n > 0 {
+			res.Ops = make([]command.OpResult, n)
+			for i := range res.Ops {
+				readOpResult(&r, &res.Ops[i])
 			}
 		}
+	} else {
+		res.Ops = readStoredOps(&r, res.Rev, format == resultFormat3, 0)
+	}
+	if format == resultFormat3 && !slices.ContainsFunc(res.Ops, func(op command.OpResult) bool { return op.Txn != nil }) {
+		r.Fail("a result record of format %d without a nested transaction's result", format)
 	}
 	if err := recordDone(&r, "result"); err != nil {
 		return nil, m, err
 	}
 	return res, m, nil
+}
+
+// readStoredOps reads the op results of a resultFormat2 or (nested) 3
+// record, at depth below the top: no deeper than transactions nest.
+func readStoredOps(r *wirebytes.Reader, rev int64, nested bool, depth int) []command.OpResult {
+	n := r.Count(minOpResult)
+	if n <= 0 {
+		return nil
+	}
+	ops := make([]command.OpResult, n)
+	for i := range ops {
+		op := &ops[i]
+		switch kind := r.U8(); {
+		case kind == opPut:
+			kv := command.KV{Key: r.Str(), Version: r.Varint(), ModRev: rev}
+			kv.CreateRev = rev - r.Varint()
+			kv.Session = r.Varint()
+			op.KVs = []command.KV{kv}
+		case kind == opStored:
+			readOpResult(r, op)
+		case kind == opNested && nested && depth < command.MaxNesting:
+			op.Txn = &command.TxnResult{Succeeded: r.Bool()}
+			op.Txn.Ops = readStoredOps(r, rev, true, depth+1)
+		default:
+			r.Fail("op result kind %d at depth %d", kind, depth)
+		}
+		if r.Err() != nil {
+			return nil
+		}
+	}
+	return ops
 }
 
 func readOpResult(r *wirebytes.Reader, op *command.OpResult) {

@@ -109,7 +109,7 @@ func (sm *StateMachine) ReadTxn(t *command.Txn, maxBytes int64) (command.Result,
 	}
 	defer sm.life.RUnlock()
 	v := sm.view.Load()
-	ok, ops := branch(v.memState, t)
+	ok, ops, plan := branch(v.memState, t)
 	res := command.Result{Rev: v.rev, Succeeded: ok, Ops: make([]command.OpResult, len(ops))}
 	var (
 		arena valueArena
@@ -140,6 +140,7 @@ func (sm *StateMachine) ReadTxn(t *command.Txn, maxBytes int64) (command.Result,
 			return command.Result{}, tooLarge(maxBytes, n)
 		}
 	}
+	res.Ops = plan.Nest(res.Ops)
 	return res, nil
 }
 
@@ -157,7 +158,7 @@ func (sm *StateMachine) CheckTxnReads(t *command.Txn) error {
 	}
 	defer sm.life.RUnlock()
 	v := sm.view.Load()
-	_, ops := branch(v.memState, t)
+	_, ops, _ := branch(v.memState, t)
 	if cost := branchReadCost(v.memState, ops, t.ReadLimit); cost > t.ReadLimit {
 		return fmt.Errorf("%w: the transaction's gets would read more than %d bytes (keys and values, %d more per key)",
 			ErrReadTooLarge, t.ReadLimit, command.ReadCostOverhead)
@@ -165,19 +166,17 @@ func (sm *StateMachine) CheckTxnReads(t *command.Txn) error {
 	return nil
 }
 
-// branch evaluates t's compares against s and returns which branch runs.
-func branch(s memState, t *command.Txn) (bool, []command.Op) {
-	for i := range t.If {
-		c := &t.If[i]
+// branch evaluates t's compares against s, and those of the
+// transactions it nests on the path taken, and returns which branch runs,
+// its ops flat and the plan that shapes their results (command.Plan).
+func branch(s memState, t *command.Txn) (bool, []command.Op, *command.Plan) {
+	return t.Plan(func(c *command.Compare) bool {
 		var kv command.KV
 		if it, found := s.keys.Get(kvItem{key: c.Key}); found {
 			kv = *it.kv
 		}
-		if !compare(&kv, c) {
-			return false, t.Else
-		}
-	}
-	return true, t.Then
+		return compare(&kv, c)
+	})
 }
 
 // branchReadCost counts what the gets of ops would read, by the rule of

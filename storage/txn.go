@@ -16,19 +16,12 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 	if !validTxn(t) {
 		return a.status(command.StatusInvalid), nil
 	}
-	ok := true
-	for i := range t.If {
-		c := &t.If[i]
+	// Every compare on the path, a nested transaction's too, sees the
+	// state before the first op (command.Plan); ops is the flat branch.
+	ok, ops, plan := t.Plan(func(c *command.Compare) bool {
 		kv, _, _ := a.getKV(c.Key, c.Target == command.TargetValue)
-		if !compare(&kv, c) {
-			ok = false
-			break
-		}
-	}
-	ops := t.Then
-	if !ok {
-		ops = t.Else
-	}
+		return compare(&kv, c)
+	})
 	if !a.actorMay(t, ops) {
 		return a.status(command.StatusForbidden), nil
 	}
@@ -77,6 +70,7 @@ func (a *applier) txn(t *command.Txn) (command.Result, error) {
 		}
 	}
 	res.Rev = a.m.rev
+	res.Ops = plan.Nest(res.Ops)
 	return res, nil
 }
 
@@ -133,11 +127,12 @@ func (a *applier) charge(cost int64) error {
 
 // validTxn checks what the proposer checked: known compares and ops and,
 // in a transaction with a read limit (format 6, whose meaning includes the
-// rule), no branch writing a key twice. Older formats keep their meaning
-// (the last write of a key wins), so logs and members before the rule
-// apply alike.
+// rule) or one that nests (format 7, likewise), no branch writing a key
+// twice (etcd's rule, nested transactions' writes counted:
+// command.DuplicateWrite). Older formats keep their meaning (the last
+// write of a key wins), so logs and members before the rule apply alike.
 func validTxn(t *command.Txn) bool {
-	if t.ReadLimit > 0 {
+	if t.ReadLimit > 0 || t.Nests() {
 		if _, dup := command.DuplicateWrite(t.Then); dup {
 			return false
 		}
@@ -145,6 +140,12 @@ func validTxn(t *command.Txn) bool {
 			return false
 		}
 	}
+	return validBody(t)
+}
+
+// validBody checks t's compares and ops, and those of the transactions
+// it nests (which the decoder bounds to command.MaxNesting).
+func validBody(t *command.Txn) bool {
 	for _, c := range t.If {
 		if c.Target < command.TargetVersion || c.Target > command.TargetSession ||
 			c.Op < command.Equal || c.Op > command.Greater {
@@ -152,7 +153,14 @@ func validTxn(t *command.Txn) bool {
 		}
 	}
 	for _, ops := range [2][]command.Op{t.Then, t.Else} {
-		for _, op := range ops {
+		for i := range ops {
+			op := &ops[i]
+			if op.Type == command.OpTxn && op.Txn != nil {
+				if !validBody(op.Txn) {
+					return false
+				}
+				continue
+			}
 			if op.Type < command.OpGet || op.Type > command.OpDelete ||
 				op.Type == command.OpPut && op.Prefix {
 				return false

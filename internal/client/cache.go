@@ -269,6 +269,15 @@ func changes(cmd *command.Command, res command.Result, prefix string) bool {
 	default:
 		return false
 	}
+	if cmd.Txn.Nests() {
+		// Whichever of its branches ran: a write under prefix may have.
+		for op := range cmd.Txn.AllOps() {
+			if op.Type != command.OpGet && (strings.HasPrefix(op.Key, prefix) || op.Prefix && strings.HasPrefix(prefix, op.Key)) {
+				return true
+			}
+		}
+		return false
+	}
 	ops := cmd.Txn.Then
 	if !res.Succeeded {
 		ops = cmd.Txn.Else

@@ -267,7 +267,7 @@ type call struct {
 func isResponse(k Kind) bool {
 	switch k {
 	case KindPong, KindProposeResult, KindReadResult, KindOK, KindError, KindTimeToLiveResult, KindMembersResult,
-		KindRangeResult:
+		KindRangeResult, KindNestedResult:
 		return true
 	}
 	return false
@@ -304,6 +304,9 @@ func (c *ClientConn) Read(ctx context.Context, r *Read) (*ReadResult, error) {
 
 // Propose proposes the encoded command cmd and returns its result.
 func (c *ClientConn) Propose(ctx context.Context, cmd []byte) (*ProposeResult, error) {
+	if err := c.checkNested(cmd); err != nil {
+		return nil, err
+	}
 	m, err := c.Call(ctx, &Propose{Command: cmd})
 	if err != nil {
 		return nil, err

@@ -61,10 +61,8 @@ func SessionsNamed(c *command.Command) []int64 {
 		add(c.Session.ID)
 	}
 	if c.Txn != nil {
-		for _, ops := range [][]command.Op{c.Txn.Then, c.Txn.Else} {
-			for _, op := range ops {
-				add(op.Session)
-			}
+		for op := range c.Txn.AllOps() { // nested transactions' ops too
+			add(op.Session)
 		}
 	}
 	return ids

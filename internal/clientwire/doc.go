@@ -39,6 +39,7 @@
 //
 //	Ping → Pong
 //	Propose{Command: internal/command encoding} → ProposeResult{command.Result}
+//	Propose{a command nesting transactions, format 7} (version 6) → ProposeResult{Nested} (KindNestedResult)
 //	Read{Key, Prefix, Serializable} → ReadResult{KVs, Rev}
 //	Read{Key (a prefix), Serializable, After, Limit} (version 4: KindReadPage) → ReadResult
 //	WatchStart{WatchID, Prefix, FromRev, ...} → OK, then the watch's stream

@@ -13,9 +13,10 @@ import (
 const (
 	MinVersion uint8 = 1
 	// MaxVersion 2 adds TimeToLive, 3 adds Members, 4 paged reads
-	// (KindReadPage) and 5 ranged reads (KindReadRange); their frames are the only differences, so an older
-	// peer is served exactly as before.
-	MaxVersion uint8 = 5
+	// (KindReadPage), 5 ranged reads (KindReadRange) and 6 nested
+	// transactions (KindNestedResult); their frames are the only
+	// differences, so an older peer is served exactly as before.
+	MaxVersion uint8 = 6
 )
 
 // handshakeVersion is the version byte of Hello, Welcome and Refuse
@@ -157,7 +158,8 @@ func checkFrame(f Frame, version uint8) error {
 	if f.Kind == 0 || f.Kind > maxKind || (version < 2 && f.Kind > maxKindV1) ||
 		(version < MembersVersion && f.Kind > KindTimeToLiveResult) ||
 		(version < PageVersion && f.Kind > KindMembersResult) ||
-		(version < RangeVersion && f.Kind > KindReadPage) {
+		(version < RangeVersion && f.Kind > KindReadPage) ||
+		(version < NestedVersion && f.Kind > KindRangeResult) {
 		return fmt.Errorf("%w: unknown kind %d in version %d", ErrProtocol, f.Kind, version)
 	}
 	want := version
@@ -178,7 +180,7 @@ func hasID(k Kind) bool {
 	switch k {
 	case KindPing, KindPong, KindPropose, KindProposeResult, KindRead, KindReadResult,
 		KindWatchStart, KindOK, KindError, KindCancel, KindTimeToLive, KindTimeToLiveResult,
-		KindMembers, KindMembersResult, KindReadPage, KindReadRange, KindRangeResult:
+		KindMembers, KindMembersResult, KindReadPage, KindReadRange, KindRangeResult, KindNestedResult:
 		return true
 	}
 	return false

@@ -39,7 +39,7 @@ const (
 	KindTimeToLiveResult Kind = 21 // response
 
 	maxKindV1 = KindCancel
-	maxKind   = KindRangeResult
+	maxKind   = KindNestedResult
 )
 
 // Message is one of the message structs of this file.
@@ -102,6 +102,9 @@ type Propose struct {
 // ProposeResult is the applied command's result.
 type ProposeResult struct {
 	Result command.Result
+	// Nested marks a result with nested transactions' results (version
+	// 6, nested.go), which travels as KindNestedResult.
+	Nested bool
 }
 
 // Read reads a key, or every key under a prefix. Linearizable unless
@@ -277,8 +280,14 @@ func (*OK) Kind() Kind { return KindOK }
 // Kind returns KindPropose.
 func (*Propose) Kind() Kind { return KindPropose }
 
-// Kind returns KindProposeResult.
-func (*ProposeResult) Kind() Kind { return KindProposeResult }
+// Kind returns KindProposeResult, or KindNestedResult for a result with
+// nested transactions' results.
+func (m *ProposeResult) Kind() Kind {
+	if m.Nested {
+		return KindNestedResult
+	}
+	return KindProposeResult
+}
 
 // Kind returns KindRead, or KindReadPage for a paged read.
 func (m *Read) Kind() Kind {
@@ -387,6 +396,8 @@ func newMessage(k Kind) Message {
 		return &Read{Ranged: true}
 	case KindRangeResult:
 		return &ReadResult{Ranged: true}
+	case KindNestedResult:
+		return &ProposeResult{Nested: true}
 	}
 	return nil
 }
@@ -509,6 +520,9 @@ func (m *ProposeResult) appendTo(b []byte) []byte {
 	b = appendVarint(b, r.Rev)
 	b = appendBool(b, r.Succeeded)
 	b = appendVarint(b, r.SessionID)
+	if m.Nested {
+		return appendNestedOps(b, r.Ops)
+	}
 	b = appendUvarint(b, uint64(len(r.Ops)))
 	for i := range r.Ops {
 		b = appendKVs(b, r.Ops[i].KVs)
@@ -523,6 +537,10 @@ func (m *ProposeResult) decode(d *dec) {
 	r.Rev = d.Varint()
 	r.Succeeded = d.Bool()
 	r.SessionID = d.Varint()
+	if m.Nested {
+		r.Ops = d.nestedOps(0)
+		return
+	}
 	// An op result is at least a KV count and a number.
 	if n := d.Count(2); n > 0 {
 		r.Ops = make([]command.OpResult, n)

@@ -29,6 +29,11 @@ func sampleMessages() []Message {
 		&ProposeResult{Result: command.Result{Status: command.StatusOK, Rev: 12, Succeeded: true, SessionID: 4,
 			Ops: []command.OpResult{{KVs: []command.KV{kv, del}}, {Deleted: 3}}}},
 		&ProposeResult{},
+		&ProposeResult{Nested: true, Result: command.Result{Rev: 12, Succeeded: true, Ops: []command.OpResult{
+			{KVs: []command.KV{kv}},
+			{Txn: &command.TxnResult{Succeeded: false, Ops: []command.OpResult{
+				{Deleted: 2}, {Txn: &command.TxnResult{Succeeded: true}}}}},
+		}}},
 		&Read{Key: "config/", Prefix: true, Serializable: true},
 		&Read{Key: "jobs/", Prefix: true, Serializable: true, After: "jobs/0042", Limit: 500},
 		&Read{Key: "", Prefix: true, After: "a"},

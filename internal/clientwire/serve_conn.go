@@ -166,7 +166,7 @@ func (s *session) readLoop(fr *frameReader, version uint8) error {
 			}
 			s.reply(f.ID, &Pong{})
 		case *Propose:
-			err = s.propose(f.ID, m)
+			err = s.propose(f.ID, m, version)
 		case *Read:
 			err = s.request(f.ID, func(ctx context.Context) (Message, error) {
 				return s.h.Read(ctx, s.id, m)
@@ -202,8 +202,14 @@ func (s *session) readLoop(fr *frameReader, version uint8) error {
 	}
 }
 
-func (s *session) propose(id uint64, m *Propose) error {
+func (s *session) propose(id uint64, m *Propose, version uint8) error {
 	c, err := command.Decode(m.Command)
+	if err == nil && version < NestedVersion && nestsCommand(m.Command) {
+		// Its result could not travel in this version: refused as a
+		// newer client's command is, the connection stays.
+		err = fmt.Errorf("%w: nested transactions need protocol version %d, the connection speaks %d",
+			command.ErrVersion, NestedVersion, version)
+	}
 	if errors.Is(err, command.ErrVersion) {
 		// A newer client's command: refused, the connection stays.
 		if err := s.acquire(); err != nil {
@@ -228,7 +234,7 @@ func (s *session) propose(id uint64, m *Propose) error {
 		if err != nil {
 			return nil, err
 		}
-		return &ProposeResult{Result: *r}, nil
+		return &ProposeResult{Result: *r, Nested: hasNested(r.Ops)}, nil
 	})
 }
 

@@ -8,15 +8,16 @@ import (
 	"github.com/coordcell/coord/internal/wirebytes"
 )
 
-// Formats 2 to 6, after the version byte:
+// Formats 2 to 7, after the version byte:
 //
 //	Command  id: 8 bytes little-endian | kind: 1 byte | body: 1 byte (bodyTxn|bodySession|bodyProposer)
 //	         [Txn if bodyTxn] [Session if bodySession] [Proposer if bodyProposer]
-//	Txn      list If | list Then | list Else (the three counts first), then
+//	Txn      Body | [formats 6 and 7: str Actor | Admin: 1 byte (0 or 1) | uvarint ReadLimit]
+//	Body     list If | list Then | list Else (the three counts first), then
 //	         the If compares, the Then ops, the Else ops
-//	         | [format 6: str Actor | Admin: 1 byte (0 or 1) | uvarint ReadLimit]
 //	Compare  str Key | Target: 1 byte | Op: 1 byte | varint Int | bytes Value
 //	Op       Type: 1 byte | flags: 1 byte (opPrefix) | str Key | bytes Value | varint Session
+//	         or, in format 7 with Type OpTxn: Type | flags: 0 | the nested Body
 //	Session  varint ID | varint TTL | Expired: 1 byte (0 or 1; format 5:
 //	         1 | 2 for LockDelay, which is set; format 6: either)
 //	         | [format 3: uvarint Term] | [formats 4 to 6: uvarint Term | str Owner]
@@ -49,7 +50,12 @@ import (
 // kind is KindSessionSilent, one of the three session fields is set
 // (LockDelay may then be either), or the transaction has an Actor, Admin
 // or a positive ReadLimit, and a format 6 command with none of that is
-// refused. So the one-encoding rule holds across all five.
+// refused. Format 7 is format 6 whose transaction nests another (an op of
+// type OpTxn with a Txn, at most MaxNesting deep): it is written exactly
+// when the transaction nests, and a format 7 command that does not is
+// refused; in formats 2 to 6 an op of type OpTxn is an ordinary op (which
+// the state machine refuses as it always did). So the one-encoding rule
+// holds across all six.
 
 const (
 	bodyTxn      = 1 << 0
@@ -92,11 +98,16 @@ func actored(c *Command) bool { return c.Txn != nil && (c.Txn.Actor != "" || c.T
 // readLimited reports whether c needs format 6.
 func readLimited(c *Command) bool { return c.Txn != nil && c.Txn.ReadLimit > 0 }
 
+// nested reports whether c needs format 7.
+func nested(c *Command) bool { return c.Txn != nil && c.Txn.Nests() }
+
 // format is the format c is written in.
 func format(c *Command) byte {
 	switch {
-	case c.Proposer != nil, bounded(c), actored(c), readLimited(c):
+	case nested(c):
 		return Version
+	case c.Proposer != nil, bounded(c), actored(c), readLimited(c):
+		return versionBounded
 	case lockDelayed(c):
 		return versionLockDelay
 	case owned(c):
@@ -109,16 +120,10 @@ func format(c *Command) byte {
 
 func encodedLen(c *Command) int {
 	n := 1 + 8 + 1 + 1
+	f := format(c)
 	if t := c.Txn; t != nil {
-		n += wirebytes.ListLen(len(t.If), t.If == nil) +
-			wirebytes.ListLen(len(t.Then), t.Then == nil) +
-			wirebytes.ListLen(len(t.Else), t.Else == nil)
-		for i := range t.If {
-			cmp := &t.If[i]
-			n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
-		}
-		n += opsLen(t.Then) + opsLen(t.Else)
-		if format(c) == Version {
+		n += bodyLen(t, f == Version)
+		if f >= versionBounded {
 			n += wirebytes.StringLen(t.Actor) + 1 + wirebytes.UvarintLen(uint64(t.ReadLimit))
 		}
 	}
@@ -128,14 +133,13 @@ func encodedLen(c *Command) int {
 	}
 	if s := c.Session; s != nil {
 		n += wirebytes.VarintLen(s.ID) + wirebytes.VarintLen(s.TTL) + 1
-		f := format(c)
 		if f >= versionTermed {
 			n += wirebytes.UvarintLen(s.Term)
 		}
 		if f >= versionOwned {
 			n += wirebytes.StringLen(s.Owner)
 		}
-		if f >= Version {
+		if f >= versionBounded {
 			n += 1 + wirebytes.VarintLen(s.MaxSessions) + wirebytes.VarintLen(s.Clock)
 		}
 		n += wirebytes.ListLen(len(s.IDs), s.IDs == nil) + wirebytes.ListLen(len(s.Credits), s.Credits == nil)
@@ -149,10 +153,27 @@ func encodedLen(c *Command) int {
 	return n
 }
 
-func opsLen(ops []Op) int {
+// bodyLen is the length of t's Body; nest says the format carries
+// nested transactions (7).
+func bodyLen(t *Txn, nest bool) int {
+	n := wirebytes.ListLen(len(t.If), t.If == nil) +
+		wirebytes.ListLen(len(t.Then), t.Then == nil) +
+		wirebytes.ListLen(len(t.Else), t.Else == nil)
+	for i := range t.If {
+		cmp := &t.If[i]
+		n += wirebytes.StringLen(cmp.Key) + 2 + wirebytes.VarintLen(cmp.Int) + wirebytes.BytesLen(cmp.Value)
+	}
+	return n + opsLen(t.Then, nest) + opsLen(t.Else, nest)
+}
+
+func opsLen(ops []Op, nest bool) int {
 	n := 0
 	for i := range ops {
 		op := &ops[i]
+		if nest && op.nests() {
+			n += 2 + bodyLen(op.Txn, true)
+			continue
+		}
 		n += 2 + wirebytes.StringLen(op.Key) + wirebytes.BytesLen(op.Value) + wirebytes.VarintLen(op.Session)
 	}
 	return n
@@ -161,7 +182,8 @@ func opsLen(ops []Op) int {
 // encodeBinary sizes the buffer exactly first: one allocation per command.
 func encodeBinary(c *Command) []byte {
 	b := make([]byte, 0, encodedLen(c))
-	b = append(b, format(c))
+	f := format(c)
+	b = append(b, f)
 	b = binary.LittleEndian.AppendUint64(b, c.ID)
 	var body byte
 	if c.Txn != nil {
@@ -175,19 +197,8 @@ func encodeBinary(c *Command) []byte {
 	}
 	b = append(b, byte(c.Kind), body)
 	if t := c.Txn; t != nil {
-		b = wirebytes.AppendList(b, len(t.If), t.If == nil)
-		b = wirebytes.AppendList(b, len(t.Then), t.Then == nil)
-		b = wirebytes.AppendList(b, len(t.Else), t.Else == nil)
-		for i := range t.If {
-			cmp := &t.If[i]
-			b = wirebytes.AppendString(b, cmp.Key)
-			b = append(b, byte(cmp.Target), byte(cmp.Op))
-			b = binary.AppendVarint(b, cmp.Int)
-			b = wirebytes.AppendBytes(b, cmp.Value)
-		}
-		b = appendOps(b, t.Then)
-		b = appendOps(b, t.Else)
-		if format(c) == Version {
+		b = appendBody(b, t, f == Version)
+		if f >= versionBounded {
 			b = wirebytes.AppendString(b, t.Actor)
 			var admin byte
 			if t.Admin {
@@ -208,14 +219,13 @@ func encodeBinary(c *Command) []byte {
 			exp |= 2
 		}
 		b = append(b, exp)
-		f := format(c)
 		if f >= versionTermed {
 			b = binary.AppendUvarint(b, s.Term)
 		}
 		if f >= versionOwned {
 			b = wirebytes.AppendString(b, s.Owner)
 		}
-		if f >= Version {
+		if f >= versionBounded {
 			var charged byte
 			if s.Charged {
 				charged = 1
@@ -245,9 +255,30 @@ func encodeBinary(c *Command) []byte {
 	return b
 }
 
-func appendOps(b []byte, ops []Op) []byte {
+// appendBody appends t's Body; nest says the format carries nested
+// transactions (7).
+func appendBody(b []byte, t *Txn, nest bool) []byte {
+	b = wirebytes.AppendList(b, len(t.If), t.If == nil)
+	b = wirebytes.AppendList(b, len(t.Then), t.Then == nil)
+	b = wirebytes.AppendList(b, len(t.Else), t.Else == nil)
+	for i := range t.If {
+		cmp := &t.If[i]
+		b = wirebytes.AppendString(b, cmp.Key)
+		b = append(b, byte(cmp.Target), byte(cmp.Op))
+		b = binary.AppendVarint(b, cmp.Int)
+		b = wirebytes.AppendBytes(b, cmp.Value)
+	}
+	b = appendOps(b, t.Then, nest)
+	return appendOps(b, t.Else, nest)
+}
+
+func appendOps(b []byte, ops []Op, nest bool) []byte {
 	for i := range ops {
 		op := &ops[i]
+		if nest && op.nests() {
+			b = appendBody(append(b, byte(OpTxn), 0), op.Txn, true)
+			continue
+		}
 		var flags byte
 		if op.Prefix {
 			flags |= opPrefix
@@ -260,7 +291,7 @@ func appendOps(b []byte, ops []Op) []byte {
 	return b
 }
 
-// decoder reads formats 2 to 6 with a minimal reader: each command has one
+// decoder reads formats 2 to 7 with a minimal reader: each command has one
 // encoding. The first error sticks, so callers check it once per stretch.
 type decoder struct {
 	wirebytes.Reader
@@ -279,8 +310,13 @@ type decoder struct {
 	// bounds is set for format 6: sessions carry Charged, MaxSessions
 	// and Clock.
 	bounds bool
-	// actor is set for format 6: transactions carry Actor and Admin.
+	// actor is set for formats 6 and 7: transactions carry Actor and
+	// Admin.
 	actor bool
+	// nest is set for format 7: an op of type OpTxn is a nested
+	// transaction; depth is how deep the body being read is.
+	nest  bool
+	depth int
 }
 
 // str reads a string, reusing a recent key's string when it repeats.
@@ -386,8 +422,9 @@ func decodeBinary(version byte, data []byte) (*Command, error) {
 		termed: version >= versionTermed,
 		owned:  version >= versionOwned,
 		flags:  version >= versionLockDelay,
-		bounds: version >= Version,
-		actor:  version >= Version,
+		bounds: version >= versionBounded,
+		actor:  version >= versionBounded,
+		nest:   version >= Version,
 	}
 	if kind < KindTxn || kind > maxKind {
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, kind)
@@ -428,6 +465,18 @@ func (d *decoder) proposer(p *Proposer) {
 }
 
 func (d *decoder) txn(t *Txn) {
+	d.body(t)
+	if d.actor {
+		t.Actor = d.str()
+		t.Admin = d.Bool()
+		t.ReadLimit = int64(d.UvarintMax(math.MaxInt64, "read limit"))
+	}
+}
+
+// body reads a Txn's Body: the top transaction's, or (format 7) a nested
+// one's, at most MaxNesting below the top, so no input can make the
+// decoder recurse further.
+func (d *decoder) body(t *Txn) {
 	nIf, nThen, nElse := d.List(minCompare), d.List(minOp), d.List(minOp)
 	// Each count alone fits; together they must too.
 	if d.Err() == nil && max(nIf, 0)*minCompare+(max(nThen, 0)+max(nElse, 0))*minOp > d.Len() {
@@ -459,17 +508,16 @@ func (d *decoder) txn(t *Txn) {
 		t.Else = ops[:nElse:nElse]
 		d.ops(t.Else)
 	}
-	if d.actor {
-		t.Actor = d.str()
-		t.Admin = d.Bool()
-		t.ReadLimit = int64(d.UvarintMax(math.MaxInt64, "read limit"))
-	}
 }
 
 func (d *decoder) ops(ops []Op) {
 	for i := range ops {
 		op := &ops[i]
 		op.Type = OpType(d.U8())
+		if d.nest && op.Type == OpTxn {
+			d.nested(op)
+			continue
+		}
 		switch flags := d.U8(); flags {
 		case 0:
 		case opPrefix:
@@ -481,6 +529,23 @@ func (d *decoder) ops(ops []Op) {
 		op.Value = d.Bytes()
 		op.Session = d.Varint()
 	}
+}
+
+// nested reads the rest of a format 7 OpTxn: its flags (none) and body.
+func (d *decoder) nested(op *Op) {
+	if flags := d.U8(); flags != 0 {
+		d.Fail("nested transaction flags %#x", flags)
+	}
+	if d.depth >= MaxNesting {
+		d.Fail("transactions nested more than %d deep", MaxNesting)
+	}
+	if d.Err() != nil {
+		return
+	}
+	op.Txn = new(Txn)
+	d.depth++
+	d.body(op.Txn)
+	d.depth--
 }
 
 func (d *decoder) session(s *Session) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,6 +53,7 @@ func normalizeV1(c *Command) *Command {
 				if len(ops[i].Value) == 0 {
 					ops[i].Value = nil
 				}
+				ops[i].Txn = nil // format 1 predates nesting
 			}
 		}
 	}
@@ -213,7 +215,35 @@ func binaryCases() map[string]*Command {
 			Session: &Session{ID: 1, Term: 2, Owner: "client:x"}},
 		"read limit, lock-delay session": {Kind: KindTxn, Txn: &Txn{ReadLimit: 9},
 			Session: &Session{ID: 1, Expired: true, LockDelay: true}},
+		// Format 7: nested transactions.
+		"nested": {ID: 3, Kind: KindTxn, Txn: &Txn{
+			If: []Compare{{Key: "a", Target: TargetVersion, Op: Equal}},
+			Then: []Op{{Type: OpPut, Key: "a", Value: []byte("1")}, {Type: OpTxn, Txn: &Txn{
+				If:   []Compare{{Key: "b", Target: TargetValue, Op: Equal, Value: []byte("x")}},
+				Then: []Op{{Type: OpDelete, Key: "b"}},
+				Else: []Op{{Type: OpGet, Key: "b", Prefix: true}, {Type: OpTxn, Txn: &Txn{}}},
+			}}},
+			Else: []Op{{Type: OpTxn, Txn: &Txn{If: []Compare{}, Then: []Op{}, Else: []Op{}}}},
+		}},
+		"nested, actor and proposer": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpTxn, Txn: &Txn{
+			Then: []Op{{Type: OpPut, Key: "k", Session: 5}}}}}, Actor: "client:w", ReadLimit: 64},
+			Proposer: &Proposer{ID: 1, Seq: 2}},
+		"nested, session": {Kind: KindTxn, Txn: &Txn{Else: []Op{{Type: OpTxn, Txn: &Txn{}}}},
+			Session: &Session{ID: 1, Term: 2, Owner: "o", Charged: true}},
+		"nested max deep": {Kind: KindTxn, Txn: deepTxn(MaxNesting)},
+		// Before format 7 an OpTxn is an op like another (which the state
+		// machine refuses): its Key and Value are read, nothing nests.
+		"opTxn, format 2": {Kind: KindTxn, Txn: &Txn{Then: []Op{{Type: OpTxn, Key: "a", Value: []byte("v")}}}},
 	}
+}
+
+// deepTxn is a transaction that nests n deep, one OpTxn a level.
+func deepTxn(n int) *Txn {
+	t := &Txn{Then: []Op{{Type: OpPut, Key: "leaf"}}}
+	for range n {
+		t = &Txn{Then: []Op{{Type: OpTxn, Txn: t}}}
+	}
+	return t
 }
 
 // wantVersion is the format Encode must write for c: 6 only when a
@@ -225,6 +255,9 @@ func binaryCases() map[string]*Command {
 func wantVersion(c *Command) byte {
 	s := c.Session
 	switch {
+	case c.Txn != nil && slices.ContainsFunc(append(slices.Clone(c.Txn.Then), c.Txn.Else...),
+		func(op Op) bool { return op.Type == OpTxn && op.Txn != nil }):
+		return 7
 	case c.Proposer != nil, c.Kind == KindSessionSilent || s != nil && (s.Charged || s.MaxSessions != 0 || s.Clock != 0),
 		c.Txn != nil && (c.Txn.Actor != "" || c.Txn.Admin || c.Txn.ReadLimit > 0):
 		return 6
@@ -362,14 +395,31 @@ func randomCommand(r *rand.Rand) *Command {
 				c.Txn.If[i] = Compare{Key: string(data(length())), Target: CompareTarget(r.Uint32()), Op: CompareOp(r.Uint32()), Int: varint(), Value: value()}
 			}
 		}
-		for _, ops := range []*[]Op{&c.Txn.Then, &c.Txn.Else} {
-			if n := count(); n >= 0 {
-				*ops = make([]Op, n)
-				for i := range *ops {
-					(*ops)[i] = Op{Type: OpType(r.Uint32()), Key: string(data(length())), Value: value(), Prefix: r.IntN(2) == 0, Session: varint()}
+		var body func(t *Txn, depth int)
+		body = func(t *Txn, depth int) {
+			for _, ops := range []*[]Op{&t.Then, &t.Else} {
+				if n := count(); n >= 0 {
+					*ops = make([]Op, n)
+					for i := range *ops {
+						if depth < MaxNesting && r.IntN(8) == 0 {
+							inner := &Txn{}
+							if r.IntN(2) == 0 {
+								inner.If = []Compare{{Key: string(data(length())), Target: TargetModRev, Op: Less, Int: varint()}}
+							}
+							body(inner, depth+1)
+							(*ops)[i] = Op{Type: OpTxn, Txn: inner}
+							continue
+						}
+						typ := OpType(r.Uint32())
+						if typ == OpTxn {
+							typ++ // an OpTxn is a nested one; without its Txn it has no encoding beside one
+						}
+						(*ops)[i] = Op{Type: typ, Key: string(data(length())), Value: value(), Prefix: r.IntN(2) == 0, Session: varint()}
+					}
 				}
 			}
 		}
+		body(c.Txn, 0)
 		if r.IntN(3) == 0 {
 			c.Txn.Actor = string(data(length()))
 		}
@@ -554,9 +604,9 @@ func TestBoundsAreAddedCompatibly(t *testing.T) {
 	c.Session.Charged, c.Session.MaxSessions = true, 3
 	b, err := Encode(c)
 	require.NoError(t, err)
-	require.Equal(t, Version, b[0])
+	require.Equal(t, versionBounded, b[0])
 	// The lists (two nil counts) close both encodings.
-	want := append([]byte{Version}, old[1:len(old)-2]...)
+	want := append([]byte{versionBounded}, old[1:len(old)-2]...)
 	want = append(want, 1, 6, 0) // charged, MaxSessions 3 (zig-zag), Clock 0
 	want = append(want, old[len(old)-2:]...)
 	require.Equal(t, want, b)
@@ -600,8 +650,19 @@ func TestDecodeMalformed(t *testing.T) {
 		return append([]byte{versionLockDelay, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
 	header6 := func(kind Kind, body byte) []byte {
+		return append([]byte{versionBounded, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
+	}
+	header7 := func(kind Kind, body byte) []byte {
 		return append([]byte{Version, 1, 0, 0, 0, 0, 0, 0, 0}, byte(kind), body)
 	}
+	// nest is a Then of one OpTxn around body, n times.
+	nest := func(n int, body []byte) []byte {
+		for range n {
+			body = append([]byte{0, 2, 0, byte(OpTxn), 0}, body...)
+		}
+		return body
+	}
+	trailer := []byte{0, 0, 0} // no actor, not admin, no read limit
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	for name, data := range map[string][]byte{
 		"kind 0":            header(0, 0),
@@ -624,7 +685,17 @@ func TestDecodeMalformed(t *testing.T) {
 		"v3 header only": {versionTermed},
 		"v4 header only": {versionOwned},
 		"v5 header only": {versionLockDelay},
-		"v6 header only": {Version},
+		"v6 header only": {versionBounded},
+		"v7 header only": {Version},
+		// Format 7 is only for a transaction that nests one, at most
+		// MaxNesting deep; in it an OpTxn is a nested body.
+		"v7 flat txn":          cat(header7(KindTxn, bodyTxn), []byte{0, 0, 0}, trailer),
+		"v7 noop":              header7(KindNoop, 0),
+		"v7 too deep":          cat(header7(KindTxn, bodyTxn), nest(MaxNesting+1, []byte{0, 0, 0}), trailer),
+		"v7 nested flags":      cat(header7(KindTxn, bodyTxn), []byte{0, 2, 0, byte(OpTxn), 1, 0, 0, 0}, trailer),
+		"v7 nested cut":        cat(header7(KindTxn, bodyTxn), []byte{0, 2, 0, byte(OpTxn), 0, 0, 2}),
+		"v7 nested count over": cat(header7(KindTxn, bodyTxn), []byte{0, 2, 0, byte(OpTxn), 0, 0, 0xff, 0x7f, 0}, trailer),
+		"v7 trailer missing":   cat(header7(KindTxn, bodyTxn), nest(1, []byte{0, 0, 0})),
 		// Format 6 is only for a command with a proposer, and only format
 		// 6 carries one.
 		"v5 with a proposer":   cat(header5(KindNoop, bodyProposer), []byte{0, 1, 1, 0, 0, 0}),

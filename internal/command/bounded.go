@@ -17,7 +17,9 @@ import "github.com/coordcell/coord/internal/wirebytes"
 // the session body, which Bounded does not read. A leader's silence marks
 // cost in proportion to their count; a transaction's actor and read limit
 // (format 6) follow its ops, and the actor costs one session lookup per
-// op (a prefix delete, unbounded anyway, scans its range once more).
+// op (a prefix delete, unbounded anyway, scans its range once more). A
+// nested transaction (format 7) counts as unbounded: its ops are not
+// read here, and it is rare enough that the apply loop may take it.
 func Bounded(data []byte) bool {
 	if len(data) < 11 || data[0] < versionBinary2 || data[0] > Version {
 		return false
@@ -30,6 +32,8 @@ func Bounded(data []byte) bool {
 		return true
 	case kind != KindTxn || body&bodyTxn == 0:
 		return true
+	case data[0] == Version: // a transaction that nests
+		return false
 	}
 	d := wirebytes.NewMinimalReader(data[11:], ErrMalformed)
 	nIf, nThen, nElse := max(d.List(minCompare), 0), max(d.List(minOp), 0), max(d.List(minOp), 0)

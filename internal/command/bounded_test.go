@@ -15,6 +15,9 @@ func boundedByStruct(c *Command) bool {
 	if c.Kind != KindTxn || c.Txn == nil {
 		return true
 	}
+	if c.Txn.Nests() {
+		return false // format 7 is not read: unbounded
+	}
 	prefixDelete := func(op Op) bool { return op.Type == OpDelete && op.Prefix }
 	return !slices.ContainsFunc(c.Txn.Then, prefixDelete) && !slices.ContainsFunc(c.Txn.Else, prefixDelete)
 }

@@ -3,7 +3,7 @@
 // caller. Every encoding starts with a format version byte, so that a node
 // refuses (rather than misreads) a command written by a newer node.
 //
-// Commands are written in a hand-made binary form (versions 2 to 4, see
+// Commands are written in a hand-made binary form (versions 2 to 7, see
 // binary.go), because they are decoded on every member for every write and
 // msgpack's reflection cost a measurable share of the CPU. Version 1, the
 // msgpack form, is still read: logs written by older builds must keep
@@ -36,7 +36,16 @@ import (
 // member not yet upgraded halts (and replays after its upgrade) only on
 // the commands whose meaning it would get wrong, and keeps applying all
 // the others.
-const Version byte = 6
+//
+// Format 7 is format 6 whose transaction nests transactions (OpTxn): it
+// is written only for those, so a member of an older build halts on a
+// nested transaction, which it would misapply, and on nothing else.
+const Version byte = 7
+
+// versionBounded is format 6: the binary format with the session bounds
+// and clock, the transaction's actor and read limit, and the proposer,
+// without nested transactions.
+const versionBounded byte = 6
 
 // versionLockDelay is the binary format with the session term, owner and
 // lock-delay flag, without format 6's additions.
@@ -119,7 +128,21 @@ const (
 	OpPut
 	// OpDelete deletes a key (or, with Prefix, every key under it).
 	OpDelete
+	// OpTxn runs a nested transaction, Op.Txn (format 7). Its compares,
+	// like those of every transaction nested in the branch that runs,
+	// are evaluated against the state before the top transaction's first
+	// op, as etcd evaluates a nested RequestTxn's; its ops run in their
+	// place in the branch, after the ops before it, and see their writes.
+	// All the writes share the top transaction's revision.
+	OpTxn
 )
+
+// MaxNesting is how many levels of transactions may nest below the top
+// one: a transaction nested in a transaction nested in the top one is
+// two deep. etcd bounds nesting only by its op count; coord bounds it too
+// so that no encoding can make a member recurse further (the decoder,
+// the proposer's checks and the state machine all walk nested ops).
+const MaxNesting = 8
 
 // Op is one operation of a transaction.
 type Op struct {
@@ -128,6 +151,10 @@ type Op struct {
 	Value   []byte `msgpack:"v,omitempty"`
 	Prefix  bool   `msgpack:"p,omitempty"`
 	Session int64  `msgpack:"s,omitempty"` // owning session of an ephemeral put; 0 = none
+	// Txn is an OpTxn's nested transaction (format 7 only); its Actor,
+	// Admin and ReadLimit are not encoded (the top transaction's apply to
+	// it), nor are the op's Key, Value, Prefix and Session.
+	Txn *Txn `msgpack:"-"`
 }
 
 // CompareTarget names the field of a key a Compare looks at.
@@ -321,22 +348,29 @@ type Command struct {
 	Proposer *Proposer `msgpack:"-"`
 }
 
-// Encode returns the versioned encoding of c, in format Version.
+// Encode returns the versioned encoding of c, in the oldest format that
+// carries it (see binary.go). A transaction that nests another and also
+// holds an OpTxn without its Txn has none: ErrMalformed.
 func Encode(c *Command) ([]byte, error) {
 	if c == nil {
 		return nil, errors.New("command: encode nil command")
 	}
+	if nested(c) && c.Txn.lostOp() {
+		// In format 7 every OpTxn is a nested body: one without its
+		// transaction has no encoding there.
+		return nil, fmt.Errorf("%w: an OpTxn without its transaction", ErrMalformed)
+	}
 	return encodeBinary(c), nil
 }
 
-// Decode parses an encoded command of format version 1 to 6. It never
+// Decode parses an encoded command of format version 1 to 7. It never
 // panics on arbitrary input. The command shares no memory with data.
 func Decode(data []byte) (*Command, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch data[0] {
-	case Version, versionLockDelay, versionOwned, versionTermed, versionBinary2:
+	case Version, versionBounded, versionLockDelay, versionOwned, versionTermed, versionBinary2:
 		return decodeBinary(data[0], data[1:])
 	case versionMsgpack:
 		return decodeMsgpack(data[1:])
@@ -403,6 +437,17 @@ type OpResult struct {
 	KVs []KV
 	// Deleted counts the keys an OpDelete removed.
 	Deleted int64
+	// Txn is what an OpTxn did: which branch of the nested transaction
+	// ran and its ops' results. Nil for every other op.
+	Txn *TxnResult
+}
+
+// TxnResult is the outcome of a nested transaction (OpTxn).
+type TxnResult struct {
+	// Succeeded reports which branch ran.
+	Succeeded bool
+	// Ops holds one result per op of that branch.
+	Ops []OpResult
 }
 
 // Result is what applying a command yields to the caller that proposed it.

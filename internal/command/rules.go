@@ -12,7 +12,13 @@ import (
 // refuses such a branch; the state machine refuses it in a transaction
 // with a read limit (format 6), whose meaning includes the rule. It
 // costs O(n log n) in the ops, whatever they are.
+//
+// A branch that nests transactions (OpTxn) is held to etcd's rule for
+// them (nestedDuplicate), which reduces to this one for a branch without.
 func DuplicateWrite(ops []Op) (key string, dup bool) {
+	if slices.ContainsFunc(ops, func(op Op) bool { return op.nests() }) {
+		return nestedDuplicate(ops)
+	}
 	if len(ops) <= smallBranch {
 		return duplicateWriteSmall(ops)
 	}
@@ -90,19 +96,29 @@ func duplicateWriteSmall(ops []Op) (string, bool) {
 	return "", false
 }
 
-// Writes reports whether ops write anything (a put or a delete).
+// Writes reports whether ops write anything (a put or a delete, in a
+// nested transaction's branches too).
 func Writes(ops []Op) bool {
-	return slices.ContainsFunc(ops, func(op Op) bool { return op.Type != OpGet })
+	return slices.ContainsFunc(ops, func(op Op) bool {
+		if op.nests() {
+			return !op.Txn.ReadOnly()
+		}
+		return op.Type != OpGet
+	})
 }
 
-// ReadOnly reports whether t writes nothing in either branch: only
-// compares and gets, which a member answers from its state, never
-// through the log.
+// ReadOnly reports whether t writes nothing in either branch, nested
+// transactions' included: only compares and gets, which a member answers
+// from its state, never through the log.
 func (t *Txn) ReadOnly() bool { return !Writes(t.Then) && !Writes(t.Else) }
 
-// PrefixReads reports whether either branch of t reads a prefix, which
-// can find any number of keys.
+// PrefixReads reports whether a branch of t, or of a transaction it
+// nests, reads a prefix, which can find any number of keys.
 func (t *Txn) PrefixReads() bool {
-	prefixGet := func(op Op) bool { return op.Type == OpGet && op.Prefix }
-	return slices.ContainsFunc(t.Then, prefixGet) || slices.ContainsFunc(t.Else, prefixGet)
+	for op := range t.AllOps() {
+		if op.Type == OpGet && op.Prefix {
+			return true
+		}
+	}
+	return false
 }

@@ -393,11 +393,9 @@ func (h *clientHandler) Propose(ctx context.Context, _ string, c *command.Comman
 		if err := n.inputLimits().CheckTxn(c.Txn); err != nil {
 			return nil, err
 		}
-		for _, ops := range [][]command.Op{c.Txn.Then, c.Txn.Else} {
-			for _, op := range ops {
-				if op.Type != command.OpGet && !h.grant.allowsWrite(op.Key) {
-					return nil, fmt.Errorf("%w: client %q may not write %q", errs.Forbidden, h.identity, op.Key)
-				}
+		for op := range c.Txn.AllOps() { // nested transactions' ops too
+			if op.Type != command.OpGet && !h.grant.allowsWrite(op.Key) {
+				return nil, fmt.Errorf("%w: client %q may not write %q", errs.Forbidden, h.identity, op.Key)
 			}
 		}
 		if err := h.checkQueueEntries(c.Txn); err != nil {
@@ -456,6 +454,9 @@ func (h *clientHandler) maxRead(c *command.Command) int64 {
 	ops := 0
 	if c.Txn != nil {
 		ops = max(len(c.Txn.Then), len(c.Txn.Else))
+		if c.Txn.Nests() {
+			ops = c.Txn.Size() // a result for every op that may run
+		}
 	}
 	fit := int64(h.maxFrame) - readReplyOverhead - int64(ops)*opReplyOverhead
 	return max(min(h.n.maxReadBytes(), fit), 1)

@@ -31,31 +31,28 @@ func (h *clientHandler) checkQueueEntries(t *command.Txn) error {
 	if h.grant.Admin {
 		return nil
 	}
-	for _, ops := range [2][]command.Op{t.Then, t.Else} {
-		for i := range ops {
-			op := &ops[i]
-			if op.Type == command.OpGet || op.Prefix {
-				continue
+	for op := range t.AllOps() { // nested transactions' ops too
+		if op.Type == command.OpGet || op.Prefix {
+			continue
+		}
+		e, ok := lockq.ParseKey(op.Key)
+		session := e.Session
+		switch {
+		case !ok:
+		case e.Kind == lockq.KindDelay:
+			return fmt.Errorf("%w: %q is a lock-delay marker, which only the cell removes (an admin grant may)",
+				errs.Forbidden, op.Key)
+		case op.Type == command.OpPut && op.Session != session:
+			return fmt.Errorf("%w: %q is session %d's entry in its queue: a client writes it only as that session's ephemeral key",
+				errs.Forbidden, op.Key, session)
+		case op.Type == command.OpDelete:
+			si, known, err := h.n.sm.Session(session)
+			if err != nil {
+				return h.n.stateErr(err)
 			}
-			e, ok := lockq.ParseKey(op.Key)
-			session := e.Session
-			switch {
-			case !ok:
-			case e.Kind == lockq.KindDelay:
-				return fmt.Errorf("%w: %q is a lock-delay marker, which only the cell removes (an admin grant may)",
-					errs.Forbidden, op.Key)
-			case op.Type == command.OpPut && op.Session != session:
-				return fmt.Errorf("%w: %q is session %d's entry in its queue: a client writes it only as that session's ephemeral key",
-					errs.Forbidden, op.Key, session)
-			case op.Type == command.OpDelete:
-				si, known, err := h.n.sm.Session(session)
-				if err != nil {
-					return h.n.stateErr(err)
-				}
-				if known && si.Owner != h.owner {
-					return fmt.Errorf("%w: %q belongs to session %d, not to client %q (an admin grant may delete it)",
-						errs.Forbidden, op.Key, session, h.identity)
-				}
+			if known && si.Owner != h.owner {
+				return fmt.Errorf("%w: %q belongs to session %d, not to client %q (an admin grant may delete it)",
+					errs.Forbidden, op.Key, session, h.identity)
 			}
 		}
 	}
@@ -66,12 +63,10 @@ func (h *clientHandler) checkQueueEntries(t *command.Txn) error {
 // state machine holds it to its own sessions' keys (command.Txn.Actor).
 // A transaction that only reads stays in the format older members read.
 func (h *clientHandler) markActor(t *command.Txn) {
-	for _, ops := range [2][]command.Op{t.Then, t.Else} {
-		for i := range ops {
-			if ops[i].Type != command.OpGet {
-				t.Actor, t.Admin = h.owner, h.grant.Admin
-				return
-			}
+	for op := range t.AllOps() {
+		if op.Type != command.OpGet {
+			t.Actor, t.Admin = h.owner, h.grant.Admin
+			return
 		}
 	}
 }

@@ -88,40 +88,90 @@ func CheckRanged(o ReadOptions) error {
 
 // CheckTxn checks every key, prefix and value of t and its size, and
 // that no branch writes a key twice: Put and Delete are transactions
-// too, so this is the one check of every write.
+// too, so this is the one check of every write. A nested transaction
+// (OpTxn) counts with everything in it against MaxTxnOps, nests at most
+// command.MaxNesting deep, and its ops and compares are checked as the
+// top's; its writes count as its branch's for the duplicate rule (etcd's).
 func (l Limits) CheckTxn(t *command.Txn) error {
-	if ops := len(t.If) + len(t.Then) + len(t.Else); ops > l.MaxTxnOps {
-		return fmt.Errorf("%w: %d, limit %d", errs.TooManyOps, ops, l.MaxTxnOps)
+	if ops := t.Size(); ops > l.MaxTxnOps {
+		return fmt.Errorf("%w: %d, limit %d (a nested transaction's compares and ops count too)", errs.TooManyOps, ops, l.MaxTxnOps)
+	}
+	if d := t.Depth(); d > command.MaxNesting {
+		return fmt.Errorf("%w: transactions nested %d deep, limit %d", errs.TooManyOps, d, command.MaxNesting)
+	}
+	if err := checkNested(t, true); err != nil {
+		return err
+	}
+	for op := range t.AllOps() {
+		if op.Type < command.OpGet || op.Type > command.OpDelete || op.Type == command.OpPut && op.Prefix {
+			return fmt.Errorf("%w: operation of type %d (prefix %v)", errs.InvalidArgument, op.Type, op.Prefix)
+		}
 	}
 	for _, ops := range [][]command.Op{t.Then, t.Else} {
-		for _, o := range ops {
-			if o.Type < command.OpGet || o.Type > command.OpDelete || o.Type == command.OpPut && o.Prefix {
-				return fmt.Errorf("%w: operation of type %d (prefix %v)", errs.InvalidArgument, o.Type, o.Prefix)
-			}
-		}
 		// As etcd refuses it ("duplicate key given in txn request"): the
 		// outcome would depend on the order of the operations.
 		if key, dup := command.DuplicateWrite(ops); dup {
 			return fmt.Errorf("%w: a branch of the transaction writes %q twice (a key may be put once, "+
-				"and not also deleted, in one branch)", errs.InvalidArgument, key)
+				"and not also deleted, in one branch and the transactions it nests)", errs.InvalidArgument, key)
 		}
 	}
+	if err := l.checkCompares(t); err != nil {
+		return err
+	}
+	for o := range t.AllOps() {
+		check := l.CheckKey
+		if o.Prefix {
+			check = l.CheckPrefix
+		}
+		if err := check(o.Key); err != nil {
+			return err
+		}
+		if len(o.Value) > l.MaxValue {
+			return fmt.Errorf("%w: %d bytes, limit %d", errs.ValueTooLarge, len(o.Value), l.MaxValue)
+		}
+	}
+	return nil
+}
+
+// checkNested refuses an OpTxn that carries what it cannot (a key, a
+// value, a prefix or a session, which its encoding drops) or no
+// transaction, and a nested transaction with the top's own fields (an
+// actor, a read limit).
+func checkNested(t *command.Txn, top bool) error {
+	if !top && (t.Actor != "" || t.Admin || t.ReadLimit != 0) {
+		return fmt.Errorf("%w: a nested transaction with an actor or a read limit (only the top one has them)", errs.InvalidArgument)
+	}
+	for _, ops := range [][]command.Op{t.Then, t.Else} {
+		for i := range ops {
+			op := &ops[i]
+			if op.Type != command.OpTxn {
+				continue
+			}
+			if op.Txn == nil || op.Key != "" || op.Value != nil || op.Prefix || op.Session != 0 {
+				return fmt.Errorf("%w: a nested transaction op with a key, value or session, or without its transaction", errs.InvalidArgument)
+			}
+			if err := checkNested(op.Txn, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkCompares checks the keys of t's compares and of those of the
+// transactions it nests.
+func (l Limits) checkCompares(t *command.Txn) error {
 	for _, c := range t.If {
 		if err := l.CheckKey(c.Key); err != nil {
 			return err
 		}
 	}
 	for _, ops := range [][]command.Op{t.Then, t.Else} {
-		for _, o := range ops {
-			check := l.CheckKey
-			if o.Prefix {
-				check = l.CheckPrefix
-			}
-			if err := check(o.Key); err != nil {
-				return err
-			}
-			if len(o.Value) > l.MaxValue {
-				return fmt.Errorf("%w: %d bytes, limit %d", errs.ValueTooLarge, len(o.Value), l.MaxValue)
+		for i := range ops {
+			if op := &ops[i]; op.Type == command.OpTxn && op.Txn != nil {
+				if err := l.checkCompares(op.Txn); err != nil {
+					return err
+				}
 			}
 		}
 	}
