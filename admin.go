@@ -56,6 +56,29 @@ func (a *Admin) Promote(ctx context.Context, name string) error { return a.m.Pro
 // leader carries on). Moving it to the leader itself is a no-op.
 func (a *Admin) MoveLeader(ctx context.Context, name string) error { return a.m.MoveLeader(ctx, name) }
 
+// UpdateMember moves member name (voter or learner) to the transport
+// address addr in the replicated membership (etcd's MemberUpdate): each
+// member's transport dials it at addr once the change applies there, and
+// a member restarted from its data directory reads addr from it. It
+// returns once the change applied on this member. It does not move the
+// member's own listener: restart that member with Config.Addr = addr,
+// and its own entry in Config.Peers if it has one (before or after the
+// change; until both are done the others cannot reach it, as a member
+// cut off). The others' Config.Peers, read only to found the cell, need
+// not change: a member restarted from its data directory reads the
+// addresses from it. An address the transport cannot use
+// (over TCP, host:port) is ErrInvalidConfig, no such member
+// ErrUnknownMember, another member's address ErrMemberExists; each
+// changes nothing.
+//
+// Every member must run a version that has UpdateMember: an older one
+// applies the change without moving the address and keeps dialling the
+// old one. Once it is upgraded, UpdateMember with the same address
+// writes the change again, and it moves.
+func (a *Admin) UpdateMember(ctx context.Context, name, addr string) error {
+	return a.m.UpdateMember(ctx, name, addr)
+}
+
 // RemoveMember removes a member (voter or learner) from the cell. Its name
 // cannot be used again. Removing the leader makes it step down first.
 func (a *Admin) RemoveMember(ctx context.Context, name string) error {

@@ -55,7 +55,9 @@ var (
 	ErrCompacted = errs.Compacted
 	// ErrInvalidKey: the key is empty or otherwise unusable.
 	ErrInvalidKey = errs.InvalidKey
-	// ErrInvalidConfig: Open was given a Config it cannot run with.
+	// ErrInvalidConfig: Open was given a Config it cannot run with, or a
+	// membership change (AddLearner, UpdateMember) a name or address a
+	// member cannot have.
 	ErrInvalidConfig = errs.InvalidConfig
 	// ErrSessionExpired: the session is gone (expired, or closed through
 	// another handle), so an ephemeral write naming it was refused.
@@ -80,7 +82,8 @@ var (
 	// resume from.
 	ErrSlowWatcher = errs.SlowWatcher
 	// ErrMemberExists: AddLearner named a current member, or the name of a
-	// removed one (Raft IDs, derived from names, are never reused).
+	// removed one (Raft IDs, derived from names, are never reused); or
+	// UpdateMember gave a member another member's address.
 	ErrMemberExists = errs.MemberExists
 	// ErrUnknownMember: no member has that name.
 	ErrUnknownMember = errs.UnknownMember

@@ -35,9 +35,10 @@ func newFront(t *testing.T, copts []coordtest.Option, opts ...Option) *front {
 		n := c.Node(i)
 		go func() { done <- Serve(ctx, n, l, opts...) }()
 	}
+	served := c.Size() // a test may Join more members, served by none
 	t.Cleanup(func() {
 		cancel()
-		for range c.Size() {
+		for range served {
 			require.NoError(t, <-done)
 		}
 	})

@@ -228,57 +228,6 @@ func (m *maintenanceServer) Downgrade(context.Context, *pb.DowngradeRequest) (*p
 	return nil, unimplemented("Downgrade")
 }
 
-// clusterServer is etcd's Cluster service.
-type clusterServer struct {
-	pb.UnimplementedClusterServer
-	s *server
-}
-
-// MemberList lists the cell's members: peer URL its transport address,
-// client URL the address it serves coord clients on (when it announced
-// one), not this etcd front's.
-func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	if c.s.node == nil {
-		return nil, unimplemented("MemberList through a coord.Client (serve on a member)")
-	}
-	ms, err := c.s.node.Admin().Members(ctx)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	resp := &pb.MemberListResponse{Header: c.s.header(-1)}
-	for _, m := range ms {
-		pm := &pb.Member{ID: m.ID, Name: m.Name, IsLearner: m.Learner}
-		if m.Addr != "" {
-			pm.PeerURLs = []string{m.Addr}
-		}
-		if m.ClientAddr != "" {
-			pm.ClientURLs = []string{m.ClientAddr}
-		}
-		resp.Members = append(resp.Members, pm)
-	}
-	return resp, nil
-}
-
-// MemberAdd and the other changes go through coordctl or Admin for now.
-func (c *clusterServer) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	return nil, unimplemented("MemberAdd (use coordctl or Node.Admin().AddLearner)")
-}
-
-// MemberRemove: see MemberAdd.
-func (c *clusterServer) MemberRemove(context.Context, *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	return nil, unimplemented("MemberRemove (use coordctl or Node.Admin().RemoveMember)")
-}
-
-// MemberUpdate: see MemberAdd.
-func (c *clusterServer) MemberUpdate(context.Context, *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	return nil, unimplemented("MemberUpdate")
-}
-
-// MemberPromote: see MemberAdd.
-func (c *clusterServer) MemberPromote(context.Context, *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	return nil, unimplemented("MemberPromote (use coordctl or Node.Admin().Promote)")
-}
-
 // authServer refuses etcd's users, roles and passwords: a coord cell
 // names its clients by mTLS certificate (WithTLS), and a password scheme
 // beside it would be a second, weaker door. AuthStatus says auth is off,

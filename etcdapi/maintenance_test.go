@@ -70,7 +70,7 @@ func TestMaintenanceAndCluster(t *testing.T) {
 	_, err = cli.HashKV(ctx, f.eps[0], 0)
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
 	_, err = cli.MemberAdd(ctx, []string{"http://127.0.0.1:1"})
-	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "a voter add: %v", err)
 	assert.Contains(t, fmt.Sprint(err), "etcdapi")
 
 	as, err := cli.AuthStatus(ctx)

@@ -296,7 +296,9 @@ func (c *core) checkConfChange(from uint64, e *pb.Entry) error {
 		return err
 	}
 	own := ch.GetType() == pb.ConfChangeUpdateNode && ch.GetNodeId() == from && slices.Contains(cs.GetLearners(), from)
-	if !isVoter(cs, from) && !own {
+	if !isVoter(cs, from) && (!own || movesPeer(e)) {
+		// A learner announces its client address; moving a member's
+		// transport address (its own too) is a voter's change.
 		return errDropConfChange
 	}
 	id := ch.GetNodeId()
@@ -307,10 +309,21 @@ func (c *core) checkConfChange(from uint64, e *pb.Entry) error {
 	return nil
 }
 
-// decodeConfChange decodes a conf change entry that makes exactly one
-// known change to a non-zero ID, without joint consensus (this package
-// never uses it), and returns that change.
-func decodeConfChange(e *pb.Entry) (*pb.ConfChangeSingle, error) {
+// movesPeer reports whether the conf change entry e (one decodeConfChange
+// accepted) names a new transport address: an UpdateMember, or a context
+// that cannot be read, which is treated as one.
+func movesPeer(e *pb.Entry) bool {
+	cc, err := unmarshalConfChange(e)
+	if err != nil {
+		return true
+	}
+	m, err := command.DecodeMember(cc.GetContext())
+	return err != nil || m.PeerAddr != ""
+}
+
+// unmarshalConfChange reads a conf change entry of either version as a
+// ConfChangeV2.
+func unmarshalConfChange(e *pb.Entry) (*pb.ConfChangeV2, error) {
 	var cc pb.ConfChangeV2
 	switch e.GetType() {
 	case pb.EntryConfChangeV2:
@@ -325,6 +338,17 @@ func decodeConfChange(e *pb.Entry) (*pb.ConfChangeSingle, error) {
 		cc = *v1.AsV2()
 	default:
 		return nil, errDropConfChange
+	}
+	return &cc, nil
+}
+
+// decodeConfChange decodes a conf change entry that makes exactly one
+// known change to a non-zero ID, without joint consensus (this package
+// never uses it), and returns that change.
+func decodeConfChange(e *pb.Entry) (*pb.ConfChangeSingle, error) {
+	cc, err := unmarshalConfChange(e)
+	if err != nil {
+		return nil, err
 	}
 	if cc.GetTransition() != pb.ConfChangeTransitionAuto || len(cc.GetChanges()) != 1 {
 		return nil, errDropConfChange

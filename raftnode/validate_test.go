@@ -3,6 +3,8 @@ package raftnode
 import (
 	"testing"
 
+	"github.com/coordcell/coord/internal/command"
+
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -168,4 +170,25 @@ func BenchmarkCheckRaft(b *testing.B) {
 			b.Fatal("refused")
 		}
 	}
+}
+
+// A learner may update its own record (its client address) but not move
+// its transport address: movesPeer tells the two apart, and takes a
+// context it cannot read for a move.
+func TestMovesPeer(t *testing.T) {
+	withCtx := func(ctx []byte) *pb.Entry {
+		cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeUpdateNode.Enum(), NodeId: new(uint64(7))}}, Context: ctx}
+		data, err := proto.Marshal(cc)
+		require.NoError(t, err)
+		return &pb.Entry{Type: pb.EntryConfChangeV2.Enum(), Data: data}
+	}
+	member := func(m command.Member) []byte {
+		b, err := command.EncodeMember(&m)
+		require.NoError(t, err)
+		return b
+	}
+	require.False(t, movesPeer(withCtx(member(command.Member{Name: "l", ClientAddr: "l:2"}))))
+	require.True(t, movesPeer(withCtx(member(command.Member{Name: "l", PeerAddr: "l:9"}))))
+	require.True(t, movesPeer(withCtx([]byte{0xff})))
+	require.True(t, movesPeer(&pb.Entry{Type: pb.EntryConfChangeV2.Enum(), Data: []byte{0xff}}))
 }

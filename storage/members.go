@@ -24,6 +24,10 @@ import (
 // written in the lowest format that holds it: format 1 (name, address)
 // while the member announced no client address, format 2 (and the
 // client address) once it did. Both are read.
+//
+// An operator moves a member's transport address the same way
+// (UpdateMember): a ConfChangeUpdateNode whose context names the new
+// address in PeerAddr, which changes only the record's Addr.
 
 const (
 	memberFormat1 byte = 1
@@ -141,16 +145,27 @@ func (a *applier) applyConfChange(e *pb.Entry) error {
 				return err
 			}
 		case pb.ConfChangeUpdateNode:
-			// A member announcing its client address: only a member the
+			// A member announcing its client address, or an operator
+			// moving its transport address (PeerAddr): only a member the
 			// book has, under its own name, and only that field changes.
 			old, ok, err := a.member(id)
 			if err != nil {
 				return err
 			}
-			if !ok || (m.Name != "" && m.Name != old.Name) || !ValidClientAddr(m.ClientAddr) {
+			if !ok || (m.Name != "" && m.Name != old.Name) {
 				continue
 			}
-			old.ClientAddr = m.ClientAddr
+			switch {
+			case m.PeerAddr != "":
+				if !ValidClientAddr(m.PeerAddr) {
+					continue
+				}
+				old.Addr = m.PeerAddr
+			case !ValidClientAddr(m.ClientAddr):
+				continue
+			default:
+				old.ClientAddr = m.ClientAddr
+			}
 			if err := a.setMember(old); err != nil {
 				return err
 			}

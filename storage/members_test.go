@@ -123,3 +123,38 @@ func TestAddressBookClientAddr(t *testing.T) {
 	got, _ := memberOf(t, ts, 1)
 	require.Equal(t, m, got, "the client address is durable")
 }
+
+// An operator moves a member's transport address with an UpdateNode
+// naming it in PeerAddr (UpdateMember): only Addr changes (the client
+// address stays, whatever the change carries), only for the member the
+// book has under that name, only to a well-formed address; a later
+// client address announcement, which carries the Addr it had, does not
+// move it back; the move is durable.
+func TestAddressBookPeerAddr(t *testing.T) {
+	ts := openTestSM(t, nil, Options{})
+	cs := &pb.ConfState{Voters: []uint64{1}}
+	require.NoError(t, ts.bootstrap(cs, []MemberInfo{{ID: 1, Name: "a", Addr: "a:1"}}))
+	apply := func(m *command.Member) MemberInfo {
+		t.Helper()
+		_, err := ts.Apply([]*pb.Entry{confEntry(t, ts, pb.ConfChangeUpdateNode, 1, m)}, nil)
+		require.NoError(t, err)
+		got, ok := memberOf(t, ts, 1)
+		require.True(t, ok)
+		return got
+	}
+	apply(&command.Member{Name: "a", ClientAddr: "a:2"})
+	moved := apply(&command.Member{Name: "a", Addr: "a:1", ClientAddr: "other:2", PeerAddr: "b:1"})
+	require.Equal(t, MemberInfo{ID: 1, Name: "a", Addr: "b:1", ClientAddr: "a:2"}, moved)
+	for _, bad := range []*command.Member{
+		{Name: "b", PeerAddr: "x:1"},   // another name
+		{Name: "a", PeerAddr: "bad x"}, // a space
+		{Name: "a", PeerAddr: string(make([]byte, MaxClientAddrLen+1))},
+	} {
+		require.Equal(t, moved, apply(bad), "refused: %+v", bad)
+	}
+	stale := apply(&command.Member{Name: "a", Addr: "a:1", ClientAddr: "a:3"})
+	require.Equal(t, MemberInfo{ID: 1, Name: "a", Addr: "b:1", ClientAddr: "a:3"}, stale, "an announcement moves no address")
+	ts.reopen()
+	got, _ := memberOf(t, ts, 1)
+	require.Equal(t, stale, got, "the move is durable")
+}

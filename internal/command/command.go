@@ -483,11 +483,19 @@ type Result struct {
 // is omitted when empty, so every other change encodes as before, and a
 // member that does not know the field ignores it (msgpack skips unknown
 // fields), as Raft ignores the UpdateNode.
+//
+// PeerAddr, set only by an operator's ConfChangeUpdateNode (UpdateMember),
+// moves the member's transport address in the address book: a field of
+// its own, so that a member's own announcement, which carries the Addr
+// it had, can never move it back. It is omitted when empty; a member that
+// does not know it ignores it, keeping the old address (UpdateMember
+// wants every member on a version that knows it, and says so).
 type Member struct {
 	Req        uint64 `msgpack:"r"`
 	Name       string `msgpack:"n"`
 	Addr       string `msgpack:"a"`
 	ClientAddr string `msgpack:"c,omitempty"`
+	PeerAddr   string `msgpack:"p,omitempty"`
 }
 
 // EncodeMember returns the versioned encoding of m.

@@ -14,6 +14,7 @@ import (
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/raftnode"
+	"github.com/coordcell/coord/storage"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -89,12 +90,8 @@ func (n *Node) AddLearner(ctx context.Context, name, addr string) error {
 	if name == "" {
 		return fmt.Errorf("%w: a member needs a name", errs.InvalidConfig)
 	}
-	if n.cfg.Transport == nil {
-		if err := CheckAddr(addr); err != nil {
-			return fmt.Errorf("%w: member %q: %v", errs.InvalidConfig, name, err)
-		}
-	} else if addr == "" {
-		return fmt.Errorf("%w: member %q needs an address", errs.InvalidConfig, name)
+	if err := n.checkPeerAddr(name, addr); err != nil {
+		return err
 	}
 	if err := n.raft.ReadBarrier(ctx); err != nil {
 		return err
@@ -113,6 +110,58 @@ func (n *Node) AddLearner(ctx context.Context, name, addr string) error {
 		return fmt.Errorf("%w: %q belonged to a removed member; Raft IDs are never reused, choose another name", errs.MemberExists, name)
 	}
 	return n.raft.ChangeMembership(ctx, pb.ConfChangeAddLearnerNode, id, command.Member{Name: name, Addr: addr})
+}
+
+// checkPeerAddr refuses an address the transport cannot dial: over TCP
+// (the default transport) host:port with a numeric port; with any
+// transport, one the address book would not keep.
+func (n *Node) checkPeerAddr(name, addr string) error {
+	if n.cfg.Transport == nil {
+		if err := CheckAddr(addr); err != nil {
+			return fmt.Errorf("%w: member %q: %v", errs.InvalidConfig, name, err)
+		}
+	} else if addr == "" {
+		return fmt.Errorf("%w: member %q needs an address", errs.InvalidConfig, name)
+	}
+	if !storage.ValidClientAddr(addr) {
+		return fmt.Errorf("%w: member %q: address %q: at most %d bytes of printable characters without spaces",
+			errs.InvalidConfig, name, addr, storage.MaxClientAddrLen)
+	}
+	return nil
+}
+
+// UpdateMember moves member name's transport address to addr in the
+// replicated address book (etcd's MemberUpdate): every member's
+// transport dials it there from when the change applies on that member.
+// It returns once the change applied here. ErrInvalidConfig for an
+// address the transport cannot use, ErrUnknownMember for no such member,
+// ErrMemberExists for the address of another member; all change nothing.
+// The address a member has is written again (for a member that missed
+// it, on an older version).
+func (n *Node) UpdateMember(ctx context.Context, name, addr string) error {
+	if err := n.checkPeerAddr(name, addr); err != nil {
+		return err
+	}
+	if err := n.raft.ReadBarrier(ctx); err != nil {
+		return err
+	}
+	ms, err := n.members()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ms, func(m Member) bool { return m.Name == name })
+	if i < 0 {
+		return fmt.Errorf("%w: %q", errs.UnknownMember, name)
+	}
+	m := ms[i]
+	if j := slices.IndexFunc(ms, func(o Member) bool { return o.Addr == addr && o.Name != name }); j >= 0 {
+		return fmt.Errorf("%w: address %q is member %q's", errs.MemberExists, addr, ms[j].Name)
+	}
+	// ClientAddr as the book has it: a member of an older version, which
+	// does not know PeerAddr, applies the change as a client address
+	// announcement, and must keep the one it has.
+	return n.raft.ChangeMembership(ctx, pb.ConfChangeUpdateNode, m.ID,
+		command.Member{Name: m.Name, Addr: m.Addr, ClientAddr: m.ClientAddr, PeerAddr: addr})
 }
 
 // Promote makes a learner a voter. It is refused with errs.NotCaughtUp until
