@@ -19,9 +19,18 @@ type lockServer struct {
 
 	mu sync.Mutex
 	// held maps the key of each lock taken through this front to its
-	// Mutex, for Unlock.
+	// Mutex, for Unlock. A hold that ended another way (unlocked
+	// through another front, its lease revoked or let go by this front,
+	// the key deleted) closes its Mutex's Done: sweep drops those, so
+	// the map stays as large as the holds that are live.
 	held map[string]*coord.Mutex
+	// sweepAt is the size at which Lock next sweeps held.
+	sweepAt int
 }
+
+// minSweep is the smallest held map Lock sweeps: below it a sweep costs
+// more than the few entries it could drop.
+const minSweep = 64
 
 // Lock waits for the lock name on the session of the request's lease
 // and returns its queue key (which lives while the lock is held).
@@ -43,6 +52,9 @@ func (ls *lockServer) Lock(ctx context.Context, r *v3lockpb.LockRequest) (*v3loc
 		ls.held = make(map[string]*coord.Mutex)
 	}
 	ls.held[m.Key()] = m
+	if len(ls.held) >= ls.sweepAt {
+		ls.sweep()
+	}
 	ls.mu.Unlock()
 	return &v3lockpb.LockResponse{Header: ls.s.header(int64(m.Token())), Key: []byte(m.Key())}, nil
 }
@@ -65,4 +77,24 @@ func (ls *lockServer) Unlock(ctx context.Context, r *v3lockpb.UnlockRequest) (*v
 		return nil, toGRPC(err)
 	}
 	return &v3lockpb.UnlockResponse{Header: ls.s.header(rev)}, nil
+}
+
+// sweep drops the holds that ended, and sets the next sweep at twice
+// what remains, so sweeping costs O(1) per Lock amortised. ls.mu is held.
+func (ls *lockServer) sweep() {
+	for key, m := range ls.held {
+		select {
+		case <-m.Done():
+			delete(ls.held, key)
+		default:
+		}
+	}
+	ls.sweepAt = max(minSweep, 2*len(ls.held))
+}
+
+// heldCount reports how many holds the front keeps (tests).
+func (ls *lockServer) heldCount() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return len(ls.held)
 }

@@ -2,6 +2,7 @@ package etcdapi
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,4 +112,34 @@ func TestElectionService(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e0.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: cr.Leader, Value: []byte("three")})
 	require.Error(t, err, "not leader after resigning")
+}
+
+// TestLockSweepDropsEndedHolds: the front keeps a lock's Mutex for its
+// Unlock, but a hold unlocked through another front (or whose lease
+// ended) never comes back to it: sweep drops every hold whose Mutex is
+// done and keeps the live ones, so the map is bounded by live holds.
+func TestLockSweepDropsEndedHolds(t *testing.T) {
+	f := newFront(t, nil)
+	ctx := tctx(t)
+	s, err := f.c.Node(0).NewSession(ctx, coord.WithTTL(5*time.Second))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	live := coord.NewMutex(s, "live")
+	_, err = live.Lock(ctx)
+	require.NoError(t, err)
+	ls := &lockServer{held: map[string]*coord.Mutex{live.Key(): live}}
+	for i := range 3 * minSweep {
+		m := coord.NewMutex(s, "gone")
+		_, err := m.Lock(ctx)
+		require.NoError(t, err)
+		key := m.Key()
+		require.NoError(t, m.Unlock(ctx)) // as another front's Unlock would end it
+		ls.held[key+string(rune('a'+i%26))+fmt.Sprint(i)] = m
+	}
+	ls.mu.Lock()
+	ls.sweep()
+	ls.mu.Unlock()
+	require.Equal(t, 1, ls.heldCount())
+	require.Contains(t, ls.held, live.Key())
+	require.Equal(t, minSweep, ls.sweepAt)
 }
