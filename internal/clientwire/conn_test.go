@@ -401,30 +401,7 @@ func TestTimeToLive(t *testing.T) {
 // it would take for a protocol violation: the call fails with ErrVersion
 // and the connection stays up.
 func TestTimeToLiveNeedsVersion2(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	done := make(chan error, 1)
-	go func() {
-		defer b.Close()
-		if _, err := newFrameReader(b).read(handshakeMaxFrame); err != nil {
-			done <- err
-			return
-		}
-		w, _ := AppendFrame(nil, handshakeVersion, 0, &Welcome{Version: 1, Member: "old",
-			ElectionTimeout: time.Second, MinSessionTTL: 4 * time.Second,
-			MaxFrame: DefaultMaxFrame, MaxInFlight: 4, MaxWatchers: 4}, handshakeMaxFrame)
-		_, err := b.Write(w)
-		done <- err
-		_, _ = io.Copy(io.Discard, b)
-	}()
-	c, err := Handshake(context.Background(), a, ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	c := connToOldMember(t, 1)
 	if _, err := c.TimeToLive(context.Background(), 4); !errors.Is(err, ErrVersion) {
 		t.Fatalf("time to live of a version 1 member: %v", err)
 	}
@@ -597,4 +574,37 @@ func TestMergeKeepAlivesBounded(t *testing.T) {
 	if got := mergeKeepAlives(ka, &KeepAlive{Seq: 8, SessionIDs: []int64{3, 4, 5}}, 4); got != ka {
 		t.Fatalf("merge past the limit: %+v, want the newer alone", got)
 	}
+}
+
+// connToOldMember returns a client connection to a member that speaks
+// protocol version only: it welcomes the client and reads nothing after,
+// so a test can check what the client refuses to send it. Closed when
+// the test ends.
+func connToOldMember(t *testing.T, version uint8) *ClientConn {
+	t.Helper()
+	a, b := net.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		defer b.Close()
+		if _, err := newFrameReader(b).read(handshakeMaxFrame); err != nil {
+			done <- err
+			return
+		}
+		w, _ := AppendFrame(nil, handshakeVersion, 0, &Welcome{Version: version, Member: "old",
+			ElectionTimeout: time.Second, MinSessionTTL: 4 * time.Second,
+			MaxFrame: DefaultMaxFrame, MaxInFlight: 4, MaxWatchers: 4}, handshakeMaxFrame)
+		_, err := b.Write(w)
+		done <- err
+		_, _ = io.Copy(io.Discard, b)
+	}()
+	c, err := Handshake(context.Background(), a, ClientOptions{})
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); a.Close() })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -3,10 +3,7 @@ package clientwire
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/coordcell/coord/internal/command"
 )
@@ -46,30 +43,7 @@ func TestNestedResultDepthBounded(t *testing.T) {
 // transaction to a member of version 5, sending nothing, and the
 // connection stays.
 func TestNestedCommandNeedsVersion6(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	done := make(chan error, 1)
-	go func() {
-		defer b.Close()
-		if _, err := newFrameReader(b).read(handshakeMaxFrame); err != nil {
-			done <- err
-			return
-		}
-		w, _ := AppendFrame(nil, handshakeVersion, 0, &Welcome{Version: 5, Member: "old",
-			ElectionTimeout: time.Second, MinSessionTTL: 4 * time.Second,
-			MaxFrame: DefaultMaxFrame, MaxInFlight: 4, MaxWatchers: 4}, handshakeMaxFrame)
-		_, err := b.Write(w)
-		done <- err
-		_, _ = io.Copy(io.Discard, b)
-	}()
-	c, err := Handshake(context.Background(), a, ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	c := connToOldMember(t, 5)
 	cmd, err := command.Encode(&command.Command{Kind: command.KindTxn, Txn: &command.Txn{
 		Then: []command.Op{{Type: command.OpTxn, Txn: &command.Txn{}}}}})
 	if err != nil {
