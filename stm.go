@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -352,8 +353,8 @@ func (t *STMTx) readAt(keys []string) error {
 // commit reads the keys read again, in its Else branch, for the next
 // attempt's snapshot.
 func (t *STMTx) commit() (res TxnResult, ok bool, err error) {
-	readKeys := sortedKeys(t.reads)
-	writeKeys := sortedKeys(t.writes)
+	readKeys := slices.Sorted(maps.Keys(t.reads))
+	writeKeys := slices.Sorted(maps.Keys(t.writes))
 	var cmps []Cmp
 	if t.iso != STMReadCommitted {
 		for _, k := range readKeys {
@@ -409,13 +410,4 @@ func (t *STMTx) commit() (res TxnResult, ok bool, err error) {
 		t.prefetchRev = res.Rev
 	}
 	return res, false, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
