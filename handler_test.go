@@ -88,12 +88,12 @@ func TestReadyzWithoutQuorum(t *testing.T) {
 	readyCancel()
 	c.Isolate(other)
 	h := n.Handler()
+	// Out of contact with the leader first ("no contact with the leader
+	// for ..."), then, past its election timeout, without one.
 	require.Eventually(t, func() bool {
-		code, _ := get(t, h, "/readyz")
-		return code == http.StatusServiceUnavailable
-	}, 20*time.Second, 10*time.Millisecond)
-	_, body := get(t, h, "/readyz")
-	require.Contains(t, body, "no leader")
+		code, body := get(t, h, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "no leader")
+	}, 20*time.Second, 10*time.Millisecond, "readyz never said the member has no leader")
 
 	// A heartbeat the leader sent just before the cut can still arrive
 	// late and show the leader for a moment: Ready is asked until it has
