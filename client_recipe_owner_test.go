@@ -63,6 +63,11 @@ func TestClientCannotBreakAnotherSessionsLock(t *testing.T) {
 	as, err := alice.NewSession(ctx)
 	require.NoError(t, err)
 	marker := "locks/jobs/d" + strings.Repeat("0", 16) + strings.Repeat("1", 16)
+	// A linearizable read first: member 0 has then applied every write
+	// above, so its revision is the cell's (seed 2305206945886823019 read
+	// it one write behind).
+	_, err = c.Node(0).Get(ctx, "app/bob")
+	require.NoError(t, err)
 	rev := c.Node(0).Status().Revision
 	attacks := map[string]func() error{
 		"delete the lock key": func() error { _, err := alice.Delete(ctx, lockKey); return err },
@@ -90,6 +95,8 @@ func TestClientCannotBreakAnotherSessionsLock(t *testing.T) {
 		err := attack()
 		require.ErrorIs(t, err, coord.ErrForbidden, "alice could %s: %v", name, err)
 	}
+	_, err = c.Node(0).Get(ctx, "app/bob") // and every write before it applied
+	require.NoError(t, err)
 	require.Equal(t, rev, c.Node(0).Status().Revision, "a refused write changes nothing")
 
 	kv, err := bob.Get(ctx, lockKey)
