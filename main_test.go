@@ -3,7 +3,7 @@ package coord_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
 // Most of this package's tests call t.Parallel: they wait on election
@@ -14,5 +14,5 @@ import (
 // Tests that measure the process itself (its allocations, its CPU time)
 // do not call t.Parallel and run alone before the others.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testmain.Run(m)
 }

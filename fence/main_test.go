@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
 func TestMain(m *testing.M) {
@@ -12,5 +12,5 @@ func TestMain(m *testing.M) {
 		holdMarks(path)
 		return
 	}
-	goleak.VerifyTestMain(m)
+	testmain.Run(m)
 }

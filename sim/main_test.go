@@ -4,7 +4,7 @@ import (
 	"flag"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
 var (
@@ -17,4 +17,4 @@ var (
 	seedBase   = flag.Int64("seedbase", 0, "the first of -seeds seeds (0: drawn at random), to compare runs on the same histories")
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }

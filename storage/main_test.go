@@ -3,9 +3,9 @@ package storage
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
 // TestMain fails the package's tests if any goroutine (Pebble's
 // background work, a test's helpers) outlives them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }

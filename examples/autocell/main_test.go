@@ -40,6 +40,9 @@ func TestFormAndReplace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs 4 processes")
 	}
+	// Each runs its own processes on ports of its own, and mostly
+	// waits on their timers: side by side they share the wall clock.
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "autocell")
 	build := exec.Command("go", "build", "-o", bin, ".")

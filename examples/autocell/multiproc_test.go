@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/coordcell/coord"
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
 // childEnv marks a re-executed test binary as one member of the cell
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(member())
 	}
-	goleak.VerifyTestMain(m)
+	testmain.Run(m)
 }
 
 // member runs one member over real TCP and UDP on loopback. It writes
@@ -144,6 +144,9 @@ func TestFiveProcessesLoseTwoVoters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 5 processes for about half a minute")
 	}
+	// Each runs its own processes on ports of its own, and mostly
+	// waits on their timers: side by side they share the wall clock.
+	t.Parallel()
 	names := []string{"a", "b", "c", "d", "e"}
 	gossip, raft := map[string]string{}, map[string]string{}
 	ports := freePorts(t, 2*len(names))

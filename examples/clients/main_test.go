@@ -3,10 +3,10 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 // TestStory runs the example: it fails if a fenced write was refused or
 // a worker lost its session when its member closed.

@@ -3,10 +3,10 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 // TestStory runs the demo: it fails if the storage service ever accepted
 // a stale write, or if the story could not be told.

@@ -32,6 +32,9 @@ func TestMultiProcessLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs OS processes")
 	}
+	// Each runs its own processes on ports of its own, and mostly
+	// waits on their timers: side by side they share the wall clock.
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "kv")
 	build := exec.Command("go", "build", "-o", bin, ".")
@@ -243,6 +246,9 @@ func TestMultiProcessLeaderPause(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs OS processes")
 	}
+	// Each runs its own processes on ports of its own, and mostly
+	// waits on their timers: side by side they share the wall clock.
+	t.Parallel()
 	c := startCell(t)
 	require.Eventually(t, func() bool { return c.leader() >= 0 }, 30*time.Second, 50*time.Millisecond)
 	const ttl = 4 * time.Second // MinSessionTTL with the default timing (1 s election timeout)
@@ -307,6 +313,9 @@ func TestMultiProcessLocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs OS processes")
 	}
+	// Each runs its own processes on ports of its own, and mostly
+	// waits on their timers: side by side they share the wall clock.
+	t.Parallel()
 	c := startCell(t)
 	require.Eventually(t, func() bool { return c.leader() >= 0 }, 30*time.Second, 50*time.Millisecond)
 	a, b := c.newSession(0), c.newSession(1)

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordcell/coord/internal/testmain"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 var t0 = time.Unix(1000, 0)
 

@@ -6,11 +6,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/coordcell/coord/internal/testmain"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 func fastConfig(name string, tr *MemNetwork, seeds []string, meta Meta) (Config, string) {
 	t, addr := tr.Endpoint(name)

@@ -3,11 +3,11 @@ package proposer
 import (
 	"testing"
 
+	"github.com/coordcell/coord/internal/testmain"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 func TestWindowFloor(t *testing.T) {
 	w := NewWindow()

@@ -10,12 +10,12 @@ import (
 
 	"github.com/coordcell/coord/internal/command"
 	"github.com/coordcell/coord/internal/errs"
+	"github.com/coordcell/coord/internal/testmain"
 	"github.com/coordcell/coord/storage"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 // fakeHistory is a durable history of revisions 1..n, each changing the
 // keys given for it, retaining revisions >= oldest.

@@ -3,8 +3,8 @@ package wal
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordcell/coord/internal/testmain"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }

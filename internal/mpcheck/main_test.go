@@ -1,0 +1,9 @@
+package mpcheck
+
+import (
+	"testing"
+
+	"github.com/coordcell/coord/internal/testmain"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
