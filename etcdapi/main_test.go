@@ -3,9 +3,9 @@ package etcdapi
 import (
 	"testing"
 
+	"github.com/coordcell/coord/internal/testmain"
 	_ "github.com/stretchr/testify/require"
 	_ "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testmain.Run(m) }
