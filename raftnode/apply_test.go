@@ -22,6 +22,7 @@ func entry(t *testing.T, c *command.Command) *pb.Entry {
 // applied on the raft goroutine; anything else goes to the apply loop, so
 // heartbeats are not held up behind it.
 func TestInlineable(t *testing.T) {
+	t.Parallel()
 	put := &command.Command{Kind: command.KindTxn, Txn: &command.Txn{Then: []command.Op{{Type: command.OpPut, Key: "k", Value: []byte("v")}}}}
 	delPrefix := &command.Command{Kind: command.KindTxn, Txn: &command.Txn{Then: []command.Op{{Type: command.OpDelete, Key: "p/", Prefix: true}}}}
 	end := &command.Command{Kind: command.KindSessionEnd, Session: &command.Session{ID: 7}}
@@ -49,6 +50,7 @@ func TestInlineable(t *testing.T) {
 // with every command's outcome as it would have been; small reads stay
 // inline.
 func TestInlineApplyReadsBounded(t *testing.T) {
+	t.Parallel()
 	// A long tick: an inline apply slower than a tick (a busy machine)
 	// would send the batches after it to the apply loop for a while, and
 	// this test counts what the raft goroutine does.

@@ -52,6 +52,7 @@ import (
 //	get mI key                  the key's value and version on mI
 //	status                      every member's view
 func TestCoreTranscripts(t *testing.T) {
+	t.Parallel()
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		if filepath.Ext(path) != ".txt" {
 			return

@@ -82,6 +82,7 @@ func survivorsByRank(c *testCell) []int {
 }
 
 func TestLostConnectionToCrashedLeaderFailsOverBeforeTimeout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		behind int // rank of the survivor that misses the last write; -1 none
@@ -120,6 +121,7 @@ func TestLostConnectionToCrashedLeaderFailsOverBeforeTimeout(t *testing.T) {
 }
 
 func TestLostConnectionToLiveLeaderDisruptsNothing(t *testing.T) {
+	t.Parallel()
 	c, reps := newSlowElectionCell(t)
 	term := c.nodes[0].Status().Term
 	// The connections flap but the leader lives and its connections
@@ -208,6 +210,7 @@ func (b *syncBuffer) String() string {
 var c3names = []string{memberName(0), memberName(1), memberName(2)}
 
 func TestTCPLeaderKilledFailsOverBeforeTimeout(t *testing.T) {
+	t.Parallel()
 	c, trs := newTCPSlowElectionCell(t)
 	old := c.nodes[0].Status().Term
 	// Its process dies: the leader's sockets close. Its member fails (its
@@ -220,6 +223,7 @@ func TestTCPLeaderKilledFailsOverBeforeTimeout(t *testing.T) {
 }
 
 func TestTCPLeaderCuttingOneFollowerDisruptsNothing(t *testing.T) {
+	t.Parallel()
 	c, trs := newTCPSlowElectionCell(t)
 	term := c.nodes[0].Status().Term
 	// The live leader drops its connections with member 1 and redials it

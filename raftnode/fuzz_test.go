@@ -181,6 +181,7 @@ func (f *wireFuzzer) randomChunk(rng *rand.Rand, from int) []byte {
 // messages of every type with terms, indexes, commits, entries and conf
 // states near and past what Raft accepts.
 func TestStepFromWireRandom(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("WIRE_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)

@@ -12,6 +12,7 @@ import (
 // address, another test's cell) is a member's name with the wrong cell
 // ID: whatever it says is dropped, however well formed.
 func TestEnvelopesFromAnotherCellAreDropped(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")
@@ -37,6 +38,7 @@ func TestEnvelopesFromAnotherCellAreDropped(t *testing.T) {
 // believes: a frame with another one comes from a data directory that
 // may have lost its vote, and is dropped (and its sender told).
 func TestEnvelopesFromAnotherIncarnationAreDropped(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")
@@ -55,6 +57,7 @@ func TestEnvelopesFromAnotherIncarnationAreDropped(t *testing.T) {
 // A member whose cell ID is not known yet (it joined) learns it from the
 // first member that speaks to it, and persists it.
 func TestJoinerLearnsTheCellID(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 1, nil)
 	n := c.nodes[0]
 	// The core belongs to the raft loop: admit on it, not beside it.

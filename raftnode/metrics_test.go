@@ -10,6 +10,7 @@ import (
 )
 
 func TestHistogramBuckets(t *testing.T) {
+	t.Parallel()
 	bounds := HistogramBounds()
 	require.Equal(t, 100*time.Microsecond, bounds[0])
 	for i, b := range bounds {
@@ -39,6 +40,7 @@ func TestHistogramBuckets(t *testing.T) {
 // snapshot sent by the leader and installed by a follower that fell
 // behind the compacted log.
 func TestMetricsCountEvents(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, func(cfg *Config) { cfg.CompactEvery, cfg.CatchUpEntries = 20, 5 })
 	lead := c.leader()
 	for i, n := range c.nodes {

@@ -14,6 +14,7 @@ import (
 // others elect a new leader and commit without it; on Resume it steps
 // down and catches up.
 func TestPausedLeaderIsReplacedAndCatchesUp(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	old := c.leader()
 	c.put(old, "before", "1")
@@ -45,6 +46,7 @@ func TestPausedLeaderIsReplacedAndCatchesUp(t *testing.T) {
 
 // Stop ends a paused member, and its callers get ErrClosed.
 func TestStopWhilePaused(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	n := c.nodes[lead]
@@ -73,6 +75,7 @@ func TestStopWhilePaused(t *testing.T) {
 // proposer table travels in it), not at its deadline; readers waiting for
 // an index the snapshot covers are released too.
 func TestSnapshotAnswersCoveredWaiters(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, func(cfg *Config) { cfg.CompactEvery, cfg.CatchUpEntries = 20, 5 })
 	lead := c.leader()
 	cut := (lead + 1) % 3

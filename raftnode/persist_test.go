@@ -12,6 +12,7 @@ import (
 // refused by a peer's checks (a follower's acknowledgement refused is
 // repaired only by the next heartbeat round: a stall per put).
 func TestSequentialProposalsDropNothing(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	follower := (lead + 1) % 3

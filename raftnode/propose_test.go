@@ -15,6 +15,7 @@ import (
 // the proposal must then not be handed to the leader that appears later
 // (the linearizability test found a put reported so and read back).
 func TestAbandonedProposalIsNeverProposed(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	f := (lead + 1) % 3

@@ -26,6 +26,7 @@ func (c *testCell) version(i int, key string) int64 {
 // is handed to Raft again: the caller, with no deadline, gets its result,
 // and the command applies once (issue: a write could wait forever).
 func TestDroppedForwardIsResent(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	f := (lead + 1) % 3
@@ -52,6 +53,7 @@ func TestDroppedForwardIsResent(t *testing.T) {
 // leader as soon as it is known: they apply (once), instead of ending
 // ErrAmbiguous two election timeouts later.
 func TestInFlightCommandsFollowTheNewLeader(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	old := c.leader()
 	f := (old + 1) % 3
@@ -97,6 +99,7 @@ func TestInFlightCommandsFollowTheNewLeader(t *testing.T) {
 // outcome: the command's result, or never applied (and a late copy then
 // changes nothing).
 func TestAmbiguousOutcomeCanBeSettled(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	f := (lead + 1) % 3
@@ -131,6 +134,7 @@ func TestAmbiguousOutcomeCanBeSettled(t *testing.T) {
 // Under 10% message loss every call with no deadline returns, each
 // command applied once.
 func TestProposalsUnderLossAllReturn(t *testing.T) {
+	t.Parallel()
 	const seed = 1 // the test network's loss seed (newTestCell)
 	c := newTestCell(t, 3, nil)
 	c.leader()

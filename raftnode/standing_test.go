@@ -18,6 +18,7 @@ import (
 // of the other voters (or repeated for an election timeout). Forged or
 // misdirected notices change nothing, and a single one does not suffice.
 func TestRemovalNoticeMustBeGenuine(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")
@@ -67,6 +68,7 @@ func TestRemovalNoticeMustBeGenuine(t *testing.T) {
 // it speaks again (a pre-vote), the others answer with notices, and it
 // stops with errs.Removed. The others carry on.
 func TestMemberRemovedWhileCutOffIsTold(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")
@@ -100,6 +102,7 @@ func TestMemberRemovedWhileCutOffIsTold(t *testing.T) {
 // tombstone in the address book) and stops; its data directory is then
 // refused by Start, with errs.Removed, whatever its configuration says.
 func TestRemovedMemberStopsAndStaysRemoved(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")

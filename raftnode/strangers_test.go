@@ -57,6 +57,7 @@ func strangerFrame(t *testing.T, m *coreMember, from string, id, cell uint64, ty
 // Each admission rule refuses a stranger's envelope with its own reason,
 // and a refused one changes nothing: no table entry, no term, no address.
 func TestStrangerRefusals(t *testing.T) {
+	t.Parallel()
 	e := strangerCell(t)
 	m3, m2 := e.member("m3"), e.member("m2")
 	term := m3.c.status.Load().Term
@@ -129,6 +130,7 @@ func TestStrangerRefusals(t *testing.T) {
 // The table is bounded, and a stranger not confirmed by the applied
 // membership expires, with the transport peer made for it.
 func TestStrangerTableBoundAndExpiry(t *testing.T) {
+	t.Parallel()
 	e := strangerCell(t)
 	m3 := e.member("m3")
 	for i := range maxStrangers + 1 {
@@ -159,6 +161,7 @@ func TestStrangerTableBoundAndExpiry(t *testing.T) {
 // it has not heard from lately, once a heartbeat interval: a healthy
 // cell sends none.
 func TestTellAddressOnlyToSilentPeers(t *testing.T) {
+	t.Parallel()
 	e := strangerCell(t)
 	m1 := e.member("m1")
 	m1.c.Tick()

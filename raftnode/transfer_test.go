@@ -13,6 +13,7 @@ import (
 // hand-over fails and the old leader leads on), not wait for an outcome
 // nobody will report.
 func TestProposalRefusedDuringTransferStillApplies(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, func(cfg *Config) { cfg.ElectionTicks = 50 })
 	lead := c.leader()
 	target, other := (lead+1)%3, (lead+2)%3

@@ -14,6 +14,7 @@ import (
 // leader's Raft, a heartbeat committing 2^40 a follower's. Both are now
 // dropped and counted, and the cell carries on.
 func TestOneFrameCannotKillAMember(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")
@@ -41,6 +42,7 @@ func confChangeEntry(t *testing.T, typ pb.ConfChangeType, id uint64) *pb.Entry {
 
 // Each check refuses what it is for, and lets the ordinary through.
 func TestCheckRaft(t *testing.T) {
+	t.Parallel()
 	c := newTestCell(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "k", "v")
@@ -176,6 +178,7 @@ func BenchmarkCheckRaft(b *testing.B) {
 // its transport address: movesPeer tells the two apart, and takes a
 // context it cannot read for a move.
 func TestMovesPeer(t *testing.T) {
+	t.Parallel()
 	withCtx := func(ctx []byte) *pb.Entry {
 		cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeUpdateNode.Enum(), NodeId: new(uint64(7))}}, Context: ctx}
 		data, err := proto.Marshal(cc)

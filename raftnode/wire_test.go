@@ -10,6 +10,7 @@ import (
 var testHeader = header{cell: 0xc0ffee, incarnation: 42}
 
 func TestWireRoundTrip(t *testing.T) {
+	t.Parallel()
 	m := &pb.Message{Type: pb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(3)),
 		Entries: []*pb.Entry{{Index: new(uint64(7)), Term: new(uint64(3)), Data: []byte("x")}}}
 	b, err := testHeader.encodeRaft(m)
@@ -57,6 +58,7 @@ func TestWireRoundTrip(t *testing.T) {
 }
 
 func TestWireRefusesUnknownVersionAndKind(t *testing.T) {
+	t.Parallel()
 	full := func(kind byte, body ...byte) []byte {
 		return append(header{}.put(nil, wireKind(kind)), body...)
 	}
@@ -100,6 +102,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 }
 
 func TestAppliedIndexWaiters(t *testing.T) {
+	t.Parallel()
 	var a appliedIndex
 	a.init(5)
 	require.Nil(t, a.wait(5), "already applied")

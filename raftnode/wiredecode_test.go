@@ -97,6 +97,7 @@ func requireSameDecoding(t *testing.T, b []byte, msg string) {
 // (a field repeated on the wire) and damaged copies, the decoder accepts
 // exactly what proto.Unmarshal accepts and yields an equal message.
 func TestDecodeRaftMatchesProto(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 12))
@@ -118,6 +119,7 @@ func TestDecodeRaftMatchesProto(t *testing.T) {
 // as present (non-nil), as proto's decoding has it, whether or not the
 // message carries other bytes.
 func TestDecodeRaftEmptyBytesPresent(t *testing.T) {
+	t.Parallel()
 	for _, other := range [][]byte{nil, []byte("x")} {
 		m := &pb.Message{Context: []byte{}, Entries: []*pb.Entry{{Data: []byte{}}, {Data: other}}}
 		b, err := proto.Marshal(m)
@@ -133,6 +135,7 @@ func TestDecodeRaftEmptyBytesPresent(t *testing.T) {
 // TestDecodeRaftCopies: the decoded message does not alias the frame,
 // which the transport may reuse, and its byte fields do not overlap.
 func TestDecodeRaftCopies(t *testing.T) {
+	t.Parallel()
 	m := &pb.Message{Type: pb.MsgApp.Enum(), Context: []byte("ctx"),
 		Entries: []*pb.Entry{{Data: []byte("one")}, {Data: []byte("two")}}}
 	b, err := proto.Marshal(m)

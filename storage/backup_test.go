@@ -9,6 +9,7 @@ import (
 )
 
 func TestSeedKeepsRevisionsAcrossReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s, err := Open(Options{Dir: dir, segmentBytes: testSegmentBytes})
 	require.NoError(t, err)
@@ -36,6 +37,7 @@ func TestSeedKeepsRevisionsAcrossReopen(t *testing.T) {
 }
 
 func TestSeedRefusesSessionKeysAndImpossibleRevisions(t *testing.T) {
+	t.Parallel()
 	for name, kv := range map[string]command.KV{
 		"session":         {Key: "a", Version: 1, CreateRev: 1, ModRev: 1, Session: 5},
 		"after revision":  {Key: "a", Version: 1, CreateRev: 1, ModRev: 20},

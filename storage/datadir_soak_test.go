@@ -27,6 +27,7 @@ import (
 // and deleted), in batches of about 12 entries, with the default history
 // window.
 func TestDataDirSoak(t *testing.T) {
+	t.Parallel()
 	n, _ := strconv.Atoi(os.Getenv("COORD_STORAGE_SOAK"))
 	if n <= 0 {
 		t.Skip("set COORD_STORAGE_SOAK to a number of changes to run the soak")

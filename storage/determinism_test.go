@@ -19,6 +19,7 @@ var smSeed = flag.Uint64("sm.seed", 0, "seed for TestStateMachineDeterminism (0 
 // between batches), and requires identical results, changes and state:
 // what every member of a cell relies on.
 func TestStateMachineDeterminism(t *testing.T) {
+	t.Parallel()
 	seed := *smSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())

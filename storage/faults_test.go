@@ -97,6 +97,7 @@ func appendEntries(t *testing.T, s *Store, n, size int, term, vote uint64) error
 // there, which ended the process. The store must instead report the
 // fault through OnFault and return it from every later call.
 func TestCorruptSSTableFaultsTheStore(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rec := newFaultRecorder()
 	// No automatic compactions: under load Pebble could otherwise merge
@@ -209,6 +210,7 @@ func (d *diskFull) String() string { return "diskFull(" + d.suffix + ")" }
 // thousands of lines a minute). The store must report the fault once,
 // stop logging, and reopen with everything it synced once space returns.
 func TestDiskFullOnFlushStopsCleanly(t *testing.T) {
+	t.Parallel()
 	disk := NewMemDisk()
 	full := &diskFull{suffix: ".sst"}
 	logs := newCountingHandler()
@@ -256,6 +258,7 @@ func TestDiskFullOnFlushStopsCleanly(t *testing.T) {
 // segments: the append fails with a fault of the store (its state on
 // disk is unknown), and the host process lives.
 func TestDiskFullOnWALFailsTheAppend(t *testing.T) {
+	t.Parallel()
 	disk := NewMemDisk()
 	full := &diskFull{suffix: ".wal"}
 	rec := newFaultRecorder()
@@ -290,6 +293,7 @@ func TestDiskFullOnWALFailsTheAppend(t *testing.T) {
 // faultAfterRepeats in a row, and a flush or compaction that works in
 // between starts the count again.
 func TestRepeatedBackgroundErrorsBecomeAFault(t *testing.T) {
+	t.Parallel()
 	rec := newFaultRecorder()
 	f := newFaults(slog.New(slog.DiscardHandler), rec.hook)
 	emfile := &os.PathError{Op: "open", Path: "000012.sst", Err: syscall.EMFILE}
@@ -318,6 +322,7 @@ func TestRepeatedBackgroundErrorsBecomeAFault(t *testing.T) {
 // and returns instead of panicking, and that the commit's one panics
 // with the fault, for the committing Store method to recover.
 func TestFatalfOnPebbleGoroutineReturns(t *testing.T) {
+	t.Parallel()
 	f := newFaults(slog.New(slog.DiscardHandler), nil)
 	lg := faultLogger{pebbleLogger{slog.New(slog.DiscardHandler)}, f}
 	require.NotPanics(t, func() { lg.Fatalf("%s", "MANIFEST sync failed: disk gone") })
@@ -340,6 +345,7 @@ func TestFatalfOnPebbleGoroutineReturns(t *testing.T) {
 // TestFaultFSFencesWrites checks that after a fault nothing more is
 // written, created, renamed or removed.
 func TestFaultFSFencesWrites(t *testing.T) {
+	t.Parallel()
 	f := newFaults(slog.New(slog.DiscardHandler), nil)
 	fs := &faultFS{FS: vfs.NewMem(), f: f}
 	file, err := fs.Create("a", vfs.WriteCategoryUnspecified)
@@ -369,6 +375,7 @@ func TestFaultFSFencesWrites(t *testing.T) {
 
 // TestLogLimiter checks the rate limit of Pebble's error lines.
 func TestLogLimiter(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	l := logLimiter{now: func() time.Time { return now }}
 	for i := range logBurst {

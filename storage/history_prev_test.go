@@ -9,6 +9,7 @@ import (
 )
 
 func TestHistoryKeepsPreviousState(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("k", "v1")
 	ts.put("k", "v2")
@@ -28,6 +29,7 @@ func TestHistoryKeepsPreviousState(t *testing.T) {
 // TestHistoryReadsFormat1 keeps records written before previous states
 // were stored readable (invariant 10: upgrade one member at a time).
 func TestHistoryReadsFormat1(t *testing.T) {
+	t.Parallel()
 	b := []byte{historyFormat1}
 	b = binary.AppendUvarint(b, 1)
 	b = append(b, byte(EventPut))

@@ -28,6 +28,7 @@ func historyRevs(t testing.TB, ts *testSM) []int64 {
 // the records below it go a chunk at a time, at chunk boundaries that do
 // not depend on how the entries were batched.
 func TestHistoryPruneChunks(t *testing.T) {
+	t.Parallel()
 	const window = 5
 	chunk := historyChunk(window)
 	require.EqualValues(t, minHistoryChunk, chunk)
@@ -85,6 +86,7 @@ func TestHistoryPruneChunks(t *testing.T) {
 // prunes every record below its chunk boundary, including those the old
 // chunk size left behind.
 func TestHistoryPruneWindowChange(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{HistoryRevisions: 16 << 10})
 	for i := range 3000 {
 		ts.put(fmt.Sprintf("k%d", i%5), "v")

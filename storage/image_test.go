@@ -47,6 +47,7 @@ func somePuts(rng *rand.Rand, n int) []*command.Command {
 // batches leaves Pebble at an earlier applied index; replaying the log
 // from there yields the state Apply had published.
 func TestCrashBeforeImageCommitReplays(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -113,6 +114,7 @@ func TestCrashBeforeImageCommitReplays(t *testing.T) {
 // commit: through the store's faultLogger.Fatalf, which panics out of
 // Commit.
 func TestImageCommitFaultFailsTheStore(t *testing.T) {
+	t.Parallel()
 	rec := newFaultRecorder()
 	var (
 		failing atomic.Bool

@@ -20,6 +20,7 @@ func expire(id int64) *command.Command {
 }
 
 func TestLockDelayMarkerOnExpiry(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	holder, waiter := ts.newSession(), ts.newSession()
 	delay := string(lockq.DelayValue(5 * time.Second))
@@ -71,6 +72,7 @@ func TestLockDelayMarkerOnExpiry(t *testing.T) {
 }
 
 func TestLockDelayNoMarker(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	delay := string(lockq.DelayValue(time.Second))
 	cases := map[string]func(id int64) *command.Command{
@@ -117,6 +119,7 @@ func TestLockDelayNoMarker(t *testing.T) {
 // A follower that installs a snapshot taken while a marker stood has it,
 // and indexes it.
 func TestLockDelaySnapshot(t *testing.T) {
+	t.Parallel()
 	a := openTestSM(t, nil, Options{})
 	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	id := a.newSession()
@@ -136,6 +139,7 @@ func TestLockDelaySnapshot(t *testing.T) {
 }
 
 func TestSessionLockDelayed(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	id := ts.newSession()
 	ts.txn(command.Txn{Then: []command.Op{

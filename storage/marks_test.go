@@ -56,6 +56,7 @@ func writeSyncedLog(t *testing.T, dir string) uint64 {
 // without the entries (and the vote) it had acknowledged. Open must
 // refuse it with ErrLostState.
 func TestDamagedWALTailIsRefused(t *testing.T) {
+	t.Parallel()
 	damage := map[string]func(t *testing.T, path string, size int64){
 		"truncated": func(t *testing.T, path string, size int64) {
 			require.NoError(t, os.Truncate(path, size-3000))
@@ -89,6 +90,7 @@ func TestDamagedWALTailIsRefused(t *testing.T) {
 // reopens with everything, twice (the second time on the record the
 // first reopen's Close wrote).
 func TestIntactStoreReopens(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	want := writeSyncedLog(t, dir)
 	for range 2 {
@@ -108,6 +110,7 @@ func TestIntactStoreReopens(t *testing.T) {
 // are in the marks file, synced, when Append returns (raft sends the
 // vote after that), and the last synced index with them.
 func TestAppendRecordsVoteBeforeReturning(t *testing.T) {
+	t.Parallel()
 	disk := NewMemDisk()
 	s, err := Open(Options{Disk: disk})
 	require.NoError(t, err)
@@ -126,6 +129,7 @@ func TestAppendRecordsVoteBeforeReturning(t *testing.T) {
 
 // TestMarksCheck covers each way the recovered state can fall short.
 func TestMarksCheck(t *testing.T) {
+	t.Parallel()
 	r := markRecord{term: 5, vote: 2, durable: 100}
 	require.NoError(t, r.check(5, 2, 100))
 	require.NoError(t, r.check(6, 0, 120), "a later term, a longer log")
@@ -145,6 +149,7 @@ func TestMarksCheck(t *testing.T) {
 // TestMissingMarksFileIsRefused: a directory that had a marks file and
 // lost it cannot be checked, so it is refused.
 func TestMissingMarksFileIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeSyncedLog(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(dir, marksFile)))
@@ -155,6 +160,7 @@ func TestMissingMarksFileIsRefused(t *testing.T) {
 // TestTornMarksSlot: a write torn by a power cut spoils one slot; the
 // other still holds a record, and the store opens. Both spoilt: refused.
 func TestTornMarksSlot(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeSyncedLog(t, dir)
 	path := filepath.Join(dir, marksFile)
@@ -175,6 +181,7 @@ func TestTornMarksSlot(t *testing.T) {
 // conflicting tails replaced) and checks that every restart opens, with
 // at least what was synced: the marks file never runs ahead of the log.
 func TestCrashesNeverLookLikeLostState(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))

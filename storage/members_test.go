@@ -15,6 +15,7 @@ import (
 // one with a client address is format 2 and round-trips; format 1 stays
 // what a record without a client address is written as, byte for byte.
 func TestMemberRecordFormats(t *testing.T) {
+	t.Parallel()
 	old := []byte{memberFormat1}
 	old = wirebytes.AppendString(old, "n1")
 	old = wirebytes.AppendString(old, "10.0.0.1:7000")
@@ -69,6 +70,7 @@ func memberOf(t *testing.T, ts *testSM, id uint64) (MemberInfo, bool) {
 // has and under its own name, only a well-formed address; a promotion
 // keeps it, a removal drops it with the record.
 func TestAddressBookClientAddr(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	cs := &pb.ConfState{Voters: []uint64{1}}
 	require.NoError(t, ts.bootstrap(cs, []MemberInfo{{ID: 1, Name: "a", Addr: "a:1"}}))
@@ -131,6 +133,7 @@ func TestAddressBookClientAddr(t *testing.T) {
 // client address announcement, which carries the Addr it had, does not
 // move it back; the move is durable.
 func TestAddressBookPeerAddr(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	cs := &pb.ConfState{Voters: []uint64{1}}
 	require.NoError(t, ts.bootstrap(cs, []MemberInfo{{ID: 1, Name: "a", Addr: "a:1"}}))

@@ -13,6 +13,7 @@ import (
 // store acknowledged before is still there after a crash; a crash clone,
 // and the same disk once healed, work again.
 func TestMemDiskFailWrites(t *testing.T) {
+	t.Parallel()
 	for _, cause := range []error{syscall.EIO, &os.PathError{Op: "write", Path: "disk", Err: syscall.ENOSPC}} {
 		errno := cause
 		if pe, ok := cause.(*os.PathError); ok {

@@ -74,6 +74,7 @@ func churn(t *testing.T, ts *testSM) {
 }
 
 func TestMemStateMatchesDisk(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{HistoryRevisions: 30})
 	require.NoError(t, ts.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	requireMemMatchesDisk(t, ts)
@@ -112,6 +113,7 @@ func TestMemStateMatchesDisk(t *testing.T) {
 // snapshot installs, so a record this node cannot read stops the install
 // instead of reaching the disk.
 func TestSnapshotWithBadRecordRefused(t *testing.T) {
+	t.Parallel()
 	src := openTestSM(t, nil, Options{})
 	src.put("a", "1")
 	src.put("bad", "2")
@@ -150,6 +152,7 @@ func readAll(t *testing.T, ts *testSM) readState {
 }
 
 func TestFailedApplyChangesNothingInMemory(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	sid := ts.newSession()
 	ts.txn(command.Txn{Then: []command.Op{putOp("a", "1"), ephemeralPut("e", "1", sid)}})
@@ -196,6 +199,7 @@ func TestFailedApplyChangesNothingInMemory(t *testing.T) {
 }
 
 func TestReadsReturnCopies(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	res := ts.txn(command.Txn{Then: []command.Op{putOp("k", "value")}})
 	res.Ops[0].KVs[0].Value[0] = 'X' // the writer's result is its own
@@ -224,6 +228,7 @@ func TestReadsReturnCopies(t *testing.T) {
 // revision, while readers list concurrently: every list must be exactly
 // the state of the revision it reports, never a half-applied one.
 func TestReadersSeeWholeRevisions(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	const total = 1000
 	// rev 1. After it, revision r has moved r-1 units from a to b, and

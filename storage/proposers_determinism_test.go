@@ -20,6 +20,7 @@ import (
 // and requires the same results, the same stored records and the same
 // table: a restarted member must hold exactly what the others hold.
 func TestProposerTableDeterminism(t *testing.T) {
+	t.Parallel()
 	seed := *smSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())

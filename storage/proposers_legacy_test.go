@@ -98,6 +98,7 @@ func legacyDisk(t *testing.T) *vfs.MemFS {
 // both: writes that forget and retire the legacy records, a restart, and
 // a snapshot of the legacy store installed elsewhere.
 func TestProposerTableLegacyRecords(t *testing.T) {
+	t.Parallel()
 	legacy := openTestSM(t, legacyDisk(t), legacyProposerOpts)
 	fresh := openTestSM(t, nil, legacyProposerOpts)
 	log := legacyProposerLog()

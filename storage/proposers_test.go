@@ -22,6 +22,7 @@ func resolveCmd(id, seq uint64) *command.Command {
 }
 
 func TestProposerCopiesApplyOnce(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	first := ts.do(onceCmd(7, 1, 1, "k", "v"))
 	require.Equal(t, command.StatusOK, first.Status)
@@ -53,6 +54,7 @@ func TestProposerCopiesApplyOnce(t *testing.T) {
 }
 
 func TestProposerSessionCreateOnce(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	c := &command.Command{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9},
 		Proposer: &command.Proposer{ID: 3, Seq: 1, Floor: 1}}
@@ -66,6 +68,7 @@ func TestProposerSessionCreateOnce(t *testing.T) {
 }
 
 func TestProposerFloorForgetsAndRefuses(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	for seq := uint64(1); seq <= 5; seq++ {
 		ts.do(onceCmd(1, seq, 1, "k", "v"))
@@ -86,6 +89,7 @@ func TestProposerFloorForgetsAndRefuses(t *testing.T) {
 }
 
 func TestProposerResultsPerProposerBounded(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 4})
 	for seq := uint64(1); seq <= 10; seq++ {
 		ts.do(onceCmd(1, seq, 1, "k", "v"))
@@ -96,6 +100,7 @@ func TestProposerResultsPerProposerBounded(t *testing.T) {
 }
 
 func TestProposerResolve(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	applied := ts.do(onceCmd(1, 1, 1, "a", "1"))
 
@@ -118,6 +123,7 @@ func TestProposerResolve(t *testing.T) {
 }
 
 func TestProposerIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	c := func(v string) *command.Command {
 		cmd := txnCmd(command.Txn{Then: []command.Op{putOp("job", v)}})
@@ -134,6 +140,7 @@ func TestProposerIdempotencyKey(t *testing.T) {
 }
 
 func TestProposerRetiredByIdleEntries(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{ProposerRetainEntries: 10})
 	ts.do(onceCmd(1, 1, 1, "k", "v"))
 	born := ts.AppliedIndex()
@@ -160,6 +167,7 @@ func TestProposerRetiredByIdleEntries(t *testing.T) {
 }
 
 func TestProposerRetiredPerOwner(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{MaxProposersPerOwner: 3})
 	for id := uint64(1); id <= 6; id++ {
 		c := onceCmd(id, 1, 1, "k", "v")
@@ -177,6 +185,7 @@ func TestProposerRetiredPerOwner(t *testing.T) {
 }
 
 func TestProposerTableSurvivesRestartAndSnapshot(t *testing.T) {
+	t.Parallel()
 	a := openTestSM(t, nil, Options{})
 	a.do(onceCmd(1, 1, 1, "k", "v"))
 	a.do(resolveCmd(1, 2))
@@ -201,6 +210,7 @@ func TestProposerTableSurvivesRestartAndSnapshot(t *testing.T) {
 }
 
 func TestProposerLargeReadsTrimmed(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{MaxResultBytes: 64})
 	ts.put("big", string(make([]byte, 200)))
 	c := txnCmd(command.Txn{Then: []command.Op{getOp("big"), putOp("w", "x")}})
@@ -215,6 +225,7 @@ func TestProposerLargeReadsTrimmed(t *testing.T) {
 }
 
 func TestResultRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	res := &command.Result{Status: command.StatusOK, Rev: 9, Succeeded: true, SessionID: -3,
 		Ops: []command.OpResult{{Deleted: 2}, {KVs: []command.KV{{Key: "a", Value: []byte{}, Version: 1, CreateRev: 2, ModRev: 3, Session: 4}, {Key: "b"}}},
 			{KVs: []command.KV{{Key: "put", Version: 3, CreateRev: 2, ModRev: 9, Session: 5}}}, // a put's, as kept
@@ -265,6 +276,7 @@ func appendResultRecord1(dst []byte, res *command.Result) []byte {
 // A proposer's record at the highest sequence number goes with it when
 // it retires: a restart then finds what the others hold.
 func TestProposerRetiredWithTheLastSequence(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{ProposerRetainEntries: 10})
 	r := ts.do(resolveCmd(5, math.MaxUint64)) // a client may ask after any number
 	require.Equal(t, command.StatusNotApplied, r.Status)
@@ -295,6 +307,7 @@ func resultRecords(ts *testSM, id uint64) int {
 // Forgotten results are not deleted one by one, but their records do not
 // pile up: a range goes each time the floor passes a chunk.
 func TestProposerForgottenRecordsPruned(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	const inFlight = 10
 	for seq := uint64(1); seq <= 1000; seq++ {
@@ -313,6 +326,7 @@ func TestProposerForgottenRecordsPruned(t *testing.T) {
 // its own sequence) outlives the ranges of forgotten records, and a
 // restart, until the floor moves again.
 func TestProposerResultBelowFloorKept(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	for seq := uint64(1); seq <= 5; seq++ {
 		ts.do(onceCmd(1, seq, seq, "k", "v"))
@@ -337,6 +351,7 @@ func TestProposerResultBelowFloorKept(t *testing.T) {
 // MaxResultsPerProposer) still moves the floor for good, across a
 // restart, even when the floor's move deletes the records below it.
 func TestProposerTrimmedAtOnceKeepsFloor(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 2})
 	ts.do(onceCmd(1, floorChunk+36, 1, "k", "v"))
 	ts.do(onceCmd(1, floorChunk+37, 1, "k", "v"))
@@ -356,6 +371,7 @@ func TestProposerTrimmedAtOnceKeepsFloor(t *testing.T) {
 // next Apply shares its arrays: out of order results, trailing floors,
 // trimming, resolves, within and across batches.
 func TestProposerPublishedTableUnchanged(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{MaxResultsPerProposer: 8})
 	render := func(v *view) []string {
 		var out []string

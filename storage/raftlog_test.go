@@ -19,6 +19,7 @@ import (
 // storage_test.go (MemoryStorage), so both implementations answer alike.
 
 func TestRaftLogTerm(t *testing.T) {
+	t.Parallel()
 	ents := index(3).terms(3, 4, 5)
 	for _, tt := range []struct {
 		i     uint64
@@ -41,6 +42,7 @@ func TestRaftLogTerm(t *testing.T) {
 }
 
 func TestRaftLogTermNewLog(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{})
 	term, err := tl.Term(0)
 	require.NoError(t, err)
@@ -55,6 +57,7 @@ func TestRaftLogTermNewLog(t *testing.T) {
 }
 
 func TestRaftLogEntries(t *testing.T) {
+	t.Parallel()
 	ents := withData(index(3).terms(3, 4, 5, 6), 10)
 	s1, s2, s3 := sizeOf(ents[1]), sizeOf(ents[2]), sizeOf(ents[3])
 	tests := []struct {
@@ -96,6 +99,7 @@ func TestRaftLogEntries(t *testing.T) {
 }
 
 func TestRaftLogEntriesOutOfBounds(t *testing.T) {
+	t.Parallel()
 	tl := logWith(t, Options{}, index(3).terms(3, 4, 5))
 
 	// MemoryStorage panics on hi beyond last+1; we return an error.
@@ -119,6 +123,7 @@ func TestRaftLogEntriesOutOfBounds(t *testing.T) {
 
 // The caller owns the returned slice and may append to it (raft does).
 func TestRaftLogEntriesFreshSlice(t *testing.T) {
+	t.Parallel()
 	for _, cacheBytes := range []int{0, -1} {
 		tl := logWith(t, Options{EntryCacheBytes: cacheBytes}, index(0).terms(0, 1, 1, 1, 2))
 		got, err := tl.Entries(1, 3, math.MaxUint64)
@@ -132,6 +137,7 @@ func TestRaftLogEntriesFreshSlice(t *testing.T) {
 }
 
 func TestRaftLogLastIndex(t *testing.T) {
+	t.Parallel()
 	tl := logWith(t, Options{}, index(3).terms(3, 4, 5))
 	last, err := tl.LastIndex()
 	require.NoError(t, err)
@@ -155,6 +161,7 @@ func TestRaftLogLastIndex(t *testing.T) {
 }
 
 func TestRaftLogFirstIndex(t *testing.T) {
+	t.Parallel()
 	tl := logWith(t, Options{}, index(3).terms(3, 4, 5))
 	first, err := tl.FirstIndex()
 	require.NoError(t, err)
@@ -170,6 +177,7 @@ func TestRaftLogFirstIndex(t *testing.T) {
 }
 
 func TestRaftLogCompact(t *testing.T) {
+	t.Parallel()
 	ents := index(3).terms(3, 4, 5)
 	for _, tt := range []struct {
 		i             uint64
@@ -210,6 +218,7 @@ func TestRaftLogCompact(t *testing.T) {
 }
 
 func TestRaftLogCompactBeyondLast(t *testing.T) {
+	t.Parallel()
 	tl := logWith(t, Options{}, index(3).terms(3, 4, 5))
 	err := tl.Compact(6)
 	require.ErrorIs(t, err, raft.ErrUnavailable)
@@ -221,6 +230,7 @@ func TestRaftLogCompactBeyondLast(t *testing.T) {
 // at or below the truncation point: MemoryStorage drops those entries
 // silently, RaftLog refuses them (raft never sends them).
 func TestRaftLogAppend(t *testing.T) {
+	t.Parallel()
 	ents := index(3).terms(3, 4, 5)
 	for _, tt := range []struct {
 		ents []*pb.Entry
@@ -286,6 +296,7 @@ func requireLogIs(t testing.TB, l *RaftLog, want []*pb.Entry) {
 }
 
 func TestRaftLogAppendErrorsWriteNothing(t *testing.T) {
+	t.Parallel()
 	tl := logWith(t, Options{}, index(3).terms(3, 4, 5))
 	hs := &pb.HardState{Term: new(uint64(9)), Vote: new(uint64(2)), Commit: new(uint64(5))}
 
@@ -307,6 +318,7 @@ func TestRaftLogAppendErrorsWriteNothing(t *testing.T) {
 // long uncommitted tail is replaced by a short one, in Pebble and in the
 // cache, and stays replaced after a restart.
 func TestRaftLogConflictingTail(t *testing.T) {
+	t.Parallel()
 	for _, cacheBytes := range []int{0, 200, -1} {
 		tl := openTestLog(t, nil, Options{EntryCacheBytes: cacheBytes})
 		old := withData(index(1).terms(1, 1, 1, 2, 2, 2, 2, 2, 2, 2), 50)
@@ -338,6 +350,7 @@ func TestRaftLogConflictingTail(t *testing.T) {
 // A small cache still answers every query correctly: older entries come
 // from Pebble, and a read may straddle the two.
 func TestRaftLogCacheEviction(t *testing.T) {
+	t.Parallel()
 	const n = 200
 	ents := withData(index(1).terms(make([]uint64, n)...), 100)
 	for i, e := range ents {
@@ -406,6 +419,7 @@ func requireCacheInvariants(t testing.TB, l *RaftLog) {
 }
 
 func TestRaftLogHardState(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{})
 	hs, cs, err := tl.InitialState()
 	require.NoError(t, err)
@@ -438,6 +452,7 @@ func TestRaftLogHardState(t *testing.T) {
 }
 
 func TestRaftLogResetTo(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{})
 	require.NoError(t, tl.Append(
 		&pb.HardState{Term: new(uint64(3)), Vote: new(uint64(2)), Commit: new(uint64(4))},
@@ -480,6 +495,7 @@ func TestRaftLogResetTo(t *testing.T) {
 }
 
 func TestRaftLogResetNewLog(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{})
 	tl.resetLog(8, 2)
 	tl.reopen()
@@ -490,6 +506,7 @@ func TestRaftLogResetNewLog(t *testing.T) {
 }
 
 func TestRaftLogSnapshotFromSource(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{})
 	tl.src.snap = &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(4))}}
 	snap, err := tl.Snapshot()
@@ -499,6 +516,7 @@ func TestRaftLogSnapshotFromSource(t *testing.T) {
 
 // Everything comes back after a clean close and reopen.
 func TestRaftLogReopen(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{EntryCacheBytes: 500})
 	ents := withData(index(1).terms(1, 1, 2, 2, 2, 3, 3, 3, 3, 4), 64)
 	hs := &pb.HardState{Term: new(uint64(4)), Vote: new(uint64(3)), Commit: new(uint64(8))}
@@ -516,6 +534,7 @@ func TestRaftLogReopen(t *testing.T) {
 // A member that acknowledged entries (sync=true) still has them after a
 // power cut: only what Pebble synced survives a CrashClone.
 func TestRaftLogDurability(t *testing.T) {
+	t.Parallel()
 	fs := vfs.NewCrashableMem()
 	tl := openTestLog(t, fs, Options{})
 	synced := withData(index(1).terms(1, 1, 1, 2, 2), 100)
@@ -559,6 +578,7 @@ func TestRaftLogDurability(t *testing.T) {
 
 // Status readers may ask for the bounds while the raft goroutine writes.
 func TestRaftLogConcurrentReaders(t *testing.T) {
+	t.Parallel()
 	tl := openTestLog(t, nil, Options{EntryCacheBytes: 2000})
 	termOf := func(i uint64) uint64 { return i/10 + 1 }
 	const n = 2000
@@ -626,6 +646,7 @@ var raftLogSeed = flag.Uint64("raftlog.seed", 0, "seed for TestRaftLogDifferenti
 // compactions, snapshot resets and restarts against RaftLog and
 // raft.MemoryStorage side by side, and compares every answer.
 func TestRaftLogDifferential(t *testing.T) {
+	t.Parallel()
 	seed := *raftLogSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())

@@ -36,6 +36,7 @@ func fillKeys(ts *testSM, prefix string, n, size int) {
 // keys, stay under the prefix, and fail past MaxBytes having copied no
 // more than the bound.
 func TestListPage(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	fillKeys(ts, "p/", 100, 10)
 	ts.put("o", "x")
@@ -72,6 +73,7 @@ func TestListPage(t *testing.T) {
 // TestReadTxn: a transaction without writes evaluates as Apply would, at
 // one revision, with nothing applied, bounded by its byte bound.
 func TestReadTxn(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	fillKeys(ts, "k/", 50, 100)
 	txn := command.Txn{
@@ -114,6 +116,7 @@ func TestReadTxn(t *testing.T) {
 // count includes what the branch puts and ignores what it deletes, and
 // the proposer's check agrees with it.
 func TestTxnReadLimit(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	fillKeys(ts, "q/", 10, 100)
 	one := command.ReadCost("q/0000", []byte(strings.Repeat("v", 100)))
@@ -161,6 +164,7 @@ func TestTxnReadLimit(t *testing.T) {
 // before, it applies as it always did (the last write wins), so a log
 // written by older members replays unchanged.
 func TestTxnDuplicateWriteFormats(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	dup := command.Txn{Then: []command.Op{putOp("a", "1"), putOp("a", "2"), getPrefix("a")}, ReadLimit: 1 << 20}
 	require.Equal(t, command.StatusInvalid, ts.txn(dup).Status)
@@ -183,6 +187,7 @@ func TestTxnDuplicateWriteFormats(t *testing.T) {
 // and nothing applied; Apply then gives each command the outcome it
 // would have had.
 func TestApplyWithin(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	fillKeys(ts, "k/", 200, 100)
 	one := command.ReadCost("k/0000", []byte(strings.Repeat("v", 100)))
@@ -217,6 +222,7 @@ func TestApplyWithin(t *testing.T) {
 // branch's puts it would find, with few puts (scanned) and many (sorted)
 // alike.
 func TestBranchReadCost(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	keys := []string{"a", "a/", "a/b", "a/c", "ab", "b", "b/x", "c"}
 	for _, k := range keys[:5] {

@@ -32,6 +32,7 @@ func namesOf(kvs []command.KV) []string {
 // A key put, deleted and created again across the revision read at is
 // seen as it was then, whichever of its changes came after.
 func TestRangeAtRevRebuildsKeys(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "a1")                                   // 1
 	ts.put("b", "b1")                                   // 2
@@ -69,6 +70,7 @@ func TestRangeAtRevRebuildsKeys(t *testing.T) {
 // it: they are returned where they sorted, and live keys created since
 // are not.
 func TestRangeAtRevCrossingDeletes(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	for i := range 10 {
 		ts.put(fmt.Sprintf("k%d", i), "v")
@@ -97,6 +99,7 @@ func TestRangeAtRevCrossingDeletes(t *testing.T) {
 // The compaction boundary is the watch's: a read at oldest-1 is served,
 // one below it is a *CompactedError.
 func TestRangeAtRevCompactionBoundary(t *testing.T) {
+	t.Parallel()
 	const window = 5
 	ts := openTestSM(t, nil, Options{HistoryRevisions: window})
 	for i := range 3 * int(historyChunk(window)) {
@@ -117,6 +120,7 @@ func TestRangeAtRevCompactionBoundary(t *testing.T) {
 // A read of the past pays for the history it decodes: a small result
 // over a long history fails at its bound, and fits a larger one.
 func TestRangeAtRevCostBound(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("small", "x")
 	rev := ts.Revision()
@@ -140,6 +144,7 @@ func TestRangeAtRevCostBound(t *testing.T) {
 
 // Keys only, count only, sort and the revision filters, as etcd's Range.
 func TestRangeOptions(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "3") // 1
 	ts.put("b", "1") // 2
@@ -167,6 +172,7 @@ func TestRangeOptions(t *testing.T) {
 
 // A random history, read at every revision, equals a replay of it.
 func TestRangeAtRevMatchesReplay(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -220,6 +226,7 @@ func TestRangeAtRevMatchesReplay(t *testing.T) {
 // cannot be read past: a *CompactedError naming the first revision
 // after it.
 func TestRangeAtRevSessionEndAndFormat1(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	id := ts.newSession()
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut("e1", "x", id), ephemeralPut("e2", "y", id)}})

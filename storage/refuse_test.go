@@ -156,6 +156,7 @@ func multiSegmentStore(t *testing.T) *MemDisk {
 // Pebble (its open flushes, and writes a new manifest, WAL and OPTIONS
 // file). A refused member's directory is the evidence of what it lost.
 func TestRefusedOpenChangesNothing(t *testing.T) {
+	t.Parallel()
 	type damaged struct {
 		fs   vfs.FS
 		dir  string

@@ -34,6 +34,7 @@ func stateBut(ts *testSM) []string {
 // back; the count is rebuilt from the sessions on reopen and from a
 // snapshot.
 func TestSessionOwnerBoundIsReplicated(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	require.NoError(t, ts.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	a1 := ts.do(clientCreate("client:a", 2))
@@ -88,6 +89,7 @@ func TestSessionOwnerBoundIsReplicated(t *testing.T) {
 // creation from an older build's log is not charged, as that build did
 // not charge it.
 func TestChargedSessionsCountAgainstQuota(t *testing.T) {
+	t.Parallel()
 	const quota = 512
 	ts := openTestSM(t, nil, Options{QuotaBytes: quota})
 	cost := sessionCost(5e9, "client:quota")
@@ -127,6 +129,7 @@ func TestChargedSessionsCountAgainstQuota(t *testing.T) {
 // one; a seen mark lifts it; all of it is durable, and only a leader (a
 // term) may decide it.
 func TestSilenceMarksAndClock(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	a, b, c := ts.newSession(), ts.newSession(), ts.newSession()
 	rev := ts.Revision()
@@ -182,6 +185,7 @@ func TestSilenceMarksAndClock(t *testing.T) {
 }
 
 func TestSessionRecordFormat3(t *testing.T) {
+	t.Parallel()
 	for _, in := range []sessionItem{
 		{ttl: 3, unheard: 4, charged: true},
 		{ttl: 3, owner: "client:x", charged: true},

@@ -11,6 +11,7 @@ import (
 // updates of its unheard time, a reopen from disk, and Sessions; a
 // member's own session is written in format 1, as before owners existed.
 func TestSessionOwnerIsStored(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	res := ts.do(&command.Command{Kind: command.KindSessionCreate,
 		Session: &command.Session{TTL: 5e9, Owner: "client:w1"}})
@@ -54,6 +55,7 @@ func TestSessionOwnerIsStored(t *testing.T) {
 }
 
 func TestSessionRecordFormats(t *testing.T) {
+	t.Parallel()
 	// Format 1, as every build before owners wrote it.
 	var it sessionItem
 	require.NoError(t, decodeSessionRecord([]byte{sessionFormat1, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0x05}, &it))

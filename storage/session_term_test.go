@@ -15,6 +15,7 @@ import (
 // proposal is forwarded to its successor; in its own term it applies. A
 // holder's own end of its session carries no term and applies in any.
 func TestLeaderSessionDecisionsNeedTheirTerm(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.term = 5
 	a, b := ts.newSession(), ts.newSession()

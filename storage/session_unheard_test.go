@@ -8,6 +8,7 @@ import (
 )
 
 func TestSessionUnheardCreditAndSeen(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	a, b := ts.newSession(), ts.newSession()
 	rev := ts.StateMachine.Revision()

@@ -72,6 +72,7 @@ func install(t *testing.T, ts *testSM, snap *pb.Snapshot) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
+	t.Parallel()
 	a := openTestSM(t, nil, Options{HistoryRevisions: 30})
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
 	require.NoError(t, a.bootstrap(cs, nil))
@@ -141,6 +142,7 @@ func (ts *testSM) entriesAt(index uint64, cmds ...*command.Command) []*pb.Entry 
 }
 
 func TestSnapshotUnavailableBeforeFirstApply(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	_, err := ts.snapshot()
 	require.ErrorIs(t, err, raft.ErrSnapshotTemporarilyUnavailable)
@@ -152,6 +154,7 @@ func TestSnapshotUnavailableBeforeFirstApply(t *testing.T) {
 }
 
 func TestSnapshotChunksRejected(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	before := ts.dump()
@@ -225,6 +228,7 @@ func TestSnapshotChunksRejected(t *testing.T) {
 }
 
 func TestSnapshotStagedStateMustMatchMetadata(t *testing.T) {
+	t.Parallel()
 	a := openTestSM(t, nil, Options{})
 	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	fillSM(t, a, 3)
@@ -244,6 +248,7 @@ func TestSnapshotStagedStateMustMatchMetadata(t *testing.T) {
 }
 
 func TestSnapshotHeldSnapshots(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	var indexes []uint64
 	for i := range maxHeldSnapshots + 2 {
@@ -294,6 +299,7 @@ func TestSnapshotHeldSnapshots(t *testing.T) {
 // TestSnapshotOversizedPair checks that a pair larger than the chunk bound
 // still travels, alone in its chunk.
 func TestSnapshotOversizedPair(t *testing.T) {
+	t.Parallel()
 	a := openTestSM(t, nil, Options{})
 	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
 	a.put("small", "s")
@@ -311,6 +317,7 @@ func TestSnapshotOversizedPair(t *testing.T) {
 // the leader's RaftLog, installed by the follower's InstallSnapshot, and
 // still there after the follower restarts.
 func TestSMStoreInstallSnapshot(t *testing.T) {
+	t.Parallel()
 	leader, err := Open(Options{})
 	require.NoError(t, err)
 	defer leader.Close()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestSessionEphemeralKeys(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("keep", "k") // rev 1, index 1
 	sid := ts.newSession()
@@ -68,6 +69,7 @@ func TestSessionEphemeralKeys(t *testing.T) {
 }
 
 func TestSessionEndIsIdempotent(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	sid := ts.newSession()
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut("e", "v", sid)}})
@@ -82,6 +84,7 @@ func TestSessionEndIsIdempotent(t *testing.T) {
 }
 
 func TestSessionNoSession(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	sid := ts.newSession()
@@ -106,6 +109,7 @@ func TestSessionNoSession(t *testing.T) {
 }
 
 func TestSessionCommandsInvalid(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	for _, c := range []*command.Command{
 		{Kind: command.KindSessionCreate},
@@ -122,6 +126,7 @@ func TestSessionCommandsInvalid(t *testing.T) {
 }
 
 func TestQuota(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{QuotaBytes: 100})
 	ts.put("k1", string(make([]byte, 38))) // 40 bytes
 	ts.put("k2", string(make([]byte, 38))) // 80 bytes
@@ -159,6 +164,7 @@ func TestQuota(t *testing.T) {
 }
 
 func TestHistoryRetention(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{HistoryRevisions: 5})
 	hist, err := ts.History(0, 0)
 	require.NoError(t, err)
@@ -217,6 +223,7 @@ func revsOf(rs []Revision) []int64 {
 }
 
 func TestStateMachineRestart(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
 	require.NoError(t, ts.bootstrap(cs, nil))
@@ -268,6 +275,7 @@ func TestStateMachineRestart(t *testing.T) {
 }
 
 func TestStateMachineBootstrap(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	require.Empty(t, ts.ConfState().GetVoters())
 	cs := &pb.ConfState{Voters: []uint64{7, 8}}
@@ -284,6 +292,7 @@ func TestStateMachineBootstrap(t *testing.T) {
 }
 
 func TestStateMachineUnknownCommandVersion(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	before := ts.dump()
@@ -300,6 +309,7 @@ func TestStateMachineUnknownCommandVersion(t *testing.T) {
 }
 
 func TestStateMachineMalformedCommand(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ents := ts.entries(nil, nil, nil)
 	ents[0].Data = []byte{command.Version}
@@ -315,6 +325,7 @@ func TestStateMachineMalformedCommand(t *testing.T) {
 }
 
 func TestStateMachineSkipsConfChangesAndEmptyEntries(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	cc := &pb.Entry{Index: new(uint64(2)), Term: new(uint64(1)), Type: new(pb.EntryConfChange), Data: []byte("not a command")}
 	ents := []*pb.Entry{{Index: new(uint64(1)), Term: new(uint64(1))}, cc}
@@ -328,6 +339,7 @@ func TestStateMachineSkipsConfChangesAndEmptyEntries(t *testing.T) {
 }
 
 func TestStateMachineUnknownRecordFormat(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	// Keys are read from disk once, when the state machine opens (then
@@ -351,6 +363,7 @@ func TestStateMachineUnknownRecordFormat(t *testing.T) {
 }
 
 func TestStateMachineClosed(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	ts.StateMachine.close()
@@ -373,6 +386,7 @@ func TestStateMachineClosed(t *testing.T) {
 // TestStateMachineConcurrentReads checks that reads racing Apply see a
 // state from one instant: List's revision is that of the keys it returns.
 func TestStateMachineConcurrentReads(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{HistoryRevisions: 50})
 	ts.put("counter", "0")
 	const writes = 300
@@ -444,6 +458,7 @@ func TestStateMachineConcurrentReads(t *testing.T) {
 // state on disk (they are written in one batch), so a restart replays
 // precisely the entries that were lost.
 func TestSMCrashKeepsAppliedIndexWithState(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(7, 7))
 	disk := NewMemDisk()
 	s, err := Open(Options{Disk: disk})

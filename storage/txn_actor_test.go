@@ -13,6 +13,7 @@ import (
 // prefix delete included) or a lock-delay marker: StatusForbidden, and
 // nothing changes. A member's transaction (no actor) may, as before.
 func TestTxnActorWritesOnlyItsOwnSessions(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	session := func(owner string) int64 {
 		res := ts.do(&command.Command{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9, Owner: owner}})

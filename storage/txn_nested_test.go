@@ -13,6 +13,7 @@ func nestOp(t command.Txn) command.Op { return command.Op{Type: command.OpTxn, T
 // the transaction, while the ops see the writes before them, and all of
 // them land at one revision (etcd's compareToPath, then executeTxn).
 func TestTxnNestedAsEtcd(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1") // rev 1
 	res := ts.txn(command.Txn{
@@ -60,6 +61,7 @@ func TestTxnNestedAsEtcd(t *testing.T) {
 // TestTxnNestedDuplicateChangesNothing: a log entry whose nested writes
 // break etcd's rule is refused by every member alike.
 func TestTxnNestedDuplicateChangesNothing(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("k", "0")
 	before := ts.dump()
@@ -81,6 +83,7 @@ func TestTxnNestedDuplicateChangesNothing(t *testing.T) {
 // proposer table, survives a restart (record format 3) and answers a
 // copy, put values filled from the copy.
 func TestTxnNestedOnce(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("g", "got")
 	c := txnCmd(command.Txn{Then: []command.Op{
@@ -101,6 +104,7 @@ func TestTxnNestedOnce(t *testing.T) {
 }
 
 func TestReadTxnNested(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	txn := command.Txn{Then: []command.Op{
@@ -130,6 +134,7 @@ func TestReadTxnNested(t *testing.T) {
 // TestTxnNestedActor: the actor rule holds for a nested transaction's
 // ops as for the top's.
 func TestTxnNestedActor(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	res := ts.do(&command.Command{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9, Owner: "client:a"}})
 	ts.txn(command.Txn{Then: []command.Op{ephemeralPut("e", "v", res.SessionID)}})
@@ -142,6 +147,7 @@ func TestTxnNestedActor(t *testing.T) {
 }
 
 func TestResultRecordNested(t *testing.T) {
+	t.Parallel()
 	res := &command.Result{Rev: 9, Succeeded: true, Ops: []command.OpResult{
 		{KVs: []command.KV{{Key: "put", Version: 1, CreateRev: 9, ModRev: 9}}},
 		{Txn: &command.TxnResult{Succeeded: false, Ops: []command.OpResult{

@@ -9,6 +9,7 @@ import (
 )
 
 func TestTxnPutGetDelete(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 
 	kv := ts.put("a", "1")
@@ -40,6 +41,7 @@ func TestTxnPutGetDelete(t *testing.T) {
 }
 
 func TestTxnCompareTargets(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("x", "old")                     // rev 1
 	ts.put("k", "m")                       // rev 2
@@ -93,6 +95,7 @@ func TestTxnCompareTargets(t *testing.T) {
 }
 
 func TestTxnBranches(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	then := []command.Op{putOp("then", "t"), getOp("a")}
@@ -124,6 +127,7 @@ func TestTxnBranches(t *testing.T) {
 }
 
 func TestTxnReadsOwnWrites(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("p/b", "old")
 	res := ts.txn(command.Txn{Then: []command.Op{
@@ -145,6 +149,7 @@ func TestTxnReadsOwnWrites(t *testing.T) {
 }
 
 func TestTxnSeesEarlierEntriesOfTheBatch(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	create := func(v string) *command.Command {
 		return txnCmd(command.Txn{
@@ -163,6 +168,7 @@ func TestTxnSeesEarlierEntriesOfTheBatch(t *testing.T) {
 }
 
 func TestTxnMultiOpOneRevision(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("c", "gone soon")
 	out := ts.apply(txnCmd(command.Txn{Then: []command.Op{
@@ -192,6 +198,7 @@ func TestTxnMultiOpOneRevision(t *testing.T) {
 }
 
 func TestTxnWithoutWritesKeepsRevision(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	for _, txn := range []command.Txn{
@@ -214,6 +221,7 @@ func TestTxnWithoutWritesKeepsRevision(t *testing.T) {
 
 // TestTxnCAS is the compare-and-set that IfVersion builds on.
 func TestTxnCAS(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	cas := func(version int64, value string) command.Result {
 		return ts.txn(command.Txn{
@@ -234,6 +242,7 @@ func TestTxnCAS(t *testing.T) {
 }
 
 func TestTxnPrefixOps(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	for _, k := range []string{"a/2", "a/1", "a/3", "a0", "a", "b/1"} {
 		ts.put(k, k)
@@ -270,6 +279,7 @@ func TestTxnPrefixOps(t *testing.T) {
 }
 
 func TestTxnInvalidChangesNothing(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{})
 	ts.put("a", "1")
 	before := ts.dump()

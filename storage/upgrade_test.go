@@ -96,6 +96,7 @@ func requireUpgraded(t *testing.T, s *Store) {
 // log, hard state and truncation point move to the WAL, and the store
 // reopens as format 2 with the same state.
 func TestUpgradeFromFormat1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(v1Testdata)))
 	for range 2 {
@@ -133,6 +134,7 @@ func (w *walFailer) String() string { return "walFailer" }
 // the whole state. It also covers a crash after the log was complete,
 // before Pebble dropped the old one.
 func TestUpgradeInterrupted(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -177,6 +179,7 @@ func TestUpgradeInterrupted(t *testing.T) {
 // crash the log must restart after the applied entry, with a commit
 // index raft accepts (>= applied).
 func TestStateMachineAheadOfLog(t *testing.T) {
+	t.Parallel()
 	disk := NewMemDisk()
 	s, err := Open(Options{Disk: disk})
 	require.NoError(t, err)
@@ -214,6 +217,7 @@ func TestStateMachineAheadOfLog(t *testing.T) {
 // the hard state that committed them was not synced; Open raises the
 // commit index to the applied one and keeps the log.
 func TestStateMachineAheadOfCommit(t *testing.T) {
+	t.Parallel()
 	disk := NewMemDisk()
 	s, err := Open(Options{Disk: disk})
 	require.NoError(t, err)
@@ -244,6 +248,7 @@ func TestStateMachineAheadOfCommit(t *testing.T) {
 // then resets the log; a crash between the two leaves a log that Open
 // resets to the bootstrap snapshot, with its term and commit.
 func TestBootstrapInterrupted(t *testing.T) {
+	t.Parallel()
 	disk := NewMemDisk()
 	fail := &walFailer{}
 	fail.n.Store(1 << 40)
@@ -275,6 +280,7 @@ func TestBootstrapInterrupted(t *testing.T) {
 // same session records byte for byte (formats 1 and 2), no session clock,
 // nothing charged to the quota, no owner's bound.
 func TestOldSessionCommandsReplayAsBefore(t *testing.T) {
+	t.Parallel()
 	ts := openTestSM(t, nil, Options{QuotaBytes: 64})
 	old := []*command.Command{
 		{Kind: command.KindSessionCreate, Session: &command.Session{TTL: 5e9}},

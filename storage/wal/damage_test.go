@@ -61,6 +61,7 @@ func writeHistory(t *testing.T, g *gen, appends int) *history {
 // crash in the middle of a write would, and checks that the log opens
 // with every frame that was whole and nothing of the torn one.
 func TestTornTailRandomTruncation(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	g := &gen{rng: rng, term: 1}
 	for trial := range 200 {
@@ -96,6 +97,7 @@ func TestTornTailRandomTruncation(t *testing.T) {
 // frame is damage to synced data and must be refused with ErrCorrupt; a
 // flip in the zero padding between frames changes nothing.
 func TestBitFlips(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	g := &gen{rng: rng, term: 1}
 	var refused, torn, padding int
@@ -140,6 +142,7 @@ func TestBitFlips(t *testing.T) {
 // TestSealedSegmentDamage damages an older segment, and removes a middle
 // one: both are refused.
 func TestSealedSegmentDamage(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	g := &gen{rng: rng, term: 1}
 	fs := vfs.NewMem()
@@ -174,6 +177,7 @@ func TestSealedSegmentDamage(t *testing.T) {
 
 // TestUnknownVersionRefused reads a segment written by a later format.
 func TestUnknownVersionRefused(t *testing.T) {
+	t.Parallel()
 	fs := vfs.NewMem()
 	require.NoError(t, fs.MkdirAll("wal", 0o755))
 	fr := frameBuf{}
@@ -208,6 +212,7 @@ func frameEnds(data []byte, padded []int64) []int64 {
 // as it was, even where recovery would have cut a torn tail or removed
 // an unfinished segment before finding the damage that refuses it.
 func TestRefusedOpenWritesNothing(t *testing.T) {
+	t.Parallel()
 	for _, tail := range []string{"torn", "unfinished"} {
 		t.Run(tail, func(t *testing.T) {
 			rng := seeded(t)

@@ -74,6 +74,7 @@ func garbageLog(t testing.TB, rng *rand.Rand, fs vfs.FS, dir string, segBytes, g
 // work is asserted in bytes checksummed: at most twice the bytes of the
 // segments read.
 func TestGarbageAfterFramesBoundedWork(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	const segBytes = 1 << 20
 	fs := vfs.NewMem()
@@ -104,6 +105,7 @@ func TestGarbageAfterFramesBoundedWork(t *testing.T) {
 // the segment, which used to be removed as one a crash cut short, stays
 // as it was.
 func TestGarbageSegmentRefused(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	const segBytes = 1 << 20
 	fs := vfs.NewMem()

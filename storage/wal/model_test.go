@@ -204,6 +204,7 @@ func openMem(t testing.TB, fs vfs.FS, segBytes int64) *Log {
 // enough to be cut and dropped often, and checks the log against the
 // model after every step and every reopening.
 func TestRandomAgainstModel(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	fs := vfs.NewMem()
 	l := openMem(t, fs, 4096)
@@ -229,6 +230,7 @@ func TestRandomAgainstModel(t *testing.T) {
 // moment since its last sync: nothing synced is lost, and what is kept
 // of the rest is a prefix of it.
 func TestCrashKeepsWhatWasSynced(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	fs := vfs.NewCrashableMem()
 	l := openMem(t, fs, 8192)
@@ -262,6 +264,7 @@ func TestCrashKeepsWhatWasSynced(t *testing.T) {
 }
 
 func TestEntriesSizeLimit(t *testing.T) {
+	t.Parallel()
 	l := openMem(t, vfs.NewMem(), 1<<20)
 	defer l.Close()
 	var ents []*pb.Entry

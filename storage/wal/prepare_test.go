@@ -30,6 +30,7 @@ func waitPrepared(t *testing.T, l *Log) {
 // holds the commits for a segment's zeros (issue: every 32 MiB of log
 // stalled the member's commits).
 func TestCutsTakePreparedSegments(t *testing.T) {
+	t.Parallel()
 	fs := vfs.NewMem()
 	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
 	require.NoError(t, err)
@@ -61,6 +62,7 @@ func TestCutsTakePreparedSegments(t *testing.T) {
 
 // A cut that finds nothing ready fills inline, and says so.
 func TestCutWithoutPreparedSegmentFillsInline(t *testing.T) {
+	t.Parallel()
 	fs := vfs.NewMem()
 	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
 	require.NoError(t, err)
@@ -79,6 +81,7 @@ func TestCutWithoutPreparedSegmentFillsInline(t *testing.T) {
 // the middle of an inline cut left before, and the log reopens with every
 // synced entry.
 func TestCrashAroundACutKeepsTheLog(t *testing.T) {
+	t.Parallel()
 	fs := vfs.NewCrashableMem()
 	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 64 << 10})
 	require.NoError(t, err)
