@@ -32,11 +32,15 @@
 //	go test ./sim/ -seed 42 -v          # replay one history, with its trace
 //	go test ./sim/ -seeds 20 -seedbase 7000  # the same 20 histories each run
 //
-// Members are added only while every member runs and hears the others.
-// That worked around a liveness bug, now fixed (issue 25,
-// raftnode/strangers.go): one that missed an addition dropped every
-// message from the new member, which it did not know, and never caught
-// up if that one led. -addanytime adds members whatever the faults.
+// Members are added whatever the other faults: down, paused or cut-off
+// members miss the addition and must learn the new member from it
+// (issue 25, raftnode/strangers.go). -addwhenready adds them only while
+// every member runs and hears the others, the schedule of the histories
+// before that fix, to replay their seeds.
+//
+// A history's faults run for its virtual length and until at least ten
+// have been injected (a member's join can take several seconds of it);
+// the workload runs as long as the faults do.
 //
 // A failing history prints its seed and the command that replays it.
 // Virtual time makes every timer, timeout and fault the seed draws

@@ -15,11 +15,20 @@ import (
 // added or removed, or a heal of the network.
 func (h *history) runFaults(ctx context.Context, rng *rand.Rand) *impaired {
 	im := &impaired{down: map[int]bool{}, paused: map[int]bool{}, disk: map[int]bool{}}
-	for {
+	for done := 0; ; done++ {
+		gap := time.Duration(400+rng.IntN(1800)) * time.Millisecond
 		select {
 		case <-ctx.Done():
-			return im
-		case <-time.After(time.Duration(400+rng.IntN(1800)) * time.Millisecond):
+			if done >= minFaults {
+				return im
+			}
+			// A join waits for its learner to catch up (up to three op
+			// timeouts), and three of a thousand histories had fewer
+			// than ten faults in thirty seconds: the faults (and the
+			// workload) go on to ten.
+			h.logf("fault %d of %d past the history's length", done+1, minFaults)
+			time.Sleep(gap)
+		case <-time.After(gap):
 		}
 		h.fault(rng, im)
 		h.mu.Lock()

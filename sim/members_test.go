@@ -33,7 +33,7 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 	c := h.c
 	live := h.liveMembers()
 	if len(live) < members || len(live) == members && rng.IntN(2) == 0 {
-		if !*addAnytime {
+		if *addWhenReady {
 			h.readyToAdd(im)
 		}
 		h.mu.Lock()
@@ -68,7 +68,7 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 		h.mu.Lock()
 		h.done.joins++
 		h.mu.Unlock()
-		if h.promote(i, opTimeout*3) && !*addAnytime {
+		if h.promote(i, opTimeout*3) && *addWhenReady {
 			h.awaitKnown(name)
 		}
 		return
@@ -92,15 +92,14 @@ func (h *history) changeMembers(rng *rand.Rand, im *impaired) {
 	h.retire(victim, im)
 }
 
-// readyToAdd worked around a liveness bug, now fixed (see addAnytime;
-// raftnode/strangers.go): a member that had not applied the addition of
-// a member dropped every message from it (the sender was not in its
-// address book), so if the new member led, it never caught up. The
-// default histories keep the restriction so that a seed replays the
-// schedule it always did. A member is added only while every member
-// runs and hears the others: this restarts those down, resumes those
-// paused and heals the network; awaitKnown then waits until all have
-// applied the addition, before the next fault.
+// readyToAdd is the schedule of -addwhenready. It worked around a
+// liveness bug, now fixed (raftnode/strangers.go): a member that had not
+// applied the addition of a member dropped every message from it (the
+// sender was not in its address book), so if the new member led, it
+// never caught up. A member is then added only while every member runs
+// and hears the others: this restarts those down, resumes those paused
+// and heals the network; awaitKnown then waits until all have applied
+// the addition, before the next fault.
 func (h *history) readyToAdd(im *impaired) {
 	c := h.c
 	for len(im.down) > 0 {
