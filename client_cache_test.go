@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -391,55 +392,57 @@ func TestClientCacheFailover(t *testing.T) {
 // converges on the cell.
 func TestClientCacheRelistsOnCompaction(t *testing.T) {
 	t.Parallel()
-	var blocked atomic.Bool
-	c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(i int, cfg *coord.Config) {
-		cfg.HistoryRevisions = 20
-	}))
-	c.Leader()
-	cl := connect(t, c, withCache("m/"), func(cfg *coord.ClientConfig) {
-		dial := cfg.Dial
-		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
-			if blocked.Load() {
-				return nil, errors.New("test: cut off")
+	synctest.Test(t, func(t *testing.T) {
+		var blocked atomic.Bool
+		c := coordtest.NewCluster(t, 3, coordtest.WithClients(), coordtest.WithConfig(func(i int, cfg *coord.Config) {
+			cfg.HistoryRevisions = 20
+		}))
+		c.Leader()
+		cl := connect(t, c, withCache("m/"), func(cfg *coord.ClientConfig) {
+			dial := cfg.Dial
+			cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				if blocked.Load() {
+					return nil, errors.New("test: cut off")
+				}
+				return dial(ctx, addr)
 			}
-			return dial(ctx, addr)
-		}
-	})
-	ctx := ctxT(t, 120*time.Second)
-	kv, err := c.Node(0).Put(ctx, "m/start", []byte("s"))
-	require.NoError(t, err)
-	waitCache(t, cl, "m/", kv.ModRev)
-
-	blocked.Store(true)
-	c.CutClient(cl)
-	// More than twice the member's in-memory window of events per
-	// prefix (4,096), so the resume needs revisions nobody keeps.
-	want := map[string]string{"m/start": "s"}
-	var last int64
-	for made := 0; made < 2*4096+256; {
-		var ops []coord.Op
-		for k := range 100 {
-			key, val := fmt.Sprintf("m/%d", k), strconv.Itoa(made)
-			ops = append(ops, coord.OpPut(key, []byte(val)))
-			want[key] = val
-			made++
-		}
-		res, err := c.Node(1).Txn(ctx).Then(ops...).Commit()
+		})
+		ctx := ctxT(t, 120*time.Second)
+		kv, err := c.Node(0).Put(ctx, "m/start", []byte("s"))
 		require.NoError(t, err)
-		last = res.Rev
-	}
-	// Cut off, the cache still answers, from the revision it had.
-	kvs, rev, err := cl.List(ctx, "m/", coord.Serializable())
-	require.NoError(t, err)
-	require.Less(t, rev, last)
-	require.Equal(t, map[string]string{"m/start": "s"}, asState(kvs))
-	blocked.Store(false)
+		waitCache(t, cl, "m/", kv.ModRev)
 
-	waitCache(t, cl, "m/", last)
-	kvs, _, err = cl.List(ctx, "m/", coord.Serializable())
-	require.NoError(t, err)
-	require.Equal(t, want, asState(kvs))
-	require.GreaterOrEqual(t, coord.ClientCacheLists(cl, "m/"), int64(2), "listed again after the compaction")
+		blocked.Store(true)
+		c.CutClient(cl)
+		// More than twice the member's in-memory window of events per
+		// prefix (4,096), so the resume needs revisions nobody keeps.
+		want := map[string]string{"m/start": "s"}
+		var last int64
+		for made := 0; made < 2*4096+256; {
+			var ops []coord.Op
+			for k := range 100 {
+				key, val := fmt.Sprintf("m/%d", k), strconv.Itoa(made)
+				ops = append(ops, coord.OpPut(key, []byte(val)))
+				want[key] = val
+				made++
+			}
+			res, err := c.Node(1).Txn(ctx).Then(ops...).Commit()
+			require.NoError(t, err)
+			last = res.Rev
+		}
+		// Cut off, the cache still answers, from the revision it had.
+		kvs, rev, err := cl.List(ctx, "m/", coord.Serializable())
+		require.NoError(t, err)
+		require.Less(t, rev, last)
+		require.Equal(t, map[string]string{"m/start": "s"}, asState(kvs))
+		blocked.Store(false)
+
+		waitCache(t, cl, "m/", last)
+		kvs, _, err = cl.List(ctx, "m/", coord.Serializable())
+		require.NoError(t, err)
+		require.Equal(t, want, asState(kvs))
+		require.GreaterOrEqual(t, coord.ClientCacheLists(cl, "m/"), int64(2), "listed again after the compaction")
+	})
 }
 
 // Readers share the cache with its feed under -race: each sees every

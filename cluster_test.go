@@ -228,30 +228,32 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 
 func TestCrashAndRestartEveryMemberKeepsAcknowledgedWrites(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	acked := map[string]string{}
-	for i := range 100 {
-		key, val := fmt.Sprintf("k%03d", i), fmt.Sprintf("v%d", i)
-		_, err := c.Node(i%3).Put(ctx, key, []byte(val))
-		require.NoError(t, err)
-		acked[key] = val
-	}
-	for i := range 3 {
-		c.Crash(i)
-	}
-	for i := range 3 {
-		c.Restart(i)
-	}
-	c.Leader()
-	for i := range 3 {
-		kvs, _, err := c.Node(i).List(ctx, "k")
-		require.NoError(t, err)
-		require.Len(t, kvs, len(acked), "member %d", i)
-		for _, kv := range kvs {
-			require.Equal(t, acked[kv.Key], string(kv.Value))
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 30*time.Second)
+		acked := map[string]string{}
+		for i := range 100 {
+			key, val := fmt.Sprintf("k%03d", i), fmt.Sprintf("v%d", i)
+			_, err := c.Node(i%3).Put(ctx, key, []byte(val))
+			require.NoError(t, err)
+			acked[key] = val
 		}
-	}
+		for i := range 3 {
+			c.Crash(i)
+		}
+		for i := range 3 {
+			c.Restart(i)
+		}
+		c.Leader()
+		for i := range 3 {
+			kvs, _, err := c.Node(i).List(ctx, "k")
+			require.NoError(t, err)
+			require.Len(t, kvs, len(acked), "member %d", i)
+			for _, kv := range kvs {
+				require.Equal(t, acked[kv.Key], string(kv.Value))
+			}
+		}
+	})
 }
 
 func TestWatchFromRevision(t *testing.T) {

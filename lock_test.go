@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -90,61 +91,63 @@ func lockKey(t *testing.T, ctx context.Context, n *coord.Node, name string, toke
 // at every release and the wake count would be quadratic.
 func TestMutexFIFOAndNoHerd(t *testing.T) {
 	t.Parallel() // waits on conditions only, so other tests' load cannot fail it
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
-	const name, waiters = "lock", 100
-	probe := coord.ProbeLock(name, members(c)...)
-	defer probe.Close()
-	sessions := make([]*coord.Session, 3)
-	for i := range sessions {
-		sessions[i] = newSession(t, ctx, c.Node(i), 5*time.Second)
-	}
-	holder := coord.NewMutex(sessions[0], name)
-	first, err := holder.Lock(ctx)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 60*time.Second)
+		const name, waiters = "lock", 100
+		probe := coord.ProbeLock(name, members(c)...)
+		defer probe.Close()
+		sessions := make([]*coord.Session, 3)
+		for i := range sessions {
+			sessions[i] = newSession(t, ctx, c.Node(i), 5*time.Second)
+		}
+		holder := coord.NewMutex(sessions[0], name)
+		first, err := holder.Lock(ctx)
+		require.NoError(t, err)
 
-	granted := make(chan int, waiters)
-	release := make([]chan struct{}, waiters)
-	tokens := make([]coord.Token, waiters)
-	var wg sync.WaitGroup
-	for i := range waiters {
-		release[i] = make(chan struct{})
-		m := coord.NewMutex(sessions[i%3], name)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tok, err := m.Lock(ctx)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			tokens[i] = tok
-			granted <- i
-			<-release[i]
-			if err := m.Unlock(ctx); err != nil {
-				t.Errorf("waiter %d unlock: %v", i, err)
-			}
-		}()
-		// Arrival order is queue order: let waiter i join (and park on
-		// its predecessor) before the next one starts.
-		waitParked(t, ctx, probe, i+1)
-	}
-	_, wakes := probe.Counts()
-	require.Zero(t, wakes, "nobody wakes while the holder holds")
+		granted := make(chan int, waiters)
+		release := make([]chan struct{}, waiters)
+		tokens := make([]coord.Token, waiters)
+		var wg sync.WaitGroup
+		for i := range waiters {
+			release[i] = make(chan struct{})
+			m := coord.NewMutex(sessions[i%3], name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tok, err := m.Lock(ctx)
+				if err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				tokens[i] = tok
+				granted <- i
+				<-release[i]
+				if err := m.Unlock(ctx); err != nil {
+					t.Errorf("waiter %d unlock: %v", i, err)
+				}
+			}()
+			// Arrival order is queue order: let waiter i join (and park on
+			// its predecessor) before the next one starts.
+			waitParked(t, ctx, probe, i+1)
+		}
+		_, wakes := probe.Counts()
+		require.Zero(t, wakes, "nobody wakes while the holder holds")
 
-	require.NoError(t, holder.Unlock(ctx))
-	prev := first
-	for i := range waiters {
-		got := recv(t, ctx, granted)
-		require.Equal(t, i, got, "the lock goes to the waiters in arrival order")
-		require.Greater(t, tokens[got], prev, "tokens grow with every grant")
-		prev = tokens[got]
-		close(release[got])
-	}
-	wg.Wait()
-	waits, wakes := probe.Counts()
-	require.Equal(t, waiters, waits, "every waiter parked once")
-	require.Equal(t, waiters, wakes, "each release woke exactly one waiter")
+		require.NoError(t, holder.Unlock(ctx))
+		prev := first
+		for i := range waiters {
+			got := recv(t, ctx, granted)
+			require.Equal(t, i, got, "the lock goes to the waiters in arrival order")
+			require.Greater(t, tokens[got], prev, "tokens grow with every grant")
+			prev = tokens[got]
+			close(release[got])
+		}
+		wg.Wait()
+		waits, wakes := probe.Counts()
+		require.Equal(t, waiters, waits, "every waiter parked once")
+		require.Equal(t, waiters, wakes, "each release woke exactly one waiter")
+	})
 }
 
 // TestMutexPassesOnWhenHolderDies crashes the member of a holder (a
@@ -154,48 +157,50 @@ func TestMutexPassesOnWhenHolderDies(t *testing.T) {
 	t.Parallel()
 	for _, holderIsLeader := range []bool{false, true} {
 		t.Run(fmt.Sprintf("holderIsLeader=%v", holderIsLeader), func(t *testing.T) {
-			c := coordtest.NewCluster(t, 3)
-			ctx := ctxT(t, 20*time.Second)
-			const ttl = time.Second
-			name := "lock"
-			probe := coord.ProbeLock(name, members(c)...)
-			defer probe.Close()
-			leader := c.LeaderIndex()
-			h, w := (leader+1)%3, (leader+2)%3
-			if holderIsLeader {
-				h = leader
-			}
-			holder := coord.NewMutex(newSession(t, ctx, c.Node(h), ttl), name)
-			t1, err := holder.Lock(ctx)
-			require.NoError(t, err)
-			waiter := coord.NewMutex(newSession(t, ctx, c.Node(w), ttl), name)
+			synctest.Test(t, func(t *testing.T) {
+				c := coordtest.NewCluster(t, 3)
+				ctx := ctxT(t, 20*time.Second)
+				const ttl = time.Second
+				name := "lock"
+				probe := coord.ProbeLock(name, members(c)...)
+				defer probe.Close()
+				leader := c.LeaderIndex()
+				h, w := (leader+1)%3, (leader+2)%3
+				if holderIsLeader {
+					h = leader
+				}
+				holder := coord.NewMutex(newSession(t, ctx, c.Node(h), ttl), name)
+				t1, err := holder.Lock(ctx)
+				require.NoError(t, err)
+				waiter := coord.NewMutex(newSession(t, ctx, c.Node(w), ttl), name)
 
-			_, err = waiter.TryLock(ctx)
-			require.ErrorIs(t, err, coord.ErrLocked)
-			kvs, _, err := c.Node(w).List(ctx, "locks/"+name+"/")
-			require.NoError(t, err)
-			require.Len(t, kvs, 1, "a failed TryLock leaves no key behind")
-			require.Zero(t, waiter.Token())
+				_, err = waiter.TryLock(ctx)
+				require.ErrorIs(t, err, coord.ErrLocked)
+				kvs, _, err := c.Node(w).List(ctx, "locks/"+name+"/")
+				require.NoError(t, err)
+				require.Len(t, kvs, 1, "a failed TryLock leaves no key behind")
+				require.Zero(t, waiter.Token())
 
-			res := async(ctx, waiter.Lock)
-			waitParked(t, ctx, probe, 1)
-			crashed := time.Now()
-			c.Crash(h)
-			r := recv(t, ctx, res)
-			elapsed := time.Since(crashed)
-			require.NoError(t, r.err)
-			require.Greater(t, r.token, t1)
-			require.NoError(t, c.Node(w).CheckToken(ctx, name, r.token))
-			t.Logf("the lock passed %v after the holder's member crashed (TTL %v)", elapsed, ttl)
-			// The cell expires a silent session one TTL after its last
-			// keep-alive (a new leader first waits out its own election);
-			// allow two election timeouts for the expiry's commit, the
-			// waiter's re-read and scheduling under -race.
-			bound := ttl + electionTimeout + 2*electionTimeout
-			if holderIsLeader {
-				bound += electionTimeout
-			}
-			require.Less(t, elapsed, bound)
+				res := async(ctx, waiter.Lock)
+				waitParked(t, ctx, probe, 1)
+				crashed := time.Now()
+				c.Crash(h)
+				r := recv(t, ctx, res)
+				elapsed := time.Since(crashed)
+				require.NoError(t, r.err)
+				require.Greater(t, r.token, t1)
+				require.NoError(t, c.Node(w).CheckToken(ctx, name, r.token))
+				t.Logf("the lock passed %v after the holder's member crashed (TTL %v)", elapsed, ttl)
+				// The cell expires a silent session one TTL after its last
+				// keep-alive (a new leader first waits out its own election);
+				// allow two election timeouts for the expiry's commit, the
+				// waiter's re-read and scheduling under -race.
+				bound := ttl + electionTimeout + 2*electionTimeout
+				if holderIsLeader {
+					bound += electionTimeout
+				}
+				require.Less(t, elapsed, bound)
+			})
 		})
 	}
 }
@@ -290,83 +295,87 @@ func TestTwoMutexesOnOneSessionExclude(t *testing.T) {
 // is cut off.
 func TestLockWaiterReturnsWhenItsSessionEnds(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 20*time.Second)
-	const name = "lock"
-	probe := coord.ProbeLock(name, members(c)...)
-	defer probe.Close()
-	leader := c.LeaderIndex()
-	holder := coord.NewMutex(newSession(t, ctx, c.Node(leader), 2*time.Second), name)
-	t1, err := holder.Lock(ctx)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		const name = "lock"
+		probe := coord.ProbeLock(name, members(c)...)
+		defer probe.Close()
+		leader := c.LeaderIndex()
+		holder := coord.NewMutex(newSession(t, ctx, c.Node(leader), 2*time.Second), name)
+		t1, err := holder.Lock(ctx)
+		require.NoError(t, err)
 
-	// Closed.
-	other := (leader + 1) % 3
-	s2 := newSession(t, ctx, c.Node(other), 2*time.Second)
-	res := async(ctx, coord.NewMutex(s2, name).Lock)
-	waitParked(t, ctx, probe, 1)
-	require.NoError(t, s2.Close(ctx))
-	r := recv(t, ctx, res)
-	require.ErrorIs(t, r.err, coord.ErrSessionClosed)
-	require.Zero(t, r.token)
+		// Closed.
+		other := (leader + 1) % 3
+		s2 := newSession(t, ctx, c.Node(other), 2*time.Second)
+		res := async(ctx, coord.NewMutex(s2, name).Lock)
+		waitParked(t, ctx, probe, 1)
+		require.NoError(t, s2.Close(ctx))
+		r := recv(t, ctx, res)
+		require.ErrorIs(t, r.err, coord.ErrSessionClosed)
+		require.Zero(t, r.token)
 
-	// Expired: the waiter's member is cut off, so its session cannot be
-	// kept alive.
-	cut := (leader + 2) % 3
-	s3 := newSession(t, ctx, c.Node(cut), time.Second)
-	res = async(ctx, coord.NewMutex(s3, name).Lock)
-	waitParked(t, ctx, probe, 2)
-	c.Isolate(cut)
-	r = recv(t, ctx, res)
-	require.ErrorIs(t, r.err, coord.ErrSessionExpired)
-	require.Zero(t, r.token)
-	c.Heal()
+		// Expired: the waiter's member is cut off, so its session cannot be
+		// kept alive.
+		cut := (leader + 2) % 3
+		s3 := newSession(t, ctx, c.Node(cut), time.Second)
+		res = async(ctx, coord.NewMutex(s3, name).Lock)
+		waitParked(t, ctx, probe, 2)
+		c.Isolate(cut)
+		r = recv(t, ctx, res)
+		require.ErrorIs(t, r.err, coord.ErrSessionExpired)
+		require.Zero(t, r.token)
+		c.Heal()
 
-	require.NoError(t, c.Node(leader).CheckToken(ctx, name, t1), "the holder held throughout")
-	select {
-	case <-holder.Done():
-		t.Fatal("the holder's hold ended")
-	default:
-	}
+		require.NoError(t, c.Node(leader).CheckToken(ctx, name, t1), "the holder held throughout")
+		select {
+		case <-holder.Done():
+			t.Fatal("the holder's hold ended")
+		default:
+		}
+	})
 }
 
 // TestLockNeedsALiveSession: Lock returns a token only with a live
 // session (etcd#11456); after the session ends it fails, with no token.
 func TestLockNeedsALiveSession(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 20*time.Second)
-	leader := c.LeaderIndex()
-	n := c.Node(leader)
-	s := newSession(t, ctx, n, time.Second)
-	m := coord.NewMutex(s, "live")
-	tok, err := m.Lock(ctx)
-	require.NoError(t, err)
-	require.Positive(t, tok)
-	require.NoError(t, s.Err())
-	require.NoError(t, n.CheckToken(ctx, "live", tok))
-	require.NoError(t, m.Unlock(ctx))
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		leader := c.LeaderIndex()
+		n := c.Node(leader)
+		s := newSession(t, ctx, n, time.Second)
+		m := coord.NewMutex(s, "live")
+		tok, err := m.Lock(ctx)
+		require.NoError(t, err)
+		require.Positive(t, tok)
+		require.NoError(t, s.Err())
+		require.NoError(t, n.CheckToken(ctx, "live", tok))
+		require.NoError(t, m.Unlock(ctx))
 
-	require.NoError(t, s.Close(ctx))
-	tok, err = m.Lock(ctx)
-	require.ErrorIs(t, err, coord.ErrSessionClosed)
-	require.Zero(t, tok)
-	_, err = m.TryLock(ctx)
-	require.ErrorIs(t, err, coord.ErrSessionClosed)
-	require.Zero(t, m.Token())
+		require.NoError(t, s.Close(ctx))
+		tok, err = m.Lock(ctx)
+		require.ErrorIs(t, err, coord.ErrSessionClosed)
+		require.Zero(t, tok)
+		_, err = m.TryLock(ctx)
+		require.ErrorIs(t, err, coord.ErrSessionClosed)
+		require.Zero(t, m.Token())
 
-	// A session that expired while its member was cut off.
-	cut := (leader + 1) % 3
-	s2 := newSession(t, ctx, c.Node(cut), time.Second)
-	c.Isolate(cut)
-	recv(t, ctx, s2.Done())
-	tok, err = coord.NewMutex(s2, "live").Lock(ctx)
-	require.ErrorIs(t, err, coord.ErrSessionExpired)
-	require.Zero(t, tok)
-	c.Heal()
-	kvs, _, err := n.List(ctx, "locks/live/")
-	require.NoError(t, err)
-	require.Empty(t, kvs, "no acquisition left a key")
+		// A session that expired while its member was cut off.
+		cut := (leader + 1) % 3
+		s2 := newSession(t, ctx, c.Node(cut), time.Second)
+		c.Isolate(cut)
+		recv(t, ctx, s2.Done())
+		tok, err = coord.NewMutex(s2, "live").Lock(ctx)
+		require.ErrorIs(t, err, coord.ErrSessionExpired)
+		require.Zero(t, tok)
+		c.Heal()
+		kvs, _, err := n.List(ctx, "locks/live/")
+		require.NoError(t, err)
+		require.Empty(t, kvs, "no acquisition left a key")
+	})
 }
 
 // TestMutexDoneFires: Mutex.Done is closed when the hold ends, whatever
@@ -374,47 +383,49 @@ func TestLockNeedsALiveSession(t *testing.T) {
 // session expiring while the holder's member is cut off.
 func TestMutexDoneFires(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 20*time.Second)
-	leader := c.LeaderIndex()
-	n := c.Node(leader)
-	s := newSession(t, ctx, n, 2*time.Second)
-	m := coord.NewMutex(s, "done")
-	select {
-	case <-m.Done():
-	default:
-		t.Fatal("Done of a Mutex that does not hold must be closed")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		leader := c.LeaderIndex()
+		n := c.Node(leader)
+		s := newSession(t, ctx, n, 2*time.Second)
+		m := coord.NewMutex(s, "done")
+		select {
+		case <-m.Done():
+		default:
+			t.Fatal("Done of a Mutex that does not hold must be closed")
+		}
 
-	_, err := m.Lock(ctx)
-	require.NoError(t, err)
-	done := m.Done()
-	require.NoError(t, m.Unlock(ctx))
-	recv(t, ctx, done)
+		_, err := m.Lock(ctx)
+		require.NoError(t, err)
+		done := m.Done()
+		require.NoError(t, m.Unlock(ctx))
+		recv(t, ctx, done)
 
-	tok, err := m.Lock(ctx)
-	require.NoError(t, err)
-	done = m.Done()
-	_, err = c.Node((leader+1)%3).Delete(ctx, lockKey(t, ctx, n, "done", tok))
-	require.NoError(t, err)
-	recv(t, ctx, done)
-	require.Equal(t, tok, m.Token(), "a lost hold keeps its token until Unlock")
-	require.ErrorIs(t, m.Unlock(ctx), coord.ErrNotHeld)
+		tok, err := m.Lock(ctx)
+		require.NoError(t, err)
+		done = m.Done()
+		_, err = c.Node((leader+1)%3).Delete(ctx, lockKey(t, ctx, n, "done", tok))
+		require.NoError(t, err)
+		recv(t, ctx, done)
+		require.Equal(t, tok, m.Token(), "a lost hold keeps its token until Unlock")
+		require.ErrorIs(t, m.Unlock(ctx), coord.ErrNotHeld)
 
-	cut := (leader + 1) % 3
-	s2 := newSession(t, ctx, c.Node(cut), time.Second)
-	m2 := coord.NewMutex(s2, "done")
-	_, err = m2.Lock(ctx)
-	require.NoError(t, err)
-	c.Isolate(cut)
-	recv(t, ctx, m2.Done())
-	require.ErrorIs(t, s2.Err(), coord.ErrSessionExpired)
-	require.ErrorIs(t, m2.Unlock(ctx), coord.ErrNotHeld)
-	c.Heal()
-	// The cell expires the session too, and the lock is free again.
-	m3 := coord.NewMutex(s, "done")
-	_, err = m3.Lock(ctx)
-	require.NoError(t, err)
+		cut := (leader + 1) % 3
+		s2 := newSession(t, ctx, c.Node(cut), time.Second)
+		m2 := coord.NewMutex(s2, "done")
+		_, err = m2.Lock(ctx)
+		require.NoError(t, err)
+		c.Isolate(cut)
+		recv(t, ctx, m2.Done())
+		require.ErrorIs(t, s2.Err(), coord.ErrSessionExpired)
+		require.ErrorIs(t, m2.Unlock(ctx), coord.ErrNotHeld)
+		c.Heal()
+		// The cell expires the session too, and the lock is free again.
+		m3 := coord.NewMutex(s, "done")
+		_, err = m3.Lock(ctx)
+		require.NoError(t, err)
+	})
 }
 
 // TestLockContextEndsWhileWaiting: a waiter whose ctx ends leaves the
@@ -495,49 +506,51 @@ func TestRWMutexReadersShareWritersWaitFairly(t *testing.T) {
 // not get in while the first writer holds (etcd#16221).
 func TestRWMutexWaitingWriterSessionExpires(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 20*time.Second)
-	const name = "rw"
-	probe := coord.ProbeLock(name, members(c)...)
-	defer probe.Close()
-	w1 := coord.NewRWMutex(newSession(t, ctx, c.Node(0), 2*time.Second), name)
-	t1, err := w1.Lock(ctx)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		const name = "rw"
+		probe := coord.ProbeLock(name, members(c)...)
+		defer probe.Close()
+		w1 := coord.NewRWMutex(newSession(t, ctx, c.Node(0), 2*time.Second), name)
+		t1, err := w1.Lock(ctx)
+		require.NoError(t, err)
 
-	s2 := newSession(t, ctx, c.Node(1), time.Second)
-	w2res := async(ctx, coord.NewRWMutex(s2, name).Lock)
-	waitParked(t, ctx, probe, 1)
-	w3 := coord.NewRWMutex(newSession(t, ctx, c.Node(2), 2*time.Second), name)
-	w3res := async(ctx, w3.Lock)
-	waitParked(t, ctx, probe, 2)
-	r := coord.NewRWMutex(newSession(t, ctx, c.Node(1), 2*time.Second), name)
-	rres := async(ctx, r.RLock)
-	waitParked(t, ctx, probe, 3)
+		s2 := newSession(t, ctx, c.Node(1), time.Second)
+		w2res := async(ctx, coord.NewRWMutex(s2, name).Lock)
+		waitParked(t, ctx, probe, 1)
+		w3 := coord.NewRWMutex(newSession(t, ctx, c.Node(2), 2*time.Second), name)
+		w3res := async(ctx, w3.Lock)
+		waitParked(t, ctx, probe, 2)
+		r := coord.NewRWMutex(newSession(t, ctx, c.Node(1), 2*time.Second), name)
+		rres := async(ctx, r.RLock)
+		waitParked(t, ctx, probe, 3)
 
-	// s2 stops being kept alive; the cell expires it and deletes the
-	// waiting writer's key, which w3 watches.
-	s2.Orphan()
-	require.ErrorIs(t, recv(t, ctx, w2res).err, coord.ErrSessionClosed)
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = probe.WaitFor(wctx, func(waits, wakes int) bool { return wakes >= 1 && waits >= 4 })
-	cancel()
-	select {
-	case res := <-w3res:
-		t.Fatalf("a second writer got in while the first held: %+v", res)
-	case res := <-rres:
-		t.Fatalf("a reader got in while a writer held: %+v", res)
-	default:
-	}
-	require.NoError(t, err, "w3 wakes, re-reads the queue and waits again")
-	require.NoError(t, c.Node(1).CheckToken(ctx, name, t1))
+		// s2 stops being kept alive; the cell expires it and deletes the
+		// waiting writer's key, which w3 watches.
+		s2.Orphan()
+		require.ErrorIs(t, recv(t, ctx, w2res).err, coord.ErrSessionClosed)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = probe.WaitFor(wctx, func(waits, wakes int) bool { return wakes >= 1 && waits >= 4 })
+		cancel()
+		select {
+		case res := <-w3res:
+			t.Fatalf("a second writer got in while the first held: %+v", res)
+		case res := <-rres:
+			t.Fatalf("a reader got in while a writer held: %+v", res)
+		default:
+		}
+		require.NoError(t, err, "w3 wakes, re-reads the queue and waits again")
+		require.NoError(t, c.Node(1).CheckToken(ctx, name, t1))
 
-	require.NoError(t, w1.Unlock(ctx))
-	got := recv(t, ctx, w3res)
-	require.NoError(t, got.err)
-	require.Greater(t, got.token, t1)
-	require.NoError(t, w3.Unlock(ctx))
-	require.NoError(t, recv(t, ctx, rres).err)
-	require.NoError(t, r.RUnlock(ctx))
+		require.NoError(t, w1.Unlock(ctx))
+		got := recv(t, ctx, w3res)
+		require.NoError(t, got.err)
+		require.Greater(t, got.token, t1)
+		require.NoError(t, w3.Unlock(ctx))
+		require.NoError(t, recv(t, ctx, rres).err)
+		require.NoError(t, r.RUnlock(ctx))
+	})
 }
 
 // TestSemaphoreAtMostNInOrder: n holders at most, granted FIFO, including
@@ -627,43 +640,45 @@ func TestSemaphoreAtMostNInOrder(t *testing.T) {
 // with ErrTimeout.
 func TestLease(t *testing.T) {
 	t.Parallel() // no timing bounds: it waits for expiries, however long they take
-	c := coordtest.NewCluster(t, 3)
-	ctx := ctxT(t, 20*time.Second)
-	const ttl = time.Second
-	l1, err := c.Node(0).Acquire(ctx, "lease", ttl)
-	require.NoError(t, err)
-	require.Positive(t, l1.Token)
-	require.True(t, l1.Until.After(time.Now()))
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		const ttl = time.Second
+		l1, err := c.Node(0).Acquire(ctx, "lease", ttl)
+		require.NoError(t, err)
+		require.Positive(t, l1.Token)
+		require.True(t, l1.Until.After(time.Now()))
 
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = c.Node(1).Acquire(short, "lease", ttl)
-	cancel()
-	require.ErrorIs(t, err, coord.ErrTimeout)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = c.Node(1).Acquire(short, "lease", ttl)
+		cancel()
+		require.ErrorIs(t, err, coord.ErrTimeout)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
 
-	before := l1.Until
-	until, err := l1.Renew(ctx)
-	require.NoError(t, err)
-	require.True(t, until.After(before))
-	require.Equal(t, until, l1.Until)
+		before := l1.Until
+		until, err := l1.Renew(ctx)
+		require.NoError(t, err)
+		require.True(t, until.After(before))
+		require.Equal(t, until, l1.Until)
 
-	// No more renewals: the lease runs out and passes on.
-	l2, err := c.Node(1).Acquire(ctx, "lease", ttl)
-	require.NoError(t, err)
-	require.Greater(t, l2.Token, l1.Token)
-	recv(t, ctx, l1.Done())
-	_, err = l1.Renew(ctx)
-	require.Error(t, err)
-	require.ErrorIs(t, l1.Release(ctx), coord.ErrNotHeld)
-	require.ErrorIs(t, c.Node(2).CheckToken(ctx, "lease", l1.Token), coord.ErrStaleToken)
-	require.NoError(t, c.Node(2).CheckToken(ctx, "lease", l2.Token))
+		// No more renewals: the lease runs out and passes on.
+		l2, err := c.Node(1).Acquire(ctx, "lease", ttl)
+		require.NoError(t, err)
+		require.Greater(t, l2.Token, l1.Token)
+		recv(t, ctx, l1.Done())
+		_, err = l1.Renew(ctx)
+		require.Error(t, err)
+		require.ErrorIs(t, l1.Release(ctx), coord.ErrNotHeld)
+		require.ErrorIs(t, c.Node(2).CheckToken(ctx, "lease", l1.Token), coord.ErrStaleToken)
+		require.NoError(t, c.Node(2).CheckToken(ctx, "lease", l2.Token))
 
-	require.NoError(t, l2.Release(ctx))
-	l3, err := c.Node(2).Acquire(ctx, "lease", ttl)
-	require.NoError(t, err)
-	require.Greater(t, l3.Token, l2.Token)
-	require.NoError(t, l3.Release(ctx))
+		require.NoError(t, l2.Release(ctx))
+		l3, err := c.Node(2).Acquire(ctx, "lease", ttl)
+		require.NoError(t, err)
+		require.Greater(t, l3.Token, l2.Token)
+		require.NoError(t, l3.Release(ctx))
 
-	_, err = c.Node(0).Acquire(ctx, "lease", time.Millisecond)
-	require.ErrorIs(t, err, coord.ErrInvalidTTL)
+		_, err = c.Node(0).Acquire(ctx, "lease", time.Millisecond)
+		require.ErrorIs(t, err, coord.ErrInvalidTTL)
+	})
 }

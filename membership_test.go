@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -27,40 +28,42 @@ func memberNames(t *testing.T, n *coord.Node, ctx context.Context) map[string]bo
 
 func TestLearnerCatchesUpBySnapshotAndServes(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
-		cfg.CompactEvery = 50
-		cfg.CatchUpEntries = 10
-	}))
-	ctx := ctxT(t, 30*time.Second)
-	leader := c.Leader()
-	for i := range 200 {
-		_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(fmt.Sprint(i)))
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
+			cfg.CompactEvery = 50
+			cfg.CatchUpEntries = 10
+		}))
+		ctx := ctxT(t, 30*time.Second)
+		leader := c.Leader()
+		for i := range 200 {
+			_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(fmt.Sprint(i)))
+			require.NoError(t, err)
+		}
+		require.NoError(t, leader.Admin().AddLearner(ctx, "learner", "learner"))
+		require.ErrorIs(t, leader.Admin().AddLearner(ctx, "learner", "learner"), coord.ErrMemberExists)
+		require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": true}, memberNames(t, leader, ctx))
+		// Not started yet: it cannot have caught up.
+		require.ErrorIs(t, c.Node(1).Admin().Promote(ctx, "learner"), coord.ErrNotCaughtUp)
+
+		li := c.Join("learner")
+		l := c.Node(li)
+		require.Eventually(t, func() bool {
+			kvs, _, err := l.List(ctx, "k/", coord.Serializable())
+			return err == nil && len(kvs) == 200
+		}, 20*time.Second, 10*time.Millisecond, "the learner catches up (by snapshot: the log was compacted)")
+		got, err := l.Get(ctx, "k/199")
+		require.NoError(t, err, "linearizable reads on a learner")
+		require.Equal(t, "199", string(got.Value))
+		w := l.Watch(ctx, "k/")
+		kv, err := leader.Put(ctx, "k/new", []byte("x"))
 		require.NoError(t, err)
-	}
-	require.NoError(t, leader.Admin().AddLearner(ctx, "learner", "learner"))
-	require.ErrorIs(t, leader.Admin().AddLearner(ctx, "learner", "learner"), coord.ErrMemberExists)
-	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": true}, memberNames(t, leader, ctx))
-	// Not started yet: it cannot have caught up.
-	require.ErrorIs(t, c.Node(1).Admin().Promote(ctx, "learner"), coord.ErrNotCaughtUp)
+		ev := nextEvent(t, w)
+		require.Equal(t, kv.ModRev, ev.Rev, "watches on a learner")
 
-	li := c.Join("learner")
-	l := c.Node(li)
-	require.Eventually(t, func() bool {
-		kvs, _, err := l.List(ctx, "k/", coord.Serializable())
-		return err == nil && len(kvs) == 200
-	}, 20*time.Second, 10*time.Millisecond, "the learner catches up (by snapshot: the log was compacted)")
-	got, err := l.Get(ctx, "k/199")
-	require.NoError(t, err, "linearizable reads on a learner")
-	require.Equal(t, "199", string(got.Value))
-	w := l.Watch(ctx, "k/")
-	kv, err := leader.Put(ctx, "k/new", []byte("x"))
-	require.NoError(t, err)
-	ev := nextEvent(t, w)
-	require.Equal(t, kv.ModRev, ev.Rev, "watches on a learner")
-
-	require.Eventually(t, func() bool { return c.Node(2).Admin().Promote(ctx, "learner") == nil }, 10*time.Second, 50*time.Millisecond)
-	require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, l, ctx))
-	require.ErrorIs(t, leader.Admin().Promote(ctx, "nobody"), coord.ErrUnknownMember)
+		require.Eventually(t, func() bool { return c.Node(2).Admin().Promote(ctx, "learner") == nil }, 10*time.Second, 50*time.Millisecond)
+		require.Equal(t, map[string]bool{"n0": false, "n1": false, "n2": false, "learner": false}, memberNames(t, l, ctx))
+		require.ErrorIs(t, leader.Admin().Promote(ctx, "nobody"), coord.ErrUnknownMember)
+	})
 }
 
 func TestReplaceAVoterWithoutDowntime(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -147,29 +148,31 @@ func TestMetricsAfterClose(t *testing.T) {
 // expires, and the member's transport counts what it could not send.
 func TestMetricsSessionJeopardyAndExpiry(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3)
-	li := c.LeaderIndex()
-	fi := (li + 1) % 3
-	f := c.Node(fi)
-	reg := prometheus.NewRegistry()
-	require.NoError(t, f.Admin().RegisterMetrics(reg))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := f.NewSession(ctx, coord.WithTTL(f.MinSessionTTL()))
-	require.NoError(t, err)
-	before := scrape(t, reg)
-	c.Isolate(fi)
-	select {
-	case <-s.Done():
-	case <-ctx.Done():
-		t.Fatal("the cut-off session did not end")
-	}
-	require.ErrorIs(t, s.Err(), coord.ErrSessionExpired)
-	after := scrape(t, reg)
-	require.Equal(t, 1.0, after["coord_sessions_created_total"])
-	require.Equal(t, 1.0, after["coord_sessions_jeopardy_total"])
-	require.Equal(t, 1.0, after["coord_sessions_expired_total"])
-	require.Greater(t, after["coord_transport_dropped_frames_total"], before["coord_transport_dropped_frames_total"])
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3)
+		li := c.LeaderIndex()
+		fi := (li + 1) % 3
+		f := c.Node(fi)
+		reg := prometheus.NewRegistry()
+		require.NoError(t, f.Admin().RegisterMetrics(reg))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := f.NewSession(ctx, coord.WithTTL(f.MinSessionTTL()))
+		require.NoError(t, err)
+		before := scrape(t, reg)
+		c.Isolate(fi)
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			t.Fatal("the cut-off session did not end")
+		}
+		require.ErrorIs(t, s.Err(), coord.ErrSessionExpired)
+		after := scrape(t, reg)
+		require.Equal(t, 1.0, after["coord_sessions_created_total"])
+		require.Equal(t, 1.0, after["coord_sessions_jeopardy_total"])
+		require.Equal(t, 1.0, after["coord_sessions_expired_total"])
+		require.Greater(t, after["coord_transport_dropped_frames_total"], before["coord_transport_dropped_frames_total"])
+	})
 }
 
 // A watch whose consumer stops reading ends as slow, and one from a

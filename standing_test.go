@@ -144,27 +144,29 @@ func TestMemberRemovedWhileCutOffStops(t *testing.T) {
 // snapshot here: the log was compacted), and its first write succeeds.
 func TestJoinerReadyMeansCaughtUp(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
-		cfg.CompactEvery = 50
-		cfg.CatchUpEntries = 10
-	}))
-	ctx := ctxT(t, 60*time.Second)
-	leader := c.Leader()
-	for i := range 300 {
-		_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(strings.Repeat("v", 512)))
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
+			cfg.CompactEvery = 50
+			cfg.CatchUpEntries = 10
+		}))
+		ctx := ctxT(t, 60*time.Second)
+		leader := c.Leader()
+		for i := range 300 {
+			_, err := leader.Put(ctx, fmt.Sprintf("k/%03d", i), []byte(strings.Repeat("v", 512)))
+			require.NoError(t, err)
+		}
+		require.NoError(t, leader.Admin().AddLearner(ctx, "joiner", "joiner"))
+		commit := leader.Status().Commit
+		j := c.Node(c.Join("joiner"))
+		require.NoError(t, j.Ready(ctx), "seed %d", c.Seed())
+		st := j.Status()
+		require.GreaterOrEqual(t, st.Applied, commit, "ready before it caught up (seed %d)", c.Seed())
+		kvs, _, err := j.List(ctx, "k/", coord.Serializable())
 		require.NoError(t, err)
-	}
-	require.NoError(t, leader.Admin().AddLearner(ctx, "joiner", "joiner"))
-	commit := leader.Status().Commit
-	j := c.Node(c.Join("joiner"))
-	require.NoError(t, j.Ready(ctx), "seed %d", c.Seed())
-	st := j.Status()
-	require.GreaterOrEqual(t, st.Applied, commit, "ready before it caught up (seed %d)", c.Seed())
-	kvs, _, err := j.List(ctx, "k/", coord.Serializable())
-	require.NoError(t, err)
-	require.Len(t, kvs, 300)
-	_, err = j.Put(ctx, "first-write", []byte("x"))
-	require.NoError(t, err, "the joiner's first write after Ready (seed %d)", c.Seed())
+		require.Len(t, kvs, 300)
+		_, err = j.Put(ctx, "first-write", []byte("x"))
+		require.NoError(t, err, "the joiner's first write after Ready (seed %d)", c.Seed())
+	})
 }
 
 // sessionsOnClient creates n sessions of the cell's minimum TTL on cl and

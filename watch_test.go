@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coordcell/coord"
@@ -179,91 +180,93 @@ func TestStuckWatchersDoNotSlowWrites(t *testing.T) {
 // resumes behind both the window and the history.
 func TestListWatchResumesAcrossCompaction(t *testing.T) {
 	t.Parallel()
-	c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
-		cfg.HistoryRevisions = 20
-	}))
-	ctx := ctxT(t, 60*time.Second)
-	writer, reader := c.Node(0), c.Node(1)
-	var mirror sync.Map
-	var lists atomic.Int32
-	var stalled sync.Mutex // held by the test to stall the consumer
-	lwCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- reader.ListWatch(lwCtx, "m/", func(kvs []coord.KV, rev int64) error {
-			lists.Add(1)
-			mirror.Clear()
-			for _, kv := range kvs {
-				mirror.Store(kv.Key, string(kv.Value))
-			}
-			return nil
-		}, func(ev coord.Event) error {
-			stalled.Lock()
-			defer stalled.Unlock()
-			if ev.Type == coord.EventDelete {
-				mirror.Delete(ev.KV.Key)
-			} else {
-				mirror.Store(ev.KV.Key, string(ev.KV.Value))
-			}
-			return nil
-		}, coord.WithMaxLag(10))
-	}()
-	require.Eventually(t, func() bool { return lists.Load() == 1 }, 5*time.Second, time.Millisecond)
-	const seed1, seed2 = 1, 2
-	t.Logf("seed %d,%d", seed1, seed2)
-	rng := rand.New(rand.NewPCG(seed1, seed2))
-	want := map[string]string{}
-	// writeTxns writes transactions of 100 random puts and deletes under
-	// m/ until they have made at least events events.
-	writeTxns := func(events int) {
-		for made := 0; made < events; {
-			var ops []coord.Op
-			for k := range 100 {
-				key := fmt.Sprintf("m/%d", k)
-				if rng.IntN(4) == 0 {
-					if _, ok := want[key]; ok {
-						made++ // an event only if the key was there
+	synctest.Test(t, func(t *testing.T) {
+		c := coordtest.NewCluster(t, 3, coordtest.WithConfig(func(i int, cfg *coord.Config) {
+			cfg.HistoryRevisions = 20
+		}))
+		ctx := ctxT(t, 60*time.Second)
+		writer, reader := c.Node(0), c.Node(1)
+		var mirror sync.Map
+		var lists atomic.Int32
+		var stalled sync.Mutex // held by the test to stall the consumer
+		lwCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- reader.ListWatch(lwCtx, "m/", func(kvs []coord.KV, rev int64) error {
+				lists.Add(1)
+				mirror.Clear()
+				for _, kv := range kvs {
+					mirror.Store(kv.Key, string(kv.Value))
+				}
+				return nil
+			}, func(ev coord.Event) error {
+				stalled.Lock()
+				defer stalled.Unlock()
+				if ev.Type == coord.EventDelete {
+					mirror.Delete(ev.KV.Key)
+				} else {
+					mirror.Store(ev.KV.Key, string(ev.KV.Value))
+				}
+				return nil
+			}, coord.WithMaxLag(10))
+		}()
+		require.Eventually(t, func() bool { return lists.Load() == 1 }, 5*time.Second, time.Millisecond)
+		const seed1, seed2 = 1, 2
+		t.Logf("seed %d,%d", seed1, seed2)
+		rng := rand.New(rand.NewPCG(seed1, seed2))
+		want := map[string]string{}
+		// writeTxns writes transactions of 100 random puts and deletes under
+		// m/ until they have made at least events events.
+		writeTxns := func(events int) {
+			for made := 0; made < events; {
+				var ops []coord.Op
+				for k := range 100 {
+					key := fmt.Sprintf("m/%d", k)
+					if rng.IntN(4) == 0 {
+						if _, ok := want[key]; ok {
+							made++ // an event only if the key was there
+						}
+						ops = append(ops, coord.OpDelete(key))
+						delete(want, key)
+					} else {
+						v := fmt.Sprint(rng.Int())
+						ops = append(ops, coord.OpPut(key, []byte(v)))
+						want[key] = v
+						made++
 					}
-					ops = append(ops, coord.OpDelete(key))
-					delete(want, key)
+				}
+				_, err := writer.Txn(ctx).Then(ops...).Commit()
+				require.NoError(t, err)
+			}
+		}
+		write := func(count int) {
+			for range count {
+				k := fmt.Sprintf("m/%d", rng.IntN(15))
+				if rng.IntN(4) == 0 {
+					_, err := writer.Delete(ctx, k)
+					require.NoError(t, err)
+					delete(want, k)
 				} else {
 					v := fmt.Sprint(rng.Int())
-					ops = append(ops, coord.OpPut(key, []byte(v)))
-					want[key] = v
-					made++
+					_, err := writer.Put(ctx, k, []byte(v))
+					require.NoError(t, err)
+					want[k] = v
 				}
 			}
-			_, err := writer.Txn(ctx).Then(ops...).Commit()
-			require.NoError(t, err)
 		}
-	}
-	write := func(count int) {
-		for range count {
-			k := fmt.Sprintf("m/%d", rng.IntN(15))
-			if rng.IntN(4) == 0 {
-				_, err := writer.Delete(ctx, k)
-				require.NoError(t, err)
-				delete(want, k)
-			} else {
-				v := fmt.Sprint(rng.Int())
-				_, err := writer.Put(ctx, k, []byte(v))
-				require.NoError(t, err)
-				want[k] = v
-			}
-		}
-	}
-	stalled.Lock()
-	writeTxns(2*4096 + 256) // a revision's events are kept or dropped together: up to 100 more
-	stalled.Unlock()
-	write(50)
-	require.Eventually(t, func() bool {
-		got := map[string]string{}
-		mirror.Range(func(k, v any) bool { got[k.(string)] = v.(string); return true })
-		return fmt.Sprint(got) == fmt.Sprint(want)
-	}, 30*time.Second, 10*time.Millisecond, "the mirror converges on the cell")
-	require.Greater(t, lists.Load(), int32(1), "the stalled consumer was resynced by a new listing")
-	stop()
-	require.ErrorIs(t, <-done, context.Canceled)
+		stalled.Lock()
+		writeTxns(2*4096 + 256) // a revision's events are kept or dropped together: up to 100 more
+		stalled.Unlock()
+		write(50)
+		require.Eventually(t, func() bool {
+			got := map[string]string{}
+			mirror.Range(func(k, v any) bool { got[k.(string)] = v.(string); return true })
+			return fmt.Sprint(got) == fmt.Sprint(want)
+		}, 30*time.Second, 10*time.Millisecond, "the mirror converges on the cell")
+		require.Greater(t, lists.Load(), int32(1), "the stalled consumer was resynced by a new listing")
+		stop()
+		require.ErrorIs(t, <-done, context.Canceled)
+	})
 }
 
 // TestWatchReady: Ready closes once the watch is established, on a quiet
