@@ -12,6 +12,11 @@
 //	go run ./examples/kv -name a -addr 127.0.0.1:7001 -http 127.0.0.1:8001 \
 //	    -peers a=127.0.0.1:7001,b=127.0.0.1:7002,c=127.0.0.1:7003 -data /tmp/a
 //
+// -tick sets the Raft tick of the member (every member of a cell should
+// have the same): the election timeout is ten ticks and the shortest
+// session TTL forty, so a shorter tick makes failover and expiry quicker
+// to watch (the tests use 40ms).
+//
 //	PUT  /kv/{key}   body = value      -> 200 with the revision
 //	GET  /kv/{key}[?serializable=1]     -> 200 value, 404 if absent
 //	GET  /status                        -> JSON status
@@ -48,6 +53,7 @@ func main() {
 	data := flag.String("data", "", "data directory")
 	httpAddr := flag.String("http", "", "address of the HTTP API")
 	verbose := flag.Bool("v", false, "log cell events to stderr")
+	tick := flag.Duration("tick", 0, "Raft tick (0: coord's default, 100ms); the election timeout is ten ticks, the shortest session TTL forty")
 	flag.Parse()
 	logger := slog.New(slog.DiscardHandler)
 	if *verbose {
@@ -57,7 +63,7 @@ func main() {
 	if *name == "" {
 		err = demo(logger)
 	} else {
-		err = serve(*name, *addr, *peers, *data, *httpAddr, logger)
+		err = serve(*name, *addr, *peers, *data, *httpAddr, *tick, logger)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kv:", err)
@@ -188,7 +194,7 @@ func freePorts(n int) ([]string, error) {
 	return addrs, nil
 }
 
-func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) error {
+func serve(name, addr, peerList, data, httpAddr string, tick time.Duration, logger *slog.Logger) error {
 	var peers []coord.Peer
 	for _, p := range strings.Split(peerList, ",") {
 		if p == "" {
@@ -202,7 +208,7 @@ func serve(name, addr, peerList, data, httpAddr string, logger *slog.Logger) err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	node, err := coord.Open(ctx, coord.Config{Name: name, Addr: addr, Peers: peers, DataDir: data, Logger: logger})
+	node, err := coord.Open(ctx, coord.Config{Name: name, Addr: addr, Peers: peers, DataDir: data, TickInterval: tick, Logger: logger})
 	if err != nil {
 		return err
 	}

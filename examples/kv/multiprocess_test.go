@@ -164,6 +164,11 @@ type cell struct {
 
 // startCell builds the example and starts three members; cleanup kills
 // whatever is still running.
+// cellTick is the Raft tick of startCell's members: 400 ms election
+// timeouts and a shortest session TTL of 1.6 s, so that the pauses and
+// expiries the tests wait out take a third of the default's time.
+const cellTick = 40 * time.Millisecond
+
 func startCell(t *testing.T) *cell {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "kv")
@@ -181,7 +186,7 @@ func startCell(t *testing.T) *cell {
 	}
 	for _, m := range c.members {
 		m.cmd = exec.Command(bin, "-name", m.name, "-addr", m.addr, "-http", m.http,
-			"-peers", strings.Join(peers, ","), "-data", m.data)
+			"-peers", strings.Join(peers, ","), "-data", m.data, "-tick", cellTick.String())
 		m.cmd.Stdout, m.cmd.Stderr = io.Discard, os.Stderr
 		require.NoError(t, m.cmd.Start())
 	}
@@ -251,7 +256,7 @@ func TestMultiProcessLeaderPause(t *testing.T) {
 	t.Parallel()
 	c := startCell(t)
 	require.Eventually(t, func() bool { return c.leader() >= 0 }, 30*time.Second, 50*time.Millisecond)
-	const ttl = 4 * time.Second // MinSessionTTL with the default timing (1 s election timeout)
+	const ttl = 40 * cellTick // MinSessionTTL: four election timeouts
 	for round := range 2 {
 		var victim int
 		require.Eventually(t, func() bool { victim = c.leader(); return victim >= 0 }, 30*time.Second, 50*time.Millisecond)
@@ -274,7 +279,7 @@ func TestMultiProcessLeaderPause(t *testing.T) {
 		t.Logf("round %d: SIGSTOP leader %s", round, c.members[victim].name)
 		require.NoError(t, p.Signal(syscall.SIGSTOP))
 		stopped := time.Now()
-		for time.Since(stopped) < ttl+3*time.Second {
+		for time.Since(stopped) < ttl+30*cellTick { // the TTL and three election timeouts
 			for _, h := range others {
 				require.False(t, c.session(h.member, h.id).Ended, "round %d: session %d on %s ended while the leader was stopped", round, h.id, c.members[h.member].name)
 			}
