@@ -9,7 +9,9 @@
 //
 // Each campaigns and prints every leadership change it observes. Kill the
 // leader (Ctrl-C resigns at once; kill -9 lets its session expire) and
-// another takes over with a greater fencing token.
+// another takes over with a greater fencing token. -tick sets the Raft
+// tick (the same on every member): the election timeout is ten ticks and
+// the shortest TTL forty.
 package main
 
 import (
@@ -33,14 +35,15 @@ func main() {
 	peers := flag.String("peers", "", "founding members: name=addr,name=addr,...")
 	data := flag.String("data", "", "data directory (\"\" = in memory)")
 	ttl := flag.Duration("ttl", 5*time.Second, "session TTL: how long a dead leader keeps the office (at least MinSessionTTL, 4s with the default timing)")
+	tick := flag.Duration("tick", 0, "Raft tick (0: coord's default, 100ms); the election timeout is ten ticks, the shortest TTL forty")
 	flag.Parse()
-	if err := run(*name, *addr, *peers, *data, *ttl); err != nil {
+	if err := run(*name, *addr, *peers, *data, *ttl, *tick); err != nil {
 		fmt.Fprintln(os.Stderr, "leader-election:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, addr, peerList, data string, ttl time.Duration) error {
+func run(name, addr, peerList, data string, ttl, tick time.Duration) error {
 	if name == "" {
 		return errors.New("-name is required")
 	}
@@ -58,7 +61,7 @@ func run(name, addr, peerList, data string, ttl time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	node, err := coord.Open(ctx, coord.Config{Name: name, Addr: addr, Peers: peers, DataDir: data,
-		Logger: slog.New(slog.DiscardHandler)})
+		TickInterval: tick, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

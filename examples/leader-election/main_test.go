@@ -54,7 +54,9 @@ func TestKillTheLeaderProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, n := range names {
 		cmd := exec.Command(bin, "-name", n, "-addr", addrs[n], "-peers", strings.Join(peers, ","),
-			"-data", filepath.Join(dir, n), "-ttl", "4s")
+			// 40 ms ticks: 400 ms elections and the shortest TTL, 1.6 s,
+			// a dead leader's office passes on in a third of the time.
+			"-data", filepath.Join(dir, n), "-ttl", "1.6s", "-tick", "40ms")
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
