@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -214,6 +215,15 @@ func (n *Node) abandon(p *proposal, cause error) (command.Result, error) {
 	}
 	if handed {
 		return command.Result{}, &AmbiguousError{Proposer: p.prop, Err: cause}
+	}
+	if errors.Is(cause, errs.Closed) {
+		// The member stopped before Raft had it: not applied, and the
+		// reason is the stop, not the cell's quorum. A client told
+		// ErrNoQuorum by a member it wrote through took that for the
+		// cell's answer and gave up (seed 6214853903376234965 of
+		// TestClientWriteSurvivesItsMember); told ErrClosed it sends the
+		// write through the next member.
+		return command.Result{}, cause
 	}
 	return command.Result{}, fmt.Errorf("%w: %w", errs.NoQuorum, cause)
 }

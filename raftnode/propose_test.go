@@ -37,3 +37,39 @@ func TestAbandonedProposalIsNeverProposed(t *testing.T) {
 	require.Equal(t, "y", data["after"])
 	require.NotContains(t, data, "abandoned")
 }
+
+// TestProposalWaitingWhenMemberStopsIsClosed: a member that stops (its
+// transport closed under it) while a proposal waits for a leader, never
+// handed to Raft, answers ErrClosed, not ErrNoQuorum (before the fix, 1
+// of 10 runs: the caller saw the stop before the answer to every
+// waiter): the member's stop is the reason, and a
+// client told ErrNoQuorum by the member it wrote through took it for the
+// cell's answer and gave up instead of going to the next member (seed
+// 6214853903376234965 of the root TestClientWriteSurvivesItsMember).
+func TestProposalWaitingWhenMemberStopsIsClosed(t *testing.T) {
+	t.Parallel()
+	c := newTestCell(t, 3, nil)
+	lead := c.leader()
+	f := (lead + 1) % 3
+	c.net.Isolate(c.names[f])
+	waitFor(t, "the isolated member to lose its leader", func() bool { return c.nodes[f].Status().Leader == 0 })
+
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.nodes[f].Propose(context.Background(), putCmd("k", "v"))
+		res <- err
+	}()
+	waitFor(t, "the proposal to wait", func() bool {
+		w := &c.nodes[f].c.waiters
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.m) > 0
+	})
+	// As coordtest's Crash does: the transport closes under the member,
+	// which fails and stops.
+	require.NoError(t, c.nodes[f].tr.Close())
+	err := <-res
+	require.ErrorIs(t, err, errs.Closed)
+	require.NotErrorIs(t, err, errs.NoQuorum, "the member stopped; the cell's quorum was never asked")
+	require.NotErrorIs(t, err, errs.Ambiguous, "a proposal that never left the member is not ambiguous")
+}
