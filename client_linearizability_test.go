@@ -27,7 +27,7 @@ func TestClientLinearizableUnderFaults(t *testing.T) {
 	t.Logf("seed %d", seed)
 	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed), coordtest.WithClients())
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
-	duration := soakDuration(4 * time.Second)
+	duration := soakDuration(2 * time.Second) // the simulator (sim/) runs these faults at length
 	// Each ambiguous write stays open to the end of its key's history,
 	// and the checker's work grows steeply with the open writes of a key;
 	// clients that fail over leave many. So a key that has had

@@ -124,7 +124,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	t.Logf("seed %d", seed)
 	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed))
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
-	duration := soakDuration(4 * time.Second)
+	duration := soakDuration(2 * time.Second) // the simulator (sim/) runs these faults at length
 	// A few hot keys make conflicts likely; longer runs spread over more
 	// keys so each key's history stays small enough for the checker (a
 	// minute runs over 200,000 operations in memory).

@@ -38,7 +38,7 @@ func TestLockSafetyUnderFaults(t *testing.T) {
 	t.Parallel()
 	seed := rand.Int64()
 	t.Logf("seed %d", seed)
-	duration := soakDuration(5 * time.Second)
+	duration := soakDuration(2500 * time.Millisecond) // the simulator (sim/) runs these faults at length
 	c := coordtest.NewCluster(t, 5, coordtest.WithSeed(seed), coordtest.WithConfig(func(_ int, cfg *coord.Config) {
 		// The replay at the end reads the lock's whole history.
 		cfg.HistoryRevisions = max(100_000, int64(duration/time.Second)*10_000)
