@@ -72,7 +72,7 @@ func TestWatchLeavesAMemberOnAFailedDisk(t *testing.T) {
 // off while another is added does not know the new member. It dropped
 // every message from it as from a stranger, so once the new member led
 // it never caught up, and writes through it failed with ErrNoQuorum
-// (histories with -addanytime, seed 5027 of those from 5000). Now it
+// (histories adding members whatever the faults, now the default schedule: seed 5027 of those from 5000). Now it
 // admits the new leader's messages provisionally and catches up.
 func TestMissedAdditionCatchesUp(t *testing.T) {
 	for _, fault := range []string{"paused", "crashed", "isolated"} {
