@@ -30,11 +30,8 @@ import (
 func tcpCell(t *testing.T, mod func(*coord.Config)) ([]*coord.Node, []coord.Peer) {
 	t.Helper()
 	var peers []coord.Peer
-	for i := range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: l.Addr().String()})
-		l.Close()
+	for i, addr := range loopbackAddrs(t, 3) {
+		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: addr})
 	}
 	nodes := make([]*coord.Node, 3)
 	for i, p := range peers {

@@ -3,7 +3,6 @@ package coord_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -21,13 +20,8 @@ func diskCell(b *testing.B) []*coord.Node {
 	b.Helper()
 	dir := b.TempDir()
 	var peers []coord.Peer
-	for i := range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: l.Addr().String()})
-		l.Close()
+	for i, addr := range loopbackAddrs(b, 3) {
+		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: addr})
 	}
 	nodes := make([]*coord.Node, 3)
 	for i, p := range peers {
@@ -460,13 +454,8 @@ func diskCellTick(b *testing.B, tick time.Duration, heartbeat int) []*coord.Node
 	}
 	dir := b.TempDir()
 	var peers []coord.Peer
-	for i := range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: l.Addr().String()})
-		l.Close()
+	for i, addr := range loopbackAddrs(b, 3) {
+		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: addr})
 	}
 	nodes := make([]*coord.Node, 0, 3)
 	b.Cleanup(func() {

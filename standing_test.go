@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -344,12 +343,9 @@ func TestMemberRemovedWhileCutOffOverTCP(t *testing.T) {
 	t.Parallel()
 	var peers []coord.Peer
 	addrs := map[string]string{}
-	for i := range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: l.Addr().String()})
-		addrs[peers[i].Name] = peers[i].Addr
-		l.Close()
+	for i, addr := range loopbackAddrs(t, 3) {
+		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: addr})
+		addrs[peers[i].Name] = addr
 	}
 	nodes := make([]*coord.Node, 3)
 	trs := make([]*cuttable, 3)

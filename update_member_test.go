@@ -15,11 +15,29 @@ import (
 // kernel gave and took back).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	return loopbackAddrs(t, 1)[0]
+}
+
+// loopbackAddrs draws n free loopback TCP addresses. Every listener stays
+// open until all n are drawn: one closed at once could be drawn again for
+// the next (a cell failed to open: peers "m0" and "m2" had the same
+// address).
+func loopbackAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	var addrs []string
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(tb, err)
+		held = append(held, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs
 }
 
 func addrsOf(t *testing.T, ctx context.Context, n *coord.Node) map[string]string {
@@ -41,8 +59,8 @@ func addrsOf(t *testing.T, ctx context.Context, n *coord.Node) map[string]string
 func TestUpdateMemberMovesAPeerOverTCP(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	var peers []coord.Peer
-	for i := range 3 {
-		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: freeAddr(t)})
+	for i, addr := range loopbackAddrs(t, 3) {
+		peers = append(peers, coord.Peer{Name: fmt.Sprintf("m%d", i), Addr: addr})
 	}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	open := func(i int, addr string) *coord.Node {
