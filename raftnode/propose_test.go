@@ -16,11 +16,7 @@ import (
 // (the linearizability test found a put reported so and read back).
 func TestAbandonedProposalIsNeverProposed(t *testing.T) {
 	t.Parallel()
-	c := newTestCell(t, 3, nil)
-	lead := c.leader()
-	f := (lead + 1) % 3
-	c.net.Isolate(c.names[f])
-	waitFor(t, "the isolated member to lose its leader", func() bool { return c.nodes[f].Status().Leader == 0 })
+	c, f := cellWithIsolatedFollower(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -39,20 +35,16 @@ func TestAbandonedProposalIsNeverProposed(t *testing.T) {
 }
 
 // TestProposalWaitingWhenMemberStopsIsClosed: a member that stops (its
-// transport closed under it) while a proposal waits for a leader, never
-// handed to Raft, answers ErrClosed, not ErrNoQuorum (before the fix, 1
-// of 10 runs: the caller saw the stop before the answer to every
-// waiter): the member's stop is the reason, and a
-// client told ErrNoQuorum by the member it wrote through took it for the
-// cell's answer and gave up instead of going to the next member (seed
-// 6214853903376234965 of the root TestClientWriteSurvivesItsMember).
+// transport closed under it) while a proposal, never handed to Raft,
+// waits for a leader answers ErrClosed, not ErrNoQuorum: the stop is the
+// reason. A client told ErrNoQuorum by the member it wrote through took
+// it for the cell's answer and gave up instead of going to the next
+// member (seed 6214853903376234965 of the root
+// TestClientWriteSurvivesItsMember; 1 of 10 runs failed here before the
+// fix, when the caller saw the stop before the answer to every waiter).
 func TestProposalWaitingWhenMemberStopsIsClosed(t *testing.T) {
 	t.Parallel()
-	c := newTestCell(t, 3, nil)
-	lead := c.leader()
-	f := (lead + 1) % 3
-	c.net.Isolate(c.names[f])
-	waitFor(t, "the isolated member to lose its leader", func() bool { return c.nodes[f].Status().Leader == 0 })
+	c, f := cellWithIsolatedFollower(t)
 
 	res := make(chan error, 1)
 	go func() {
@@ -72,4 +64,15 @@ func TestProposalWaitingWhenMemberStopsIsClosed(t *testing.T) {
 	require.ErrorIs(t, err, errs.Closed)
 	require.NotErrorIs(t, err, errs.NoQuorum, "the member stopped; the cell's quorum was never asked")
 	require.NotErrorIs(t, err, errs.Ambiguous, "a proposal that never left the member is not ambiguous")
+}
+
+// cellWithIsolatedFollower is a 3-member cell with one follower, f, cut
+// off from the others until it has lost its leader.
+func cellWithIsolatedFollower(t *testing.T) (*testCell, int) {
+	t.Helper()
+	c := newTestCell(t, 3, nil)
+	f := (c.leader() + 1) % 3
+	c.net.Isolate(c.names[f])
+	waitFor(t, "the isolated member to lose its leader", func() bool { return c.nodes[f].Status().Leader == 0 })
+	return c, f
 }
