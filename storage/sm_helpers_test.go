@@ -41,14 +41,19 @@ func openTestSM(t testing.TB, fs *vfs.MemFS, opts Options) *testSM {
 
 func (ts *testSM) open() {
 	ts.t.Helper()
-	db, err := pebble.Open(smTestDir, &pebble.Options{
-		FS:     ts.fs,
-		Logger: pebbleLogger{slog.New(slog.DiscardHandler)},
-	})
+	popts := &pebble.Options{
+		FS:                 ts.fs,
+		Logger:             pebbleLogger{slog.New(slog.DiscardHandler)},
+		FormatMajorVersion: pebble.FormatColumnarBlocks, // as Open's
+	}
+	db, err := pebble.Open(smTestDir, popts)
 	require.NoError(ts.t, err)
 	opts := ts.opts
 	opts.setDefaults()
 	sm, err := newStateMachine(db, &opts)
+	if err == nil {
+		err = sm.setStaging(ts.fs, smTestDir, popts)
+	}
 	if err != nil {
 		db.Close()
 		require.NoError(ts.t, err)

@@ -1,17 +1,14 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/coordcell/coord/internal/wirebytes"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // ErrSnapshotChunk is returned by StageChunk for a chunk that does not
@@ -30,7 +27,7 @@ const maxHeldSnapshots = 4
 
 // heldSnapshot is a Pebble snapshot kept for OpenSnapshot.
 type heldSnapshot struct {
-	snap  *pebble.Snapshot
+	snap  *pebble.EventuallyFileOnlySnapshot
 	index uint64
 	seq   uint64 // creation order, to evict the oldest
 	refs  int    // the map's and each open reader's; guarded by snapMu
@@ -58,7 +55,11 @@ func (sm *StateMachine) snapshot() (*pb.Snapshot, error) {
 	if err := sm.drainImage(); err != nil {
 		return nil, err
 	}
-	s := sm.db.NewSnapshot()
+	// An eventually-file-only snapshot, not a plain one: an install
+	// replaces the state range with an excise (snapstage.go), which a
+	// plain snapshot would not survive, and it stops pinning memtables
+	// once they flush.
+	s := sm.db.NewEventuallyFileOnlySnapshot([]pebble.KeyRange{{Start: []byte{prefixStateFirst}, End: []byte{prefixStateEnd}}})
 	m, cs, err := readMeta(s)
 	if err != nil {
 		s.Close()
@@ -227,226 +228,4 @@ func (r *snapReader) release() error {
 		r.it = nil
 	}
 	return errors.Join(err, r.h.unref())
-}
-
-// stagingState tracks the snapshot being received. The staged pairs
-// themselves are in Pebble under prefixStaging, so a large snapshot does
-// not have to fit in memory.
-type stagingState struct {
-	active      bool
-	index, term uint64
-	next        int // the seq expected next
-	complete    bool
-}
-
-// StageChunk stores chunk seq of the snapshot at index/term being received.
-//
-// Chunk 0 starts a new staging, discarding whatever was staged before;
-// later chunks must follow in order for the same index and term. A chunk
-// that does not (or does not decode) returns ErrSnapshotChunk and is
-// ignored.
-func (sm *StateMachine) StageChunk(index, term uint64, seq int, data []byte, last bool) error {
-	if err := sm.enter(); err != nil {
-		return err
-	}
-	defer sm.life.RUnlock()
-	sm.stageMu.Lock()
-	defer sm.stageMu.Unlock()
-	st := &sm.stage
-	switch {
-	case seq < 0:
-		return fmt.Errorf("%w: negative sequence %d", ErrSnapshotChunk, seq)
-	case seq == 0:
-	case !st.active || st.index != index || st.term != term:
-		return fmt.Errorf("%w: chunk %d of snapshot %d/%d, but none of it is staged",
-			ErrSnapshotChunk, seq, index, term)
-	case st.complete:
-		return fmt.Errorf("%w: chunk %d of snapshot %d/%d after its last chunk",
-			ErrSnapshotChunk, seq, index, term)
-	case seq != st.next:
-		return fmt.Errorf("%w: chunk %d of snapshot %d/%d, want chunk %d",
-			ErrSnapshotChunk, seq, index, term, st.next)
-	}
-	b := sm.db.NewBatch()
-	defer b.Close()
-	if seq == 0 {
-		if err := b.DeleteRange([]byte{prefixStaging}, []byte{prefixStaging + 1}, nil); err != nil {
-			return fmt.Errorf("storage: stage snapshot: %w", err)
-		}
-	}
-	if err := stagePairs(b, data); err != nil {
-		return fmt.Errorf("%w (chunk %d of snapshot %d/%d)", err, seq, index, term)
-	}
-	// Not synced: staging that a crash loses is restarted from chunk 0,
-	// and the install itself is a synced write.
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("storage: stage snapshot: %w", err)
-	}
-	if seq == 0 {
-		*st = stagingState{active: true, index: index, term: term}
-	}
-	st.next = seq + 1
-	st.complete = last
-	return nil
-}
-
-// stagePairs decodes a chunk into b. It checks the whole chunk: any error
-// leaves b unusable, and the caller drops it.
-func stagePairs(b *pebble.Batch, data []byte) error {
-	if len(data) == 0 {
-		return fmt.Errorf("%w: empty", ErrSnapshotChunk)
-	}
-	if data[0] != chunkFormat1 {
-		return fmt.Errorf("%w: %w: chunk format %d", ErrSnapshotChunk, ErrFormat, data[0])
-	}
-	r := wirebytes.NewReader(data[1:], ErrCorrupt)
-	var key []byte
-	for r.Len() > 0 {
-		k, v := r.Slice(), r.Slice()
-		if r.Err() != nil {
-			return fmt.Errorf("%w: truncated pair", ErrSnapshotChunk)
-		}
-		// Installing copies staged pairs to their original keys; a key
-		// outside the state range could overwrite the Raft log.
-		if len(k) == 0 || k[0] < prefixStateFirst || k[0] >= prefixStateEnd {
-			return fmt.Errorf("%w: key %x outside the state range", ErrSnapshotChunk, k)
-		}
-		key = append(append(key[:0], prefixStaging), k...)
-		if err := b.Set(key, v, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// StagedComplete reports whether every chunk of the snapshot at index/term arrived.
-func (sm *StateMachine) StagedComplete(index, term uint64) bool {
-	sm.stageMu.Lock()
-	defer sm.stageMu.Unlock()
-	st := &sm.stage
-	return st.active && st.complete && st.index == index && st.term == term
-}
-
-// installStaged adds to b the writes that replace the state with the
-// staged snapshot snap: the state range is cleared, the staged pairs move
-// to their keys, and the applied index, term and conf state become snap's.
-// The live state is decoded on the way, for afterInstall to publish, so a
-// snapshot with a record this node cannot read is refused here rather
-// than installed.
-func (sm *StateMachine) installStaged(b *pebble.Batch, snap *pb.Snapshot) error {
-	if err := sm.enter(); err != nil {
-		return err
-	}
-	defer sm.life.RUnlock()
-	// A batch still queued would land on top of the installed state.
-	if err := sm.drainImage(); err != nil {
-		return err
-	}
-	meta := snap.GetMetadata()
-	index, term := meta.GetIndex(), meta.GetTerm()
-	rev, err := decodeSnapData(snap.GetData())
-	if err != nil {
-		return fmt.Errorf("storage: install snapshot %d/%d: %w", index, term, err)
-	}
-	conf, err := encodeConf(meta.GetConfState())
-	if err != nil {
-		return err
-	}
-	sm.stageMu.Lock()
-	defer sm.stageMu.Unlock()
-	if st := &sm.stage; !st.active || !st.complete || st.index != index || st.term != term {
-		return fmt.Errorf("%w: snapshot %d/%d", ErrSnapshotIncomplete, index, term)
-	}
-
-	stLo, stHi := []byte{prefixStaging}, []byte{prefixStaging + 1}
-	it, err := sm.db.NewIter(&pebble.IterOptions{LowerBound: stLo, UpperBound: stHi})
-	if err != nil {
-		return fmt.Errorf("storage: install snapshot: %w", err)
-	}
-	defer it.Close()
-	if err := b.DeleteRange([]byte{prefixStateFirst}, []byte{prefixStateEnd}, nil); err != nil {
-		return fmt.Errorf("storage: install snapshot: %w", err)
-	}
-	var (
-		m       smMeta
-		sawMeta bool
-		mem     = newMemState()
-		memErr  error // the first record of the live state that does not decode
-	)
-	for it.First(); it.Valid(); it.Next() {
-		orig := it.Key()[1:]
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return fmt.Errorf("storage: install snapshot: %w", err)
-		}
-		switch {
-		case bytes.Equal(orig, metaAppliedKey):
-			if m, err = decodeMeta(val); err != nil {
-				return fmt.Errorf("storage: install snapshot %d/%d: %w", index, term, err)
-			}
-			if m.index != index || m.term != term || m.rev != rev {
-				return fmt.Errorf("%w: staged state is at index %d term %d revision %d, snapshot %d/%d says revision %d",
-					ErrCorrupt, m.index, m.term, m.rev, index, term, rev)
-			}
-			sawMeta = true
-		case bytes.Equal(orig, metaConfKey):
-			// Replaced below by the metadata's, which Raft goes by.
-			continue
-		case memErr == nil:
-			memErr = mem.add(orig, val)
-		}
-		if err := b.Set(orig, val, nil); err != nil {
-			return fmt.Errorf("storage: install snapshot: %w", err)
-		}
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("storage: install snapshot: %w", err)
-	}
-	if !sawMeta {
-		return fmt.Errorf("%w: snapshot %d/%d has no applied state", ErrCorrupt, index, term)
-	}
-	if memErr != nil {
-		return fmt.Errorf("storage: install snapshot %d/%d: %w", index, term, memErr)
-	}
-	mem.props.settle()
-	if err := b.Set(metaConfKey, conf, nil); err != nil {
-		return fmt.Errorf("storage: install snapshot: %w", err)
-	}
-	if err := b.DeleteRange(stLo, stHi, nil); err != nil {
-		return fmt.Errorf("storage: install snapshot: %w", err)
-	}
-	sm.installed, sm.installedMem = m, mem
-	return nil
-}
-
-// afterInstall makes the installed snapshot the in-memory state, once
-// installStaged's batch committed.
-func (sm *StateMachine) afterInstall(snap *pb.Snapshot) {
-	if err := sm.enter(); err != nil {
-		return
-	}
-	defer sm.life.RUnlock()
-	sm.applyMu.Lock()
-	defer sm.applyMu.Unlock()
-	sm.stageMu.Lock()
-	defer sm.stageMu.Unlock()
-	m, cs, err := readMeta(sm.db)
-	if err != nil {
-		// The batch committed, so the disk is right; memory falls back on
-		// what installStaged wrote rather than keeping the old state.
-		sm.opts.Logger.Error("storage: reload state after snapshot install", "err", err)
-		m, cs = sm.installed, proto.CloneOf(snap.GetMetadata().GetConfState())
-	}
-	mem := sm.installedMem
-	if mem.keys == nil {
-		// installStaged always leaves the state it wrote; should it not
-		// have, the disk has it.
-		if mem, err = loadMemState(sm.db); err != nil {
-			sm.opts.Logger.Error("storage: reload state after snapshot install", "err", err)
-			mem = newMemState()
-		}
-	}
-	sm.publish(m, cs, mem)
-	sm.installedMem = memState{}
-	sm.stage = stagingState{}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/coordcell/coord/internal/command"
 	"github.com/stretchr/testify/require"
 )
@@ -64,10 +63,9 @@ func BenchmarkSnapshotInstall(b *testing.B) {
 				}
 				require.NoError(b, r.Close())
 				t0 = time.Now()
-				batch := to.db.NewBatch()
-				require.NoError(b, to.installStaged(batch, snap))
-				require.NoError(b, batch.Commit(pebble.Sync))
-				require.NoError(b, batch.Close())
+				pending, err := to.prepareInstall(snap)
+				require.NoError(b, err)
+				require.NoError(b, pending.commit())
 				to.afterInstall(snap)
 				inst += time.Since(t0)
 			}

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/coordcell/coord/internal/command"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
@@ -64,10 +65,10 @@ func transferSM(t *testing.T, from, to *StateMachine, snap *pb.Snapshot) int {
 // install installs the staged snapshot as Store.InstallSnapshot does.
 func install(t *testing.T, ts *testSM, snap *pb.Snapshot) {
 	t.Helper()
-	b := ts.image().NewBatch()
-	defer b.Close()
-	require.NoError(t, ts.installStaged(b, snap))
-	require.NoError(t, b.Commit(pebble.Sync))
+	inst, err := ts.prepareInstall(snap)
+	require.NoError(t, err)
+	defer inst.discard()
+	require.NoError(t, inst.commit())
 	ts.afterInstall(snap)
 }
 
@@ -107,6 +108,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 	require.Equal(t, atSnap, b.dump())
 	require.Empty(t, dumpRange(t, b.image(), prefixStaging, prefixStaging+1))
+	requireNoStagedFiles(t, b)
 	require.Equal(t, snap.GetMetadata().GetIndex(), b.AppliedIndex())
 	require.Equal(t, rev, b.Revision())
 	require.Equal(t, oldest, b.OldestRevision())
@@ -130,6 +132,56 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	b.reopen()
 	require.Equal(t, a.dump(), b.dump())
 	require.Equal(t, a.cur, b.cur)
+}
+
+func requireNoStagedFiles(t *testing.T, ts *testSM) {
+	t.Helper()
+	for _, name := range []string{stagedBodyFile, stagedMetaFile} {
+		_, err := ts.fs.Stat(ts.fs.PathJoin(smTestDir, name))
+		require.ErrorIs(t, err, os.ErrNotExist, name)
+	}
+}
+
+// TestSnapshotStagingLeftByCrashRemoved: a staging is never resumed, so
+// what a crash leaves of its tables (and of the staged pairs of the
+// versions before them) goes when the store opens.
+func TestSnapshotStagingLeftByCrashRemoved(t *testing.T) {
+	t.Parallel()
+	a := openTestSM(t, nil, Options{})
+	require.NoError(t, a.bootstrap(&pb.ConfState{Voters: []uint64{1}}, nil))
+	fillSM(t, a, 20)
+	a.chunkSize = 256
+	snap, err := a.snapshot()
+	require.NoError(t, err)
+	index, term := snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
+	r, ok := a.OpenSnapshot(index)
+	require.True(t, ok)
+	defer r.Close()
+
+	b := openTestSM(t, nil, Options{})
+	b.put("mine", "x")
+	before := b.dump()
+	for seq := range 3 {
+		chunk, err := r.Next()
+		require.NoError(t, err)
+		require.NoError(t, b.StageChunk(index, term, seq, chunk, false))
+	}
+	require.NoError(t, b.image().Set([]byte{prefixStaging, prefixKV, 'o', 'l', 'd'}, []byte("v"), nil))
+	// Closing drops the staging; a crash leaves its tables, as here.
+	b.close()
+	requireNoStagedFiles(t, b)
+	for _, name := range []string{stagedBodyFile, stagedMetaFile} {
+		f, err := b.fs.Create(b.fs.PathJoin(smTestDir, name), vfs.WriteCategoryUnspecified)
+		require.NoError(t, err)
+		_, err = f.Write([]byte("a table cut short"))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+	b.open()
+	requireNoStagedFiles(t, b)
+	require.Empty(t, dumpRange(t, b.image(), prefixStaging, prefixStaging+1))
+	require.Equal(t, before, b.dump())
+	require.False(t, b.StagedComplete(index, term))
 }
 
 // entriesAt is entries numbered from index on.
@@ -165,6 +217,7 @@ func TestSnapshotChunksRejected(t *testing.T) {
 		return append(b, val...)
 	}
 	good := append([]byte{chunkFormat1}, pair("\x11k", "v")...)
+	later := append([]byte{chunkFormat1}, pair("\x11l", "v")...)
 
 	for name, data := range map[string][]byte{
 		"empty":           nil,
@@ -192,7 +245,12 @@ func TestSnapshotChunksRejected(t *testing.T) {
 	require.ErrorIs(t, ts.StageChunk(5, 1, -1, good, false), ErrSnapshotChunk, "negative")
 	require.ErrorIs(t, ts.StageChunk(6, 1, 1, good, false), ErrSnapshotChunk, "other index")
 	require.ErrorIs(t, ts.StageChunk(5, 2, 1, good, false), ErrSnapshotChunk, "other term")
-	require.NoError(t, ts.StageChunk(5, 1, 1, good, true))
+	require.ErrorIs(t, ts.StageChunk(5, 1, 1, good, false), ErrSnapshotChunk, "a key again")
+	require.ErrorIs(t, ts.StageChunk(5, 1, 1, append([]byte{chunkFormat1}, pair("\x11a", "v")...), false),
+		ErrSnapshotChunk, "a key before the last")
+	require.ErrorIs(t, ts.StageChunk(5, 1, 1, append(append([]byte{chunkFormat1}, pair("\x11m", "v")...), pair("\x11l", "v")...), false),
+		ErrSnapshotChunk, "keys out of order in a chunk")
+	require.NoError(t, ts.StageChunk(5, 1, 1, later, true))
 	require.True(t, ts.StagedComplete(5, 1))
 	require.False(t, ts.StagedComplete(5, 2))
 	require.ErrorIs(t, ts.StageChunk(5, 1, 2, good, false), ErrSnapshotChunk, "after the last")
@@ -203,13 +261,14 @@ func TestSnapshotChunksRejected(t *testing.T) {
 		Data:     []byte{snapDataFormat1, 0},
 		Metadata: &pb.SnapshotMetadata{Index: new(uint64(6)), Term: new(uint64(1))},
 	}
-	b := ts.image().NewBatch()
-	defer b.Close()
-	require.ErrorIs(t, ts.installStaged(b, snap), ErrSnapshotIncomplete)
+	_, err := ts.prepareInstall(snap)
+	require.ErrorIs(t, err, ErrSnapshotIncomplete)
 	snap.Metadata.Index = new(uint64(5))
-	require.ErrorIs(t, ts.installStaged(b, snap), ErrCorrupt, "no applied state staged")
+	_, err = ts.prepareInstall(snap)
+	require.ErrorIs(t, err, ErrCorrupt, "no applied state staged")
 	snap.Data = []byte{7}
-	require.ErrorIs(t, ts.installStaged(b, snap), ErrFormat)
+	_, err = ts.prepareInstall(snap)
+	require.ErrorIs(t, err, ErrFormat)
 	require.Equal(t, before, ts.dump(), "rejected chunks and installs change nothing")
 
 	// Random bytes never panic.
@@ -239,9 +298,8 @@ func TestSnapshotStagedStateMustMatchMetadata(t *testing.T) {
 
 	// Metadata claiming another revision than the staged state's.
 	bad := &pb.Snapshot{Data: []byte{snapDataFormat1, 100}, Metadata: snap.GetMetadata()}
-	batch := b.image().NewBatch()
-	defer batch.Close()
-	require.ErrorIs(t, b.installStaged(batch, bad), ErrCorrupt)
+	_, err = b.prepareInstall(bad)
+	require.ErrorIs(t, err, ErrCorrupt)
 	require.Empty(t, b.dump())
 	install(t, b, snap)
 	require.Equal(t, a.dump(), b.dump())

@@ -21,7 +21,7 @@ import (
 // Get, List and Sessions read only that: Apply builds the next state on a
 // copy-on-write clone and publishes it after its batch commits.
 //
-// Apply, bootstrap, installStaged and afterInstall must not run
+// Apply, bootstrap, an install and afterInstall must not run
 // concurrently with each other (the Raft node serialises them); a mutex
 // enforces it anyway. Everything else is safe for concurrent use.
 type StateMachine struct {
@@ -60,7 +60,8 @@ type StateMachine struct {
 
 	stageMu sync.Mutex
 	stage   stagingState
-	// installed is the meta installStaged wrote, for afterInstall should
+	disk    stageDisk // where stage writes (setStaging)
+	// installed is the meta the install wrote, for afterInstall should
 	// rereading it from disk fail; installedMem the live state it wrote,
 	// which afterInstall publishes.
 	installed    smMeta
@@ -500,6 +501,11 @@ func (sm *StateMachine) close() {
 	// What Apply queued goes to Pebble before it closes; an error is the
 	// store's fault, reported already.
 	_ = sm.img.close()
+	sm.stageMu.Lock()
+	if sm.stage.active {
+		sm.dropStaging() // a staging is never resumed
+	}
+	sm.stageMu.Unlock()
 	sm.snapMu.Lock()
 	defer sm.snapMu.Unlock()
 	for r := range sm.readers {

@@ -400,6 +400,9 @@ func Open(opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := st.sm.setStaging(fs, dir, popts); err != nil {
+		return nil, err
+	}
 	st.log = newRaftLog(st.w, &opts, st.sm, f)
 	if err := st.log.reconcile(st.sm.cur.index, st.sm.cur.term); err != nil {
 		return nil, err
@@ -534,19 +537,19 @@ func (s *Store) InstallSnapshot(snap *pb.Snapshot) (err error) {
 		return err
 	}
 	defer recoverFault(&err)
-	b := s.db.NewBatch()
-	defer b.Close()
-	if err := s.sm.installStaged(b, snap); err != nil {
+	inst, err := s.sm.prepareInstall(snap)
+	if err != nil {
 		return err
 	}
+	defer inst.discard()
 	// The log may end beyond the snapshot (a tail it conflicts with).
 	if err := s.marks.lowerTo(snap.GetMetadata().GetIndex()); err != nil {
 		return err
 	}
 	// The state machine first: a crash before the log's reset leaves a
 	// log that Open resets to it (RaftLog.reconcile).
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("storage: install snapshot: %w", err)
+	if err := inst.commit(); err != nil {
+		return err
 	}
 	s.sm.afterInstall(snap)
 	if err := s.log.reset(snap.GetMetadata(), nil); err != nil {
