@@ -55,12 +55,16 @@ type stagingState struct {
 	complete    bool
 
 	body      *sstable.Writer // the pairs past the meta prefix; nil until the first
-	bodyPairs int
-	last      []byte   // the last key staged: keys must ascend
-	meta      [][]byte // the meta prefix's pairs, key then value
-	mem       memState // the live state decoded so far
-	memErr    error    // the first record of it that does not decode
+	last      []byte          // the last key staged: keys must ascend
+	meta      [][]byte        // the meta prefix's pairs, key then value
+	metaBytes int             // their size, bounded by maxStagedMetaBytes
+	mem       memState        // the live state decoded so far
+	memErr    error           // the first record of it that does not decode
 }
+
+// maxStagedMetaBytes bounds the meta prefix's pairs, held in memory while
+// a snapshot stages: a state has a handful, a few hundred bytes.
+const maxStagedMetaBytes = 1 << 20
 
 // setStaging tells the state machine where to stage snapshots: the
 // Pebble database's own directory and file system (an ingest links the
@@ -188,6 +192,9 @@ func (sm *StateMachine) stagePairs(st *stagingState, data []byte) error {
 			st.memErr = st.mem.add(k, v)
 		}
 		if k[0] == prefixStateMeta {
+			if st.metaBytes += len(k) + len(v); st.metaBytes > maxStagedMetaBytes {
+				return fmt.Errorf("%w: meta records past %d bytes", ErrSnapshotChunk, maxStagedMetaBytes)
+			}
 			st.meta = append(st.meta, bytes.Clone(k), bytes.Clone(v))
 			continue
 		}
@@ -204,7 +211,6 @@ func (sm *StateMachine) stagePairs(st *stagingState, data []byte) error {
 		if err := st.body.Set(k, v); err != nil {
 			return err
 		}
-		st.bodyPairs++
 	}
 	return nil
 }
@@ -217,7 +223,7 @@ func (sm *StateMachine) dropStaging() {
 		_ = st.body.Close() // its file is removed next: an error is moot
 		st.body = nil
 	}
-	if st.bodyPairs > 0 || st.active {
+	if st.active {
 		_ = sm.disk.fs.Remove(sm.stagedPath(stagedBodyFile))
 	}
 	*st = stagingState{}
