@@ -106,6 +106,8 @@ func TestMetricsMoveOnA3MemberCell(t *testing.T) {
 	require.GreaterOrEqual(t, after["coord_revision"], before["coord_revision"]+20)
 	require.Greater(t, after["coord_raft_applied_index"], before["coord_raft_applied_index"])
 	require.Greater(t, after["coord_raft_log_syncs_total"], before["coord_raft_log_syncs_total"])
+	require.GreaterOrEqual(t, after["coord_raft_log_segments_started_total"], 1.0, "the log's first segment")
+	require.Equal(t, 0.0, after["coord_raft_log_segments_filled_inline_total"], "no segment cut on the append path")
 	require.Equal(t, 1.0, after["coord_sessions_alive"])
 	require.Equal(t, 1.0, after["coord_locks"])
 	require.Equal(t, 0.0, after["coord_lock_waiters"])

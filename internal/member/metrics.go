@@ -60,7 +60,7 @@ type collector struct {
 	lockQueues, lockWaiters, elections   *prometheus.Desc
 	members, memberHealth, up            *prometheus.Desc
 	quota, keyspace                      *prometheus.Desc
-	logHeld                              *prometheus.Desc
+	logHeld, segmentCuts, inlineCuts     *prometheus.Desc
 	events                               eventDescs
 }
 
@@ -93,7 +93,11 @@ func newCollector(n *Node) *collector {
 		memberHealth: d("member_health", "Members by health as the leader sees them (only the leader reports it).",
 			"health"),
 		logHeld: d("raft_log_entries", "Entries in this member's Raft log (compaction keeps it bounded)."),
-		events:  newEventDescs(d),
+		segmentCuts: d("raft_log_segments_started_total",
+			"Segments of the Raft log started since the member opened (one each 32 MiB of log)."),
+		inlineCuts: d("raft_log_segments_filled_inline_total",
+			"Segments started with no segment prepared ahead, whose zeros were written and synced on the append path, holding the member's commits; it stays 0 while the preparation keeps up."),
+		events: newEventDescs(d),
 	}
 }
 
@@ -101,7 +105,7 @@ func newCollector(n *Node) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.term, c.isLeader, c.hasLeader, c.commit, c.applied,
 		c.lastIndex, c.applyLag, c.logSyncs, c.logEntries, c.dropped, c.revision, c.oldestRev,
-		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota, c.keyspace, c.logHeld} {
+		c.sessions, c.lockQueues, c.lockWaiters, c.elections, c.members, c.memberHealth, c.quota, c.keyspace, c.logHeld, c.segmentCuts, c.inlineCuts} {
 		ch <- d
 	}
 	c.events.describe(ch)
@@ -145,6 +149,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.keyspace, float64(n.sm.KeyspaceBytes()))
 	first, _ := n.store.RaftLog().FirstIndex()
 	gauge(c.logHeld, float64(st.LastIndex+1-min(first, st.LastIndex+1)))
+	cuts, inline := n.store.RaftLog().SegmentCuts()
+	counter(c.segmentCuts, float64(cuts))
+	counter(c.inlineCuts, float64(inline))
 	c.events.collect(ch, n)
 
 	// Only the recipes' key space is read, from this member's memory
