@@ -139,7 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&sc.MemFloor, "scale-mem-floor", "3GiB", "scale: the growth to the cap stops, reported, while the machine has less memory available than this "+
 		"(MemAvailable; the machine is shared); \"\" = no floor")
 	so := &o.soak
-	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: 3 coord member processes over TCP on loopback with the load inside them (see the package doc)")
+	fs.DurationVar(&so.duration, "soak", 0, "run the soak for this long instead of the scenarios: for each of -sides at the same time, 3 member processes over TCP on loopback with the load inside them (see the package doc)")
 	fs.DurationVar(&so.interval, "soak-interval", time.Minute, "soak: time between report lines")
 	fs.StringVar(&so.out, "soak-out", "soak.json", "soak: the JSON results file (rewritten every interval)")
 	fs.Float64Var(&so.putRate, "soak-put-rate", 300, "soak: puts per second, all processes together")

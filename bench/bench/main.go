@@ -162,25 +162,32 @@
 //
 // # Soak
 //
-//	go run ./bench -soak 1h [-soak-interval 1m] [-dir /disk] [-soak-out soak.json]
+//	go run ./bench -soak 1h [-soak-interval 1m] [-sides coord,etcd] [-dir /disk] [-soak-out soak.json]
 //
-// runs a steady load for an hour on a coord cell whose three members run
-// in three OS processes (the program re-executed with a hidden flag,
-// package member), over TCP on loopback, each with its own data
-// directory under -dir, default timings, fsync on. The load runs inside
-// those processes, calling their own member in-process as a user's
-// service would: 300 puts/s over 5,000 keys, 20 sessions/s created and
-// closed, 20 Lock/Unlock cycles/s on 3 shared locks, 5 watchers of the
-// put prefix per process (the -soak-* flags), spread evenly over the
-// processes. Every operation is on an open-loop schedule and its latency
-// runs from its due time, so a stall shows as latency instead of as
-// fewer operations. Every interval a line gives each member's data
+// runs a steady load for an hour on a coord cell and an etcd cell at the
+// same time (-sides picks one or both), so that both see the same
+// machine. Each cell's three members run in three OS processes (the
+// program re-executed with a hidden flag, package member), over TCP on
+// loopback, each with its own data directory under -dir, default
+// timings, fsync on. The load runs inside those processes, calling their
+// own member in-process as a user's service would: 300 puts/s over 5,000
+// keys, 20 sessions/s created and closed, 20 Lock/Unlock cycles/s on 3
+// shared locks, 5 watchers of the put prefix per process (the -soak-*
+// flags), spread evenly over the processes; each cell gets the whole
+// load. Every operation is on an open-loop schedule and its latency runs
+// from its due time, so a stall shows as latency instead of as fewer
+// operations. Every interval a line per side gives each member's data
 // directory size, RSS and CPU, the interval's put p50/p99/max, lock and
-// session cycle p99, watch events and errors; at the end a summary (data
-// directory first, last and largest; the worst interval's put p99) and
-// the JSON file, which is also rewritten every interval. Ctrl-C ends
-// the run early with the summary. The member processes die with the
-// parent (Linux: PR_SET_PDEATHSIG; everywhere: their stdin closes).
+// session cycle p99, watch events, errors, and for coord the log
+// segments its members started and, of them, those filled on the append
+// path (each a stall of the commits behind it; the metric
+// coord_raft_log_segments_filled_inline_total). At the end a summary per
+// side (data directory first, last and largest; the worst interval's put
+// p99), with both sides the put p99 and max of each interval side by side
+// against the budget (p99 25 ms, max 100 ms), and the JSON file, which is
+// also rewritten every interval. Ctrl-C ends the run early with the
+// summary. The member processes die with the parent (Linux:
+// PR_SET_PDEATHSIG; everywhere: their stdin closes).
 //
 // # Where the slowest calls wait
 //

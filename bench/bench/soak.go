@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordcell/coord/bench/internal/cell"
 	"github.com/coordcell/coord/bench/internal/member"
 	"github.com/coordcell/coord/bench/internal/soak"
 )
@@ -50,6 +51,11 @@ type soakInterval struct {
 	WatchEvents    uint64    `json:"watch_events"`
 	Errors         uint64    `json:"errors"`
 	FirstError     string    `json:"first_error,omitempty"`
+	// SegmentsStarted and SegmentsInline are each member's log segments
+	// started since it opened, and of them those filled on the append
+	// path (-1 where the side does not count them).
+	SegmentsStarted []int64 `json:"segments_started"`
+	SegmentsInline  []int64 `json:"segments_filled_inline"`
 }
 
 // soakSummary sums a soak up.
@@ -68,26 +74,69 @@ type soakSummary struct {
 	LockCycles  uint64  `json:"lock_cycles"`
 	Sessions    uint64  `json:"sessions"`
 	Errors      uint64  `json:"errors"`
+	// SegmentsStarted and SegmentsInline are the log segments the
+	// members started over the run and those of them filled on the
+	// append path, summed (-1 where the side does not count them).
+	SegmentsStarted int64 `json:"segments_started"`
+	SegmentsInline  int64 `json:"segments_filled_inline"`
 	// PeakRSS and CPUSeconds are each process's, from its rusage.
 	PeakRSS    []int64   `json:"peak_rss"`
 	CPUSeconds []float64 `json:"cpu_seconds"`
 }
 
-// soakResults is the soak's JSON file.
-type soakResults struct {
-	Command   string         `json:"command"`
-	Started   time.Time      `json:"started"`
-	Machine   machine        `json:"machine"`
+// soakSide is one side's cell in a soak: its member processes, its
+// report lines and its summary.
+type soakSide struct {
+	Side      string         `json:"side"`
 	Pids      []int          `json:"pids"`
-	Load      soak.Config    `json:"load_per_process"`
 	Intervals []soakInterval `json:"intervals"`
 	Summary   *soakSummary   `json:"summary,omitempty"`
 	Error     string         `json:"error,omitempty"`
 }
 
-// runSoak runs the soak: three coord member processes with the load
-// inside them, one report line per interval, a summary and the JSON
-// file. ctx ending (SIGINT) ends it early, cleanly.
+// soakResults is the soak's JSON file.
+type soakResults struct {
+	Command string      `json:"command"`
+	Started time.Time   `json:"started"`
+	Machine machine     `json:"machine"`
+	Load    soak.Config `json:"load_per_process"`
+	Sides   []*soakSide `json:"sides"`
+	// Compare holds, interval by interval, coord's put p99 and max
+	// beside etcd's, when both sides ran.
+	Compare *soakCompare `json:"compare,omitempty"`
+}
+
+// soakResultsFile guards the results while every side's loop adds its
+// lines and rewrites the file.
+type soakResultsFile struct {
+	mu   sync.Mutex
+	res  *soakResults
+	path string
+	out  io.Writer
+}
+
+// update runs fn on the results under the lock, then rewrites the file,
+// so a run that dies still leaves its lines.
+func (f *soakResultsFile) update(fn func()) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+	return writeJSON(f.path, f.res)
+}
+
+// print writes a line under the lock, so the sides' lines do not mix.
+func (f *soakResultsFile) print(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fmt.Fprintf(f.out, format, args...)
+}
+
+// runSoak runs the soak: for each side of -sides, three member
+// processes with the load inside them, the sides at the same time so
+// they share the machine's load; one report line per side per interval,
+// a summary per side, when both ran the comparison interval by
+// interval, and the JSON file. ctx ending (SIGINT) ends it early,
+// cleanly.
 func runSoak(ctx context.Context, o *options, args []string, stdout, stderr io.Writer) int {
 	so := &o.soak
 	exe, err := os.Executable()
@@ -104,7 +153,7 @@ func runSoak(ctx context.Context, o *options, args []string, stdout, stderr io.W
 		defer os.RemoveAll(dir)
 	}
 	const n = 3
-	res := soakResults{
+	res := &soakResults{
 		Command: strings.Join(append([]string{"go run ./bench"}, args...), " "),
 		Started: time.Now(),
 		Machine: readMachine(),
@@ -114,47 +163,97 @@ func runSoak(ctx context.Context, o *options, args []string, stdout, stderr io.W
 			LockNames: so.lockNames, LockSessions: so.lockSessions, SessionTTL: o.cfg.SessionTTL,
 		},
 	}
-	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, "coord", dir, stderr, member.CellOptions{Env: o.memberEnv()})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(stderr, "bench: soak:", err)
-		return 1
-	}
-	for _, p := range c {
-		res.Pids = append(res.Pids, p.Pid())
-	}
-	var dirs []string
-	for _, p := range c {
-		dirs = append(dirs, p.Spec.Member.Dir)
-	}
+	file := &soakResultsFile{res: res, path: so.out, out: stdout}
 	fmt.Fprintf(stdout, "soak: %s\n", res.Command)
-	fmt.Fprintf(stdout, "soak: 3 coord member processes (pids %v) over TCP on loopback, data under %s\n", res.Pids, dir)
-	fmt.Fprintf(stdout, "soak: %.0f puts/s over %d keys, %.0f sessions/s, %.0f lock cycles/s on %d locks, %d watchers; open loop, latency from the due time; a line every %v for %v\n",
+	fmt.Fprintf(stdout, "soak: %.0f puts/s over %d keys, %.0f sessions/s, %.0f lock cycles/s on %d locks, %d watchers, on each side's cell; open loop, latency from the due time; a line every %v for %v\n",
 		so.putRate, so.keys, so.sessionRate, so.lockRate, so.lockNames, n*so.watchers, so.interval, so.duration)
-	runErr := soakLoop(ctx, c, dirs, so, &res, stdout)
-	usage, stopErr := c.Stop(30 * time.Second)
-	if stopErr != nil && runErr == nil && ctx.Err() == nil {
-		runErr = fmt.Errorf("stopping the members: %w", stopErr)
-	}
-	if len(res.Intervals) > 0 {
-		res.Summary = summarize(res.Intervals, res.Summary)
-		for _, u := range usage {
-			res.Summary.PeakRSS = append(res.Summary.PeakRSS, u.PeakRSS)
-			res.Summary.CPUSeconds = append(res.Summary.CPUSeconds, u.CPU.Seconds())
+	// Every side's cell is up before any load starts, so that no side's
+	// start (etcd's members take seconds) lands in the other's first
+	// minute.
+	var cells []member.Cell
+	stopAll := func() []error {
+		errs := make([]error, len(cells))
+		var wg sync.WaitGroup
+		for i, c := range cells {
+			wg.Go(func() {
+				usage, err := c.Stop(30 * time.Second)
+				errs[i] = err
+				sd := res.Sides[i]
+				if sd.Summary != nil {
+					for _, u := range usage {
+						sd.Summary.PeakRSS = append(sd.Summary.PeakRSS, u.PeakRSS)
+						sd.Summary.CPUSeconds = append(sd.Summary.CPUSeconds, u.CPU.Seconds())
+					}
+				}
+			})
 		}
-		printSummary(stdout, res.Summary)
+		wg.Wait()
+		return errs
 	}
-	if runErr != nil {
-		res.Error = runErr.Error()
-		fmt.Fprintln(stderr, "bench: soak:", runErr)
+	for _, side := range o.sides {
+		startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		// coord's members register their metrics: the soak reads the
+		// log's segment cuts there.
+		c, err := member.StartCell(startCtx, exe, []string{"-" + memberFlag}, side, dir, stderr,
+			member.CellOptions{Env: o.memberEnv(), Scale: cell.ScaleSpec{Metrics: side == "coord"}})
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: soak: %s: %v\n", side, err)
+			stopAll()
+			return 1
+		}
+		sd := &soakSide{Side: side}
+		for _, p := range c {
+			sd.Pids = append(sd.Pids, p.Pid())
+		}
+		cells = append(cells, c)
+		res.Sides = append(res.Sides, sd)
+		fmt.Fprintf(stdout, "soak: 3 %s member processes (pids %v) over TCP on loopback, data under %s\n", side, sd.Pids, dir)
+	}
+	fmt.Fprintf(stdout, "soak: %s\n", soakHeader)
+	runErrs := make([]error, len(cells))
+	var wg sync.WaitGroup
+	for i, c := range cells {
+		wg.Go(func() {
+			var dirs []string
+			for _, p := range c {
+				dirs = append(dirs, p.Spec.Member.Dir)
+			}
+			runErrs[i] = soakLoop(ctx, c, dirs, so, res.Sides[i], res.Load, res.Started, file)
+		})
+	}
+	wg.Wait()
+	for i := range res.Sides {
+		if sd := res.Sides[i]; len(sd.Intervals) > 0 {
+			sd.Summary = summarize(sd.Intervals, sd.Summary)
+		}
+	}
+	stopErrs := stopAll()
+	failed := false
+	for i, sd := range res.Sides {
+		runErr := runErrs[i]
+		if stopErrs[i] != nil && runErr == nil && ctx.Err() == nil {
+			runErr = fmt.Errorf("stopping the members: %w", stopErrs[i])
+		}
+		if sd.Summary != nil {
+			printSummary(stdout, sd.Side, sd.Summary)
+		}
+		if runErr != nil {
+			failed = true
+			sd.Error = runErr.Error()
+			fmt.Fprintf(stderr, "bench: soak: %s: %v\n", sd.Side, runErr)
+		}
+	}
+	res.Compare = compareSides(res.Sides)
+	if res.Compare != nil {
+		printCompare(stdout, res.Compare)
 	}
 	if err := writeJSON(so.out, res); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "soak: results in %s\n", so.out)
-	if runErr != nil {
+	if failed {
 		return 1
 	}
 	return 0
@@ -162,13 +261,13 @@ func runSoak(ctx context.Context, o *options, args []string, stdout, stderr io.W
 
 // soakLoop starts the load in every process and reports every interval
 // until the duration is over or ctx ends, then stops the load and
-// reports the last (partial) interval. res.Summary gets the whole run's
+// reports the last (partial) interval. sd.Summary gets the whole run's
 // latencies.
-func soakLoop(ctx context.Context, c member.Cell, dirs []string, so *soakOptions, res *soakResults, stdout io.Writer) error {
+func soakLoop(ctx context.Context, c member.Cell, dirs []string, so *soakOptions, sd *soakSide, load soak.Config, started time.Time, file *soakResultsFile) error {
 	callCtx := context.WithoutCancel(ctx)
 	for i, p := range c {
-		cfg := res.Load
-		cfg.Seed = uint64(res.Started.UnixNano()) + uint64(i)
+		cfg := load
+		cfg.Seed = uint64(started.UnixNano()) + uint64(i)
 		if _, err := p.Call(callCtx, soak.OpStart, cfg, nil); err != nil {
 			return err
 		}
@@ -177,7 +276,6 @@ func soakLoop(ctx context.Context, c member.Cell, dirs []string, so *soakOptions
 	last := start
 	lastCPU := make([]float64, len(c))
 	var total soak.Interval
-	fmt.Fprintln(stdout, soakHeader)
 	report := func(op string) error {
 		ivs := make([]soak.Interval, len(c))
 		us := make([]member.Usage, len(c))
@@ -208,6 +306,8 @@ func soakLoop(ctx context.Context, c member.Cell, dirs []string, so *soakOptions
 			WatchEvents: iv.WatchEvents, Errors: iv.Errors(), FirstError: iv.FirstError,
 		}
 		for i, u := range us {
+			line.SegmentsStarted = append(line.SegmentsStarted, ivs[i].SegmentsStarted)
+			line.SegmentsInline = append(line.SegmentsInline, ivs[i].SegmentsInline)
 			line.DataBytes = append(line.DataBytes, dirBytes(dirs[i]))
 			line.RSS = append(line.RSS, u.RSS)
 			line.CPUSeconds = append(line.CPUSeconds, u.CPUSeconds)
@@ -215,13 +315,12 @@ func soakLoop(ctx context.Context, c member.Cell, dirs []string, so *soakOptions
 			lastCPU[i] = u.CPUSeconds
 		}
 		last = now
-		res.Intervals = append(res.Intervals, line)
-		res.Summary = &soakSummary{PutP99Ms: ms(total.Put.Quantile(99)), PutMaxMs: ms(total.Put.Max()),
-			LockP99Ms: ms(total.Lock.Quantile(99))}
-		printInterval(stdout, line)
-		// The file is rewritten every interval, so a run that dies
-		// still leaves its lines.
-		return writeJSON(so.out, res)
+		file.print("%s\n", formatInterval(sd.Side, line))
+		return file.update(func() {
+			sd.Intervals = append(sd.Intervals, line)
+			sd.Summary = &soakSummary{PutP99Ms: ms(total.Put.Quantile(99)), PutMaxMs: ms(total.Put.Max()),
+				LockP99Ms: ms(total.Lock.Quantile(99))}
+		})
 	}
 	for i := range c {
 		// The first reading of CPU is the load's start, not the
@@ -245,26 +344,38 @@ func soakLoop(ctx context.Context, c member.Cell, dirs []string, so *soakOptions
 			continue
 		case <-end.C:
 		case <-ctx.Done():
-			fmt.Fprintln(stdout, "soak: interrupted")
+			file.print("soak: %s: interrupted\n", sd.Side)
 		}
 		return report(soak.OpStop)
 	}
 }
 
-const soakHeader = "  elapsed |  data MB m0/m1/m2   |  RSS MB m0/m1/m2 | CPU % m0/m1/m2 |  puts  put p50/p99/max ms | locks p99 ms | sess p99 ms | watch ev | errors"
+const soakHeader = "side  elapsed |  data MB m0/m1/m2   |  RSS MB m0/m1/m2 | CPU % m0/m1/m2 |  puts  put p50/p99/max ms | locks p99 ms | sess p99 ms | watch ev | errors | seg cuts (inline)"
 
-func printInterval(w io.Writer, l soakInterval) {
+// formatInterval is one side's report line (and its first error's, if
+// any).
+func formatInterval(side string, l soakInterval) string {
 	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
-	fmt.Fprintf(w, "%9s | %6.1f %6.1f %6.1f | %5.0f %5.0f %5.0f | %4.0f %4.0f %4.0f | %6d %5.1f/%5.1f/%6.1f | %5d %6.1f | %4d %6.1f | %8d | %d\n",
-		(time.Duration(l.ElapsedSeconds) * time.Second).String(),
+	cuts := "-"
+	if len(l.SegmentsStarted) > 0 && l.SegmentsStarted[0] >= 0 {
+		var started, inline int64
+		for i := range l.SegmentsStarted {
+			started += l.SegmentsStarted[i]
+			inline += at(l.SegmentsInline, i)
+		}
+		cuts = fmt.Sprintf("%d (%d)", started, inline)
+	}
+	line := fmt.Sprintf("%-5s %7s | %6.1f %6.1f %6.1f | %5.0f %5.0f %5.0f | %4.0f %4.0f %4.0f | %6d %5.1f/%5.1f/%6.1f | %5d %6.1f | %4d %6.1f | %8d | %6d | %s",
+		side, (time.Duration(l.ElapsedSeconds) * time.Second).String(),
 		mb(at(l.DataBytes, 0)), mb(at(l.DataBytes, 1)), mb(at(l.DataBytes, 2)),
 		mb(at(l.RSS, 0)), mb(at(l.RSS, 1)), mb(at(l.RSS, 2)),
 		at(l.CPUPercent, 0), at(l.CPUPercent, 1), at(l.CPUPercent, 2),
 		l.Puts, l.PutP50Ms, l.PutP99Ms, l.PutMaxMs, l.LockCycles, l.LockP99Ms, l.Sessions, l.SessionP99Ms,
-		l.WatchEvents, l.Errors)
+		l.WatchEvents, l.Errors, cuts)
 	if l.FirstError != "" {
-		fmt.Fprintf(w, "          first error: %s\n", l.FirstError)
+		line += "\n      first error: " + l.FirstError
 	}
+	return line
 }
 
 // at returns s[i], or zero past its end.
@@ -284,6 +395,16 @@ func summarize(ivs []soakInterval, s *soakSummary) *soakSummary {
 	}
 	first, last := ivs[0], ivs[len(ivs)-1]
 	s.DataBytesFirst, s.DataBytesLast = first.DataBytes, last.DataBytes
+	// The segment counts are each member's since it opened: the last
+	// line's are the run's.
+	s.SegmentsStarted, s.SegmentsInline = -1, -1
+	if len(last.SegmentsStarted) > 0 && last.SegmentsStarted[0] >= 0 {
+		s.SegmentsStarted, s.SegmentsInline = 0, 0
+		for i := range last.SegmentsStarted {
+			s.SegmentsStarted += last.SegmentsStarted[i]
+			s.SegmentsInline += at(last.SegmentsInline, i)
+		}
+	}
 	s.DataBytesMax = make([]int64, len(first.DataBytes))
 	for _, iv := range ivs {
 		for i, b := range iv.DataBytes {
@@ -302,7 +423,7 @@ func summarize(ivs []soakInterval, s *soakSummary) *soakSummary {
 	return s
 }
 
-func printSummary(w io.Writer, s *soakSummary) {
+func printSummary(w io.Writer, side string, s *soakSummary) {
 	mbs := func(bs []int64) string {
 		var parts []string
 		for _, b := range bs {
@@ -310,12 +431,15 @@ func printSummary(w io.Writer, s *soakSummary) {
 		}
 		return strings.Join(parts, "/")
 	}
-	fmt.Fprintf(w, "soak summary:\n")
+	fmt.Fprintf(w, "soak summary, %s:\n", side)
 	fmt.Fprintf(w, "  data dir MB by member: first interval %s, last %s, max %s\n",
 		mbs(s.DataBytesFirst), mbs(s.DataBytesLast), mbs(s.DataBytesMax))
 	fmt.Fprintf(w, "  put p99: worst interval %.1f ms (at %s), whole run %.1f ms, max %.1f ms; lock cycle p99 %.1f ms\n",
 		s.PutP99MaxMs, time.Duration(s.PutP99MaxAt*float64(time.Second)).Round(time.Second), s.PutP99Ms, s.PutMaxMs, s.LockP99Ms)
 	fmt.Fprintf(w, "  %d puts, %d lock cycles, %d sessions, %d errors\n", s.Puts, s.LockCycles, s.Sessions, s.Errors)
+	if s.SegmentsStarted >= 0 {
+		fmt.Fprintf(w, "  log segments started %d, of them filled on the append path %d\n", s.SegmentsStarted, s.SegmentsInline)
+	}
 	var cpu []string
 	for _, c := range s.CPUSeconds {
 		cpu = append(cpu, fmt.Sprintf("%.1f", c))

@@ -45,6 +45,15 @@ type ScaleSpec struct {
 	Metrics bool `json:"metrics,omitempty"`
 }
 
+// SegmentCounter is a Member whose Raft log counts its segments (coord):
+// the soak holds the ones filled on the append path, each a stall of the
+// member's commits, at zero.
+type SegmentCounter interface {
+	// SegmentCuts returns the log segments the member started since it
+	// opened and, of them, those filled on the append path.
+	SegmentCuts() (started, inline int64, err error)
+}
+
 // Member is one member of a cell, in this process, called the way a
 // service embedding it calls it: in-process, not through a client. Every
 // method is safe for concurrent use.

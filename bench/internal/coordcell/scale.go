@@ -114,3 +114,35 @@ func (m *Member) RemoveMember(ctx context.Context, name, _ string) error {
 	}
 	return nil
 }
+
+var _ cell.SegmentCounter = (*Member)(nil)
+
+// SegmentCuts reads the log's segment counts from the member's metrics
+// (coord_raft_log_segments_started_total and _filled_inline_total); its
+// spec must have asked for them.
+func (m *Member) SegmentCuts() (started, inline int64, err error) {
+	if m.reg == nil {
+		return 0, 0, errors.New("coord member: segment cuts need its metrics (cell.ScaleSpec.Metrics)")
+	}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		return 0, 0, err
+	}
+	found := 0
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) == 0 || mf.GetMetric()[0].GetCounter() == nil {
+			continue
+		}
+		v := int64(mf.GetMetric()[0].GetCounter().GetValue())
+		switch mf.GetName() {
+		case "coord_raft_log_segments_started_total":
+			started, found = v, found+1
+		case "coord_raft_log_segments_filled_inline_total":
+			inline, found = v, found+1
+		}
+	}
+	if found != 2 {
+		return 0, 0, errors.New("coord member: no segment counts in its metrics")
+	}
+	return started, inline, nil
+}

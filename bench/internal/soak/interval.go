@@ -23,6 +23,13 @@ type Interval struct {
 	FirstError    string `json:"first_error,omitempty"`
 	// WatchEvents counts the events the process's watchers received.
 	WatchEvents uint64 `json:"watch_events"`
+	// SegmentsStarted and SegmentsInline are the member's log segments
+	// started since it opened and, of them, those filled on the append
+	// path (cell.SegmentCounter), -1 where the side does not count them.
+	// They are the process's totals, not the interval's: Merge leaves
+	// them alone.
+	SegmentsStarted int64 `json:"segments_started"`
+	SegmentsInline  int64 `json:"segments_filled_inline"`
 }
 
 // Errors returns the failures of every kind.

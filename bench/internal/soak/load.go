@@ -236,11 +236,22 @@ func (s *Service) Handle(ctx context.Context, op string, body json.RawMessage) (
 		if s.load == nil {
 			return nil, errors.New("soak: not started")
 		}
+		var iv *Interval
+		var err error
 		if op == OpReport {
-			return s.load.Report(), nil
+			iv = s.load.Report()
+		} else {
+			iv, err = s.load.Stop()
+			s.load = nil
 		}
-		iv, err := s.load.Stop()
-		s.load = nil
+		iv.SegmentsStarted, iv.SegmentsInline = -1, -1
+		if sc, ok := s.m.(cell.SegmentCounter); ok {
+			started, inline, cerr := sc.SegmentCuts()
+			if cerr != nil {
+				return nil, errors.Join(err, fmt.Errorf("soak: segment cuts: %w", cerr))
+			}
+			iv.SegmentsStarted, iv.SegmentsInline = started, inline
+		}
 		return iv, err
 	}
 	return nil, fmt.Errorf("soak: unknown operation %q", op)
