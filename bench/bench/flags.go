@@ -131,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"created by -client-create-workers at once, none started after -client-create-limit)")
 	fs.IntVar(&sc.Watches, "scale-watches", 500_000, "scale: watches held through the clients, each of a prefix of its own")
 	fs.IntVar(&sc.Clients, "scale-clients", 100, "scale: clients holding the sessions and watches (client i on member i%3)")
+	fs.DurationVar(&sc.Settle, "scale-settle", 3*time.Minute, "scale: at most this long, wait for the members' CPU to fall to idle after the loaded points, then run the put point again; 0 = skip")
 	fs.DurationVar(&sc.Hold, "scale-hold", 30*time.Second, "scale: how long the sessions and watches are held while measured")
 	fs.StringVar(&sc.Quota, "scale-quota", "", "scale: the keyspace cap the cell grows to, e.g. 64MiB (coord QuotaBytes, etcd QuotaBackendBytes); \"\" = each side's default (2 GiB)")
 	fs.StringVar(&sc.GoMemLimit, "scale-gomemlimit", "1.25x", "scale: the memory limit of the second memory figure, set in each member after the default-GC one "+

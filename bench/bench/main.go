@@ -104,7 +104,10 @@
 // process a third; takes each member's RSS (with its file pages apart),
 // live Go heap (after a GC) and data directory against the live data
 // (keys and values loaded), at rest and after the same points run again
-// on the loaded cell (their p99 against the empty cell's); sets a memory
+// on the loaded cell (their p99 against the empty cell's); waits, at most
+// -scale-settle, for every member process to fall idle (under 5% of a
+// core over 2 s: coord's compactions of the load done) and runs the put
+// point again on the settled cell; sets a memory
 // limit in each member (-scale-gomemlimit: 1.25x the live data by
 // default, debug.SetMemoryLimit, which is what GOMEMLIMIT sets), runs put
 // and get under it and takes the memory again; lists -scale-list keys on

@@ -44,9 +44,13 @@ type scaleOptions struct {
 	Watches     int           `json:"watches"`
 	Clients     int           `json:"clients"`
 	Hold        time.Duration `json:"hold"`
-	Quota       string        `json:"quota"`
-	GoMemLimit  string        `json:"gomemlimit"`
-	Limit       time.Duration `json:"limit"`
+	// Settle bounds the wait for the members' CPU to fall to idle after
+	// the load points (their compactions of the load done) before the
+	// put point runs again on the settled cell; 0 skips it.
+	Settle     time.Duration `json:"settle"`
+	Quota      string        `json:"quota"`
+	GoMemLimit string        `json:"gomemlimit"`
+	Limit      time.Duration `json:"limit"`
 	// MemFloor stops the growth to the cap while the machine has less
 	// memory available than this (other work shares it).
 	MemFloor string `json:"mem_floor"`
@@ -278,6 +282,7 @@ func (r *scaleRun) phases(ctx context.Context) error {
 		{"load", r.phaseLoad},
 		{"memory, loaded", r.phaseLoadedMemory},
 		{"points, loaded", r.phaseLoadedPoints},
+		{"points, loaded and settled", r.phaseSettledPoints},
 		{"memory limit", r.phaseMemLimit},
 		{"list", r.phaseList},
 		{"watch from far back", r.phaseWatch},

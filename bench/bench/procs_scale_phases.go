@@ -262,6 +262,77 @@ func (r *scaleRun) phaseLoadedPoints(ctx context.Context) error {
 	return nil
 }
 
+// The members are idle when each process used less than settleIdle of
+// a core over settleWindow: their heartbeats and tickers, no
+// compaction.
+const (
+	settleWindow = 2 * time.Second
+	settleIdle   = 0.05
+)
+
+// phaseSettledPoints waits, at most -scale-settle, until every member
+// process is idle (coord's compactions of the load, which puts just after
+// it share the CPU with, are done), then runs the put point again: the
+// p99 at the loaded size of a cell at rest, beside the one just after
+// the load.
+func (r *scaleRun) phaseSettledPoints(ctx context.Context) error {
+	if r.s.Settle <= 0 {
+		return nil
+	}
+	start := time.Now()
+	cpu := func() ([]float64, error) {
+		out := make([]float64, len(r.c))
+		for i, p := range r.c {
+			u, err := p.Call(ctx, scale.OpStatus, nil, nil)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = u.CPUSeconds
+		}
+		return out, nil
+	}
+	prev, err := cpu()
+	if err != nil {
+		return err
+	}
+	settled := false
+	for !settled && time.Since(start) < r.s.Settle {
+		sleepUntil(ctx, time.Now().Add(settleWindow))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now, err := cpu()
+		if err != nil {
+			return err
+		}
+		settled = true
+		for i := range now {
+			if (now[i]-prev[i])/settleWindow.Seconds() >= settleIdle {
+				settled = false
+			}
+		}
+		prev = now
+	}
+	took := time.Since(start).Seconds()
+	if settled {
+		r.logf("members idle %.1f s after the loaded points", took)
+		r.add("settle.seconds", "after the loaded points: until every member process was idle", "s", took, false)
+	} else {
+		r.logf("members not idle after %v: the put point runs anyway", r.s.Settle)
+		r.add("settle.seconds", fmt.Sprintf("after the loaded points: members not idle within %v", r.s.Settle), "s", took, false)
+	}
+	points := r.scalePoints()[:1]
+	res, err := r.runPoints(ctx, "settled", fmt.Sprintf("%.0f MB loaded, settled", mb(r.live)), points)
+	if err != nil {
+		return err
+	}
+	if l, e := res[points[0].name], r.empty[points[0].name]; e.lat.Quantile(99) > 0 {
+		r.add(points[0].name+".p99_settled_over_empty", points[0].name+": p99 loaded and settled / p99 on the empty cell", "x",
+			float64(l.lat.Quantile(99))/float64(e.lat.Quantile(99)), false)
+	}
+	return nil
+}
+
 // memberLimitNote names the members' GOMEMLIMIT, when they run with one.
 func (r *scaleRun) memberLimitNote() string {
 	if r.o.memberGoMemLimit == "" {

@@ -23,7 +23,7 @@ func TestRunScale(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-scenario", "scale", "-rounds", "3", "-scale-keys", "2000", "-scale-quota", "8MiB",
 		"-scale-list", "1000", "-scale-list-page", "100", "-scale-watch-back", "300", "-scale-sessions", "60",
-		"-scale-watches", "300", "-scale-clients", "6", "-scale-hold", "500ms", "-session-ttl", "4s",
+		"-scale-watches", "300", "-scale-clients", "6", "-scale-hold", "500ms", "-scale-settle", "30s", "-session-ttl", "4s",
 		"-duration", "200ms", "-warmup", "50ms", "-dir", dir, "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
@@ -48,7 +48,8 @@ func TestRunScale(t *testing.T) {
 			got[m.Name] = m.Value
 		}
 		for _, n := range []string{"scale.live_data", "scale.load.rate", "scale.empty.put.p99", "scale.loaded.put.p99",
-			"scale.loaded.put.cpu_us", "scale.put.p99_loaded_over_empty", "scale.rest.m0.rss", "scale.rest.m2.data_dir",
+			"scale.loaded.put.cpu_us", "scale.put.p99_loaded_over_empty", "scale.settle.seconds", "scale.settled.put.p99",
+			"scale.put.p99_settled_over_empty", "scale.rest.m0.rss", "scale.rest.m2.data_dir",
 			"scale.loaded.rss_ratio.max", "scale.memlimit.rss_ratio.max", "scale.list.seconds", "scale.list.heap_peak",
 			"scale.watch.seconds", "scale.restart.serving", "scale.restart.open", "scale.join.seconds", "scale.join.mbps",
 			"scale.hold.sessions", "scale.hold.watches", "scale.hold.m0.cores", "scale.quota.grown", "scale.cap.m1.rss"} {

@@ -43,6 +43,7 @@ var targets = map[string]target{
 	"scale.restart.serving":             {bound: 10},
 	"scale.join.mbps":                   {atLeast: true, bound: 100},
 	"scale.put.p99_loaded_over_empty":   {bound: 1.5},
+	"scale.put.p99_settled_over_empty":  {bound: 1.5},
 }
 
 func (t target) String() string {
