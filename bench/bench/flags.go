@@ -32,6 +32,9 @@ type options struct {
 	profileDir  string
 	traceDir    string
 	traceReport string
+	// compareRuns holds two results files whose headline points are
+	// compared (-compare-runs).
+	compareRuns []string
 	cfg         scenario.Config
 	child       string
 	member      bool
@@ -81,6 +84,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		"is a region \"op\"): large, so run it with one scenario, one side and one load point, e.g. -scenario put -sides coord -clients 64")
 	fs.StringVar(&o.traceReport, "trace-report", "", "instead of running, read a trace written by -trace and print where its slowest operations waited "+
 		"(running, waiting for a CPU, blocked; fsyncs, GC and the goroutines that had the CPUs around them)")
+	compare := fs.String("compare-runs", "", "instead of running, read two results files (A.json,B.json) of full runs and print, for each headline point "+
+		"(a target on the ratio, or a CPU per operation), both runs' paired ranges and whether they overlap")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measured time of each put, get and lock point")
 	fs.DurationVar(&c.Warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each put, get and lock point")
 	clients := fs.String("clients", "1,16,64", "put: concurrent clients of each point")
@@ -173,6 +178,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.member {
 		return o, nil
+	}
+	if *compare != "" {
+		if o.compareRuns = strings.Split(*compare, ","); len(o.compareRuns) != 2 {
+			return nil, fmt.Errorf("-compare-runs %q: want two results files, A.json,B.json", *compare)
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())

@@ -210,6 +210,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -218,6 +219,7 @@ import (
 	"os/signal"
 
 	"github.com/coordcell/coord/bench/internal/optrace"
+	"github.com/coordcell/coord/bench/internal/report"
 )
 
 func main() {
@@ -243,6 +245,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.traceReport != "" {
 		return runTraceReport(o.traceReport, stdout, stderr)
 	}
+	if o.compareRuns != nil {
+		return runCompareRuns(o.compareRuns[0], o.compareRuns[1], stdout, stderr)
+	}
 	if o.soak.duration > 0 {
 		return runSoak(ctx, o, args, stdout, stderr)
 	}
@@ -250,6 +255,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runChild(ctx, o, stdout, stderr)
 	}
 	return runParent(ctx, o, args, stdout, stderr)
+}
+
+// runCompareRuns prints whether two full runs' headline points have
+// overlapping paired ranges.
+func runCompareRuns(a, b string, stdout, stderr io.Writer) int {
+	var rows [2][]report.Row
+	for i, file := range []string{a, b} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		var res results
+		if err := json.Unmarshal(data, &res); err != nil {
+			fmt.Fprintf(stderr, "bench: %s: %v\n", file, err)
+			return 1
+		}
+		rows[i] = res.Rows
+	}
+	report.WriteRunComparison(stdout, report.CompareRuns(rows[0], rows[1]))
+	return 0
 }
 
 // runTraceReport prints where the slowest operations of a trace written
