@@ -219,6 +219,9 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 	if h.WatchesSeconds > 0 {
 		r.add("hold.watches_rate", l+": watch creations per second", "/s", float64(h.WatchesHeld)/h.WatchesSeconds, true)
 	}
+	created, createdClients := h.Expired()
+	r.add("hold.expired_created", l+": sessions expired by the end of the watches' creation", "sessions", float64(created), false)
+	r.add("hold.expired_created_clients", l+": clients holding those", "clients", float64(createdClients), false)
 	start, err := r.mems(ctx, false)
 	if err != nil {
 		return err
@@ -231,15 +234,16 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	expired := h.Expired()
+	expired, expiredClients := h.Expired()
 	probe := h.Probe(ctx, 10*time.Second)
 	held, err := r.mems(ctx, true)
 	if err != nil {
 		return err
 	}
-	r.logf("held %v: %d sessions expired; %d of %d probed watches delivered a put (slowest %.1f ms)", r.s.Hold, expired,
-		probe.Delivered, probe.Probes, probe.MaxMs)
+	r.logf("held %v: %d sessions expired (%d by the end of the watches' creation), on %d clients; %d of %d probed watches delivered a put (slowest %.1f ms)",
+		r.s.Hold, expired, created, expiredClients, probe.Delivered, probe.Probes, probe.MaxMs)
 	r.add("hold.expired", fmt.Sprintf("%s: sessions expired in the %v held", l, r.s.Hold), "sessions", float64(expired), false)
+	r.add("hold.expired_clients", l+": clients holding those", "clients", float64(expiredClients), false)
 	r.add("hold.probes", fmt.Sprintf("%s: of %d watches read, those a put reached within 10 s", l, probe.Probes), "watches",
 		float64(probe.Delivered), true)
 	r.add("hold.probe_max", l+": the slowest of those puts to its event", "ms", probe.MaxMs, false)
@@ -262,9 +266,9 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 	}
 	// The sessions are closed, not left to expire, so the growth to the
 	// cap does not meet their expiries.
-	created := h.Sessions()
+	total := h.Sessions()
 	n, secs := h.CloseSessions(ctx)
-	r.logf("%d of %d sessions closed in %.1f s", n, created, secs)
+	r.logf("%d of %d sessions closed in %.1f s", n, total, secs)
 	if secs > 0 {
 		r.add("hold.close_rate", l+": session closes per second", "/s", float64(n)/secs, true)
 	}

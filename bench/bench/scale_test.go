@@ -52,17 +52,17 @@ func TestRunScale(t *testing.T) {
 			"scale.put.p99_settled_over_empty", "scale.rest.m0.rss", "scale.rest.m2.data_dir",
 			"scale.loaded.rss_ratio.max", "scale.memlimit.rss_ratio.max", "scale.list.seconds", "scale.list.heap_peak",
 			"scale.watch.seconds", "scale.restart.serving", "scale.restart.open", "scale.join.seconds", "scale.join.mbps",
-			"scale.hold.sessions", "scale.hold.watches", "scale.hold.m0.cores", "scale.quota.grown", "scale.cap.m1.rss"} {
+			"scale.hold.sessions", "scale.hold.watches", "scale.hold.expired_created", "scale.hold.expired_clients", "scale.hold.m0.cores", "scale.quota.grown", "scale.cap.m1.rss"} {
 			if _, ok := got[n]; !ok {
 				t.Errorf("%s: no figure %s", ch.Side, n)
 			}
 		}
 		if got["scale.live_data"] < 1.9 || got["scale.list.seconds"] <= 0 || got["scale.restart.serving"] <= 0 ||
 			got["scale.watch.events"] != 300 || got["scale.hold.sessions"] != 60 || got["scale.hold.watches"] != 300 ||
-			got["scale.hold.probes"] != 100 {
-			t.Errorf("%s: live %v MB, list %v s, restart %v s, watch events %v, sessions %v, watches %v, probes %v", ch.Side,
+			got["scale.hold.probes"] != 100 || got["scale.hold.expired"] != 0 || got["scale.hold.expired_clients"] != 0 {
+			t.Errorf("%s: live %v MB, list %v s, restart %v s, watch events %v, sessions %v, watches %v, probes %v, expired %v on %v clients", ch.Side,
 				got["scale.live_data"], got["scale.list.seconds"], got["scale.restart.serving"], got["scale.watch.events"],
-				got["scale.hold.sessions"], got["scale.hold.watches"], got["scale.hold.probes"])
+				got["scale.hold.sessions"], got["scale.hold.watches"], got["scale.hold.probes"], got["scale.hold.expired"], got["scale.hold.expired_clients"])
 		}
 		// The quota refuses every new write cleanly, deletes work, reads
 		// are served; coord takes a write again once deletes made room,

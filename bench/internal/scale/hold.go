@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +34,9 @@ type Held struct {
 	cfg      HoldConfig
 	clients  []cell.Client
 	sessions []cell.Session
-	cancel   context.CancelFunc // ends the watches
+	// owner is the client of each of sessions, by index.
+	owner  []int
+	cancel context.CancelFunc // ends the watches
 
 	// SessionsSeconds and WatchesSeconds are how long the creations
 	// took; the errors are the first failures, with their counts.
@@ -95,7 +96,12 @@ func StartHold(ctx context.Context, cfg HoldConfig, dial func(ctx context.Contex
 		}
 		return err
 	})
-	h.sessions = slices.DeleteFunc(all, func(s cell.Session) bool { return s == nil })
+	for j, s := range all {
+		if s != nil {
+			h.sessions = append(h.sessions, s)
+			h.owner = append(h.owner, j%cfg.Clients)
+		}
+	}
 
 	// Watches: watch j on client j%Clients, the first Probes read.
 	for j := range min(cfg.Probes, cfg.Watches) {
@@ -171,15 +177,19 @@ func (h *Held) each(ctx context.Context, n int, f func(ctx context.Context, j in
 // Sessions returns how many sessions were created.
 func (h *Held) Sessions() int { return len(h.sessions) }
 
-// Expired counts the sessions that have expired without being closed.
-func (h *Held) Expired() int {
-	n := 0
-	for _, s := range h.sessions {
+// Expired counts the sessions that have expired without being closed,
+// and the clients that hold at least one of them: sessions lost by a few
+// clients (a connection, a client's keep-alives) and sessions lost all
+// over the cell (the members) look different.
+func (h *Held) Expired() (sessions, clients int) {
+	hit := make(map[int]bool)
+	for i, s := range h.sessions {
 		if s.Expired() {
-			n++
+			sessions++
+			hit[h.owner[i]] = true
 		}
 	}
-	return n
+	return sessions, len(hit)
 }
 
 // ProbeResult is how the read watches answered a put each.
@@ -222,7 +232,7 @@ func (h *Held) Probe(ctx context.Context, limit time.Duration) ProbeResult {
 // how many closed and how long it took.
 func (h *Held) CloseSessions(ctx context.Context) (closed int, seconds float64) {
 	all := h.sessions
-	h.sessions = nil
+	h.sessions, h.owner = nil, nil
 	var next, ok atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
