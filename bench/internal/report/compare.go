@@ -27,19 +27,17 @@ func headline(r Row) bool {
 	if strings.HasSuffix(r.Name, ".cpu_us") {
 		return true
 	}
-	t, ok := targets[r.Scenario+"/"+r.Name]
-	if !ok {
-		t, ok = targets[r.Name]
-	}
+	t, ok := targetOf(r)
 	return ok && t.ratio
 }
 
 // CompareRuns returns the headline points of run a, in its order, each
 // beside the same figure of run b.
 func CompareRuns(a, b []Row) []RunPoint {
+	key := func(r Row) string { return r.Scenario + "/" + r.Name }
 	byKey := make(map[string]Row, len(b))
 	for _, r := range b {
-		byKey[r.Scenario+"/"+r.Name] = r
+		byKey[key(r)] = r
 	}
 	var pts []RunPoint
 	for _, r := range a {
@@ -47,7 +45,7 @@ func CompareRuns(a, b []Row) []RunPoint {
 			continue
 		}
 		p := RunPoint{Scenario: r.Scenario, Name: r.Name, Label: r.Label, A: r.spread()}
-		if o, ok := byKey[r.Scenario+"/"+r.Name]; ok {
+		if o, ok := byKey[key(r)]; ok {
 			p.B = o.spread()
 		}
 		p.Overlap = p.A.N > 0 && p.B.N > 0 && p.A.Min <= p.B.Max && p.B.Min <= p.A.Max

@@ -60,12 +60,18 @@ func (t target) String() string {
 	return fmt.Sprintf("coord %s %g", op, t.bound)
 }
 
+// targetOf returns r's target: its scenario's own, else its figure's.
+func targetOf(r Row) (target, bool) {
+	if t, ok := targets[r.Scenario+"/"+r.Name]; ok {
+		return t, true
+	}
+	t, ok := targets[r.Name]
+	return t, ok
+}
+
 // judge sets r's target and verdict when it has one.
 func judge(r *Row) {
-	t, ok := targets[r.Scenario+"/"+r.Name]
-	if !ok {
-		t, ok = targets[r.Name]
-	}
+	t, ok := targetOf(*r)
 	if !ok {
 		return
 	}
