@@ -255,8 +255,22 @@ func TestClientDoorSlowReaderCut(t *testing.T) {
 	require.NoError(t, err)
 
 	slow, v := rawDoor(t, n.Admin().ClientAddr(), "slow", clientwire.MinMaxFrame, 4096)
-	reads := frames(t, nil, v, 1, 1000, &clientwire.Read{Key: "big"})
-	go func() { _, _ = slow.Write(reads) }()
+	// Waves of reads until the member cuts it off: the member refuses
+	// reads past its in-flight limit (small errors), and the replies it
+	// serves fill the kernel's send buffer (megabytes on loopback)
+	// before they queue in the member, so one burst of a thousand may
+	// never reach the queue's limit; waves keep asking as the member
+	// frees its places.
+	const wave = 64
+	reads := frames(t, nil, v, 1, 200*wave, &clientwire.Read{Key: "big"})
+	perFrame := len(reads) / (200 * wave)
+	go func() {
+		for b := reads; len(b) > 0 && doorStats(n).CutSlow == 0; b = b[wave*perFrame:] {
+			if _, err := slow.Write(b[:wave*perFrame]); err != nil {
+				return // cut off
+			}
+		}
+	}()
 	require.Eventually(t, func() bool { return doorStats(n).CutSlow == 1 }, 20*time.Second, 5*time.Millisecond,
 		"the slow reader was never cut off: %+v", doorStats(n))
 	require.NoError(t, good.Ping(ctx), "another client is served")
