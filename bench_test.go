@@ -478,3 +478,46 @@ func diskCellTick(b *testing.B, tick time.Duration, heartbeat int) []*coord.Node
 	}
 	return nodes
 }
+
+// BenchmarkClientWatchesHeld opens 200 watches of prefixes of their own
+// through a client (none merged) and reports what each held watch costs
+// the process once established: heap after a GC, goroutine stacks, and
+// goroutines. The cell is in the same process, so the member's share (a
+// goroutine and its hub entry) is in the figures too. A client's cost
+// per watch is what bounds the watches one client process can hold.
+func BenchmarkClientWatchesHeld(b *testing.B) {
+	_, cl := clientBenchCell(b)
+	ctx := context.Background()
+	const n = 200
+	var heap, stack, goroutines float64
+	for i := 0; b.Loop(); i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		g0 := runtime.NumGoroutine()
+		ws := make([]*coord.Watcher, 0, n)
+		for j := range n {
+			w := cl.Watch(ctx, fmt.Sprintf("held/%d/%d/", i, j))
+			<-w.Ready()
+			if err := w.Err(); err != nil {
+				b.Fatal(err)
+			}
+			ws = append(ws, w)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap += float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
+		stack += float64(int64(after.StackInuse)-int64(before.StackInuse)) / n
+		goroutines += float64(runtime.NumGoroutine()-g0) / n
+		for _, w := range ws {
+			w.Close()
+		}
+		for _, w := range ws {
+			for range w.Events() {
+			}
+		}
+	}
+	b.ReportMetric(heap/float64(b.N), "heap-B/watch")
+	b.ReportMetric(stack/float64(b.N), "stack-B/watch")
+	b.ReportMetric(goroutines/float64(b.N), "goroutines/watch")
+}

@@ -123,7 +123,15 @@ func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
 	require.Equal(t, n.MinSessionTTL(), w.MinSessionTTL)
 	require.NotZero(t, w.CellID)
 
-	watch, err := rc.Watch(ctx, &clientwire.WatchStart{WatchID: 1, Prefix: "k/"})
+	frames := make(chan clientwire.Message, 16)
+	_, err = rc.Watch(ctx, &clientwire.WatchStart{WatchID: 1, Prefix: "k/"}, func(m clientwire.Message) bool {
+		select {
+		case frames <- m:
+			return true
+		default:
+			return false
+		}
+	})
 	require.NoError(t, err)
 	sid := rc.newSession(t, ctx, n.MinSessionTTL())
 	res, err := rc.propose(t, ctx, putCmd("k/a", "1", sid))
@@ -141,7 +149,7 @@ func TestServeClientsProposeReadWatchKeepAlive(t *testing.T) {
 	require.Equal(t, sid, int64(kv.Session))
 
 	select {
-	case m := <-watch.Events():
+	case m := <-frames:
 		ev := m.(*clientwire.WatchEvents)
 		require.Equal(t, "k/a", ev.Events[0].KV.Key)
 		require.True(t, ev.Events[len(ev.Events)-1].EndOfRev)

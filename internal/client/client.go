@@ -356,11 +356,6 @@ func (c *Client) ElectionTimeout() time.Duration {
 	return c.welcome.ElectionTimeout
 }
 
-// limits are bounds the client can check without knowing the member's
-// configuration: nothing longer than the member reads in one frame can
-// be sent. The member checks every request against its own limits (it
-// trusts no client to) and answers the same sentinels a *Node returns,
-// so a bad key or value fails the same way on both, one round trip later.
 // Limits are bounds the client can check without knowing the member's
 // configuration: nothing longer than the member reads in one frame can
 // be sent. The member checks every request against its own limits (it
@@ -372,6 +367,14 @@ func (c *Client) Limits() spi.Limits {
 	c.mu.Unlock()
 	return spi.Limits{MaxKey: frame, MaxValue: frame, MaxTxnOps: 1 << 16}
 }
+
+// clientWatchBuffer is a client watch's channel: each watcher queues in
+// the client (see downstream), so the channel only hands events over,
+// and a client holding many watches does not pay a member's buffer for
+// each (a member's 64 events are some 7 KB).
+const clientWatchBuffer = 8
+
+func (c *Client) WatchBuffer() int { return clientWatchBuffer }
 
 func (c *Client) Propose(ctx context.Context, cmd *command.Command) (command.Result, error) {
 	if cmd.Kind == command.KindTxn && cmd.Txn != nil && cmd.Txn.ReadOnly() {

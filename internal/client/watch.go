@@ -260,8 +260,31 @@ func (up *upstream) run() {
 		up.mu.Lock()
 		from := up.pos + 1
 		up.mu.Unlock()
+		// The frames are fanned out on the connection's reader as they
+		// arrive (fanOut only queues, so it never blocks the reader):
+		// the watchers' queues are the watch's only buffer in the client.
+		var pending []clientwire.Event
+		onFrame := func(msg clientwire.Message) bool {
+			// A frame may come before Watch returns: the watch is
+			// established by then, and its watchers are Ready before
+			// they see its first event.
+			up.establish()
+			switch msg := msg.(type) {
+			case *clientwire.WatchEvents:
+				for _, ev := range msg.Events {
+					pending = append(pending, ev)
+					if ev.EndOfRev {
+						up.fanOut(ev.KV.ModRev, pending)
+						pending = nil
+					}
+				}
+			case *clientwire.WatchProgress:
+				up.progress(msg.Rev)
+			}
+			return true
+		}
 		cw, err := conn.Watch(up.ctx, &clientwire.WatchStart{Prefix: up.prefix, FromRev: from, PrevKV: up.prevKV,
-			ProgressInterval: c.ElectionTimeout()})
+			ProgressInterval: c.ElectionTimeout()}, onFrame)
 		if err != nil {
 			var we *clientwire.Error
 			switch {
@@ -276,28 +299,9 @@ func (up *upstream) run() {
 			}
 			return nextMember, nil // the connection ended (or its member is closing): the next one
 		}
-		up.mu.Lock()
-		up.established = true
-		for d := range up.downs {
-			d.w.MarkReady()
-		}
-		up.mu.Unlock()
+		up.establish()
 		stop := context.AfterFunc(up.ctx, cw.Cancel)
-		var pending []clientwire.Event
-		for msg := range cw.Events() {
-			switch msg := msg.(type) {
-			case *clientwire.WatchEvents:
-				for _, ev := range msg.Events {
-					pending = append(pending, ev)
-					if ev.EndOfRev {
-						up.fanOut(ev.KV.ModRev, pending)
-						pending = nil
-					}
-				}
-			case *clientwire.WatchProgress:
-				up.progress(msg.Rev)
-			}
-		}
+		<-cw.Done()
 		stop()
 		end := cw.End()
 		// Resume from pos+1: here at once while the connection lives, else
@@ -335,6 +339,20 @@ func (up *upstream) run() {
 			return nextPause, nil
 		}
 	}))
+}
+
+// establish marks the upstream's watchers Ready, once: a member has
+// taken the watch on.
+func (up *upstream) establish() {
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.established {
+		return
+	}
+	up.established = true
+	for d := range up.downs {
+		d.w.MarkReady()
+	}
 }
 
 // fanOut hands one whole revision to every watcher that wants it.

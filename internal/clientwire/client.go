@@ -18,10 +18,6 @@ type ClientOptions struct {
 	// MaxFrame is the longest frame accepted from the member (default
 	// DefaultMaxFrame, at least MinMaxFrame).
 	MaxFrame int
-	// WatchBuffer is how many frames of one watch wait for its consumer
-	// (default 256); a watch whose consumer falls further behind ends
-	// with CodeSlowWatcher.
-	WatchBuffer int
 	// OnKeepAliveAck receives every KeepAliveAck, on the reader goroutine:
 	// it must not block.
 	OnKeepAliveAck func(*KeepAliveAck)
@@ -59,9 +55,6 @@ func Handshake(ctx context.Context, conn net.Conn, opts ClientOptions) (*ClientC
 		opts.MaxFrame = DefaultMaxFrame
 	}
 	opts.MaxFrame = max(opts.MaxFrame, MinMaxFrame)
-	if opts.WatchBuffer <= 0 {
-		opts.WatchBuffer = 256
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

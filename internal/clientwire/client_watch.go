@@ -6,13 +6,14 @@ import (
 )
 
 // ClientWatch is the client end of a watch. Its frames (*WatchEvents and
-// *WatchProgress) arrive on Events, lossless and in order; the channel is
-// closed after the last, and End then says why the watch ended and the
-// revision to resume from.
+// *WatchProgress) are handed, in order, to the onFrame given to Watch;
+// Done is closed after the last, and End then says why the watch ended
+// and the revision to resume from.
 type ClientWatch struct {
-	c      *ClientConn
-	id     uint64
-	events chan Message
+	c       *ClientConn
+	id      uint64
+	onFrame func(Message) bool
+	done    chan struct{}
 
 	mu  sync.Mutex
 	rev int64 // delivered up to
@@ -22,7 +23,15 @@ type ClientWatch struct {
 // Watch starts a watch; ws.WatchID is set by the connection. It returns
 // once the member has accepted the watch (or refused it: an *Error, such
 // as ErrTooManyWatchers).
-func (c *ClientConn) Watch(ctx context.Context, ws *WatchStart) (*ClientWatch, error) {
+//
+// onFrame receives the watch's frames on the connection's reader
+// goroutine, so it must not block: it hands each to a queue of the
+// caller's and returns true, or returns false when its consumer has
+// fallen too far behind, which ends the watch (CodeSlowWatcher), never
+// the connection. Frames may reach it before Watch returns, never after
+// Done is closed. No buffer is kept here: a watch costs the client only
+// what its consumer queues.
+func (c *ClientConn) Watch(ctx context.Context, ws *WatchStart, onFrame func(Message) bool) (*ClientWatch, error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -30,7 +39,7 @@ func (c *ClientConn) Watch(ctx context.Context, ws *WatchStart) (*ClientWatch, e
 	}
 	c.nextW++
 	ws.WatchID = c.nextW
-	w := &ClientWatch{c: c, id: ws.WatchID, events: make(chan Message, c.opts.WatchBuffer),
+	w := &ClientWatch{c: c, id: ws.WatchID, onFrame: onFrame, done: make(chan struct{}),
 		rev: max(ws.FromRev-1, 0)}
 	// Registered before the request goes out: frames may follow the OK
 	// at once.
@@ -52,8 +61,8 @@ func (c *ClientConn) Watch(ctx context.Context, ws *WatchStart) (*ClientWatch, e
 // ID is the watch's ID on its connection.
 func (w *ClientWatch) ID() uint64 { return w.id }
 
-// Events delivers the watch's frames; closed when the watch has ended.
-func (w *ClientWatch) Events() <-chan Message { return w.events }
+// Done is closed when the watch has ended, after its last frame.
+func (w *ClientWatch) Done() <-chan struct{} { return w.done }
 
 // End is why the watch ended (nil while it runs). Code CodeNone follows
 // Cancel; CodeSlowWatcher means this consumer (or the connection) fell
@@ -79,8 +88,8 @@ func (w *ClientWatch) Cancel() {
 }
 
 // toWatch hands a frame to its watch without blocking the reader: a
-// consumer that fell WatchBuffer frames behind loses its watch (slow),
-// never the connection.
+// consumer that cannot take it loses its watch (slow), never the
+// connection.
 func (c *ClientConn) toWatch(id uint64, m Message) {
 	c.mu.Lock()
 	w := c.watches[id]
@@ -98,17 +107,16 @@ func (c *ClientConn) toWatch(id uint64, m Message) {
 	w.finish(&WatchEnd{WatchID: id, Code: CodeSlowWatcher, Message: "the consumer fell behind the watch"})
 }
 
-// deliver queues m for the consumer; false if the buffer is full. The
-// lock orders it with finish, which closes the channel.
+// deliver hands m to the consumer; false if it could not take it. The
+// lock orders it with finish: no frame reaches onFrame once the watch
+// has ended, and every frame handed before is done when Done closes.
 func (w *ClientWatch) deliver(m Message) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.end != nil {
 		return true
 	}
-	select {
-	case w.events <- m:
-	default:
+	if !w.onFrame(m) {
 		return false
 	}
 	switch m := m.(type) {
@@ -121,13 +129,13 @@ func (w *ClientWatch) deliver(m Message) bool {
 }
 
 // finish records the end (Rev is what was delivered here, whatever the
-// member said) and closes Events, once.
+// member said) and closes Done, once.
 func (w *ClientWatch) finish(e *WatchEnd) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.end == nil {
 		e.Rev = w.rev
 		w.end = e
-		close(w.events)
+		close(w.done)
 	}
 }

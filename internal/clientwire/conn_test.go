@@ -266,32 +266,55 @@ func TestProposeAndForbiddenCommands(t *testing.T) {
 	}
 }
 
+// chanWatch starts a watch whose frames queue on a channel of size
+// frames, closed once the watch has ended; a frame that finds it full
+// ends the watch as slow.
+func chanWatch(ctx context.Context, c *ClientConn, ws *WatchStart, size int) (*ClientWatch, <-chan Message, error) {
+	ch := make(chan Message, size)
+	w, err := c.Watch(ctx, ws, func(m Message) bool {
+		select {
+		case ch <- m:
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	go func() {
+		<-w.Done()
+		close(ch)
+	}()
+	return w, ch, nil
+}
+
 func TestWatchStream(t *testing.T) {
 	c, _ := dial(t, newFake(), "alice", Limits{}, ClientOptions{})
 	ctx := context.Background()
-	w, err := c.Watch(ctx, &WatchStart{Prefix: "n/"})
+	w, events, err := chanWatch(ctx, c, &WatchStart{Prefix: "n/"}, 256)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := int64(1); i <= 10; i++ {
-		m := (<-w.Events()).(*WatchEvents)
+		m := (<-events).(*WatchEvents)
 		if m.Rev != i || m.Events[0].KV.Key != fmt.Sprintf("n/%d", i) {
 			t.Fatalf("event %d: %+v", i, m)
 		}
 	}
 	w.Cancel()
-	if _, open := <-w.Events(); open {
+	if _, open := <-events; open {
 		t.Fatal("events after cancel")
 	}
 	if e := w.End(); e.Code != CodeNone || e.Rev != 10 {
 		t.Fatalf("end %+v", e)
 	}
 
-	cw, err := c.Watch(ctx, &WatchStart{Prefix: "compacted/", FromRev: 3})
+	cw, cevents, err := chanWatch(ctx, c, &WatchStart{Prefix: "compacted/", FromRev: 3}, 256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range cw.Events() {
+	for range cevents {
 	}
 	if e := cw.End(); e.Code != CodeCompacted || e.CompactRev != 40 || e.Rev != 2 {
 		t.Fatalf("compacted end %+v", e)
@@ -302,20 +325,20 @@ func TestTooManyWatchers(t *testing.T) {
 	c, _ := dial(t, newFake(), "alice", Limits{MaxWatchers: 2}, ClientOptions{})
 	ctx := context.Background()
 	for range 2 {
-		if _, err := c.Watch(ctx, &WatchStart{Prefix: "idle/"}); err != nil {
+		if _, err := c.Watch(ctx, &WatchStart{Prefix: "idle/"}, func(Message) bool { return true }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Watch(ctx, &WatchStart{Prefix: "idle/"}); !errors.Is(err, ErrTooManyWatchers) {
+	if _, err := c.Watch(ctx, &WatchStart{Prefix: "idle/"}, func(Message) bool { return true }); !errors.Is(err, ErrTooManyWatchers) {
 		t.Fatalf("third watch: %v", err)
 	}
 }
 
 func TestSlowConsumerLosesOnlyItsWatch(t *testing.T) {
 	h := newFake()
-	c, _ := dial(t, h, "alice", Limits{}, ClientOptions{WatchBuffer: 3})
+	c, _ := dial(t, h, "alice", Limits{}, ClientOptions{})
 	ctx := context.Background()
-	w, err := c.Watch(ctx, &WatchStart{Prefix: "n/"})
+	w, events, err := chanWatch(ctx, c, &WatchStart{Prefix: "n/"}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +352,7 @@ func TestSlowConsumerLosesOnlyItsWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got int64
-	for m := range w.Events() {
+	for m := range events {
 		got = m.(*WatchEvents).Rev
 	}
 	if e := w.End(); e.Code != CodeSlowWatcher || e.Rev != 3 || got != 3 {

@@ -75,8 +75,9 @@
 // mid-frame past IOTimeout, is closed (ErrIdle). The client waits for one of the member's
 // in-flight places before sending a request, so a well-behaved client is
 // never refused; a cancelled call gives its place back when the member's
-// late answer arrives, which is dropped. A watch whose consumer falls
-// ClientOptions.WatchBuffer frames behind ends (CodeSlowWatcher), never
-// blocking the connection. Every goroutine of either end ends with the
+// late answer arrives, which is dropped. A watch's frames are handed to
+// its consumer on the reader goroutine, which never blocks on it: a
+// consumer that cannot take one ends its watch (CodeSlowWatcher), never
+// the connection. Every goroutine of either end ends with the
 // connection: ClientConn.Close, or Serve's return.
 package clientwire

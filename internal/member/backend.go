@@ -63,6 +63,13 @@ func (m memberBackend) ElectionTimeout() time.Duration { return m.n.electionTime
 
 func (m memberBackend) Limits() spi.Limits { return m.n.inputLimits() }
 
+// memberWatchBuffer is a member's watch channel: the hub hands it a
+// revision's events at once, up to this many, without waiting on the
+// consumer.
+const memberWatchBuffer = 64
+
+func (m memberBackend) WatchBuffer() int { return memberWatchBuffer }
+
 func (m memberBackend) Keeper() spi.Keeper { return m.n.sessions }
 
 func (m memberBackend) Probes() *spi.Probes { return &m.n.probes }

@@ -51,6 +51,11 @@ type Backend interface {
 	ElectionTimeout() time.Duration
 	// Limits are the cell's input limits.
 	Limits() Limits
+	// WatchBuffer is the buffer of a watch's consumer channel. A
+	// member's watchers read the cell's shared history, so the channel
+	// is their watch's buffer; a client's watchers each queue in the
+	// client (up to their lag bound), and the channel is a hand-off.
+	WatchBuffer() int
 	// Keeper keeps this process's sessions alive.
 	Keeper() Keeper
 	// Probes counts queue waits for the root's tests; never nil.
@@ -146,8 +151,6 @@ type WatchOptions struct {
 	Progress   time.Duration
 	MaxLag     int64
 	MaxLagSet  bool
-	// ChannelSize is the buffer of the consumer's channel.
-	ChannelSize int
 	// Exact (the root's ExactKey) watches the watch's key alone; Range
 	// (WatchRange) the keys in [key, End), End "\x00" every key from key
 	// on. ResolveWatch turns either into the prefix a backend watches

@@ -154,13 +154,13 @@ func StartWatch[E any](ctx context.Context, b Backend, prefix string, o WatchOpt
 	}
 	prefix = ResolveWatch(prefix, &o)
 	ctx, cancel := context.WithCancel(ctx)
-	s := NewStream(o.ChannelSize, cancel, conv)
+	s := NewStream(b.WatchBuffer(), cancel, conv)
 	b.Watch(ctx, prefix, o, s)
 	return s
 }
 
 // DefaultWatch is the options of a watch given none.
-func DefaultWatch() WatchOptions { return WatchOptions{Puts: true, Dels: true, ChannelSize: 64} }
+func DefaultWatch() WatchOptions { return WatchOptions{Puts: true, Dels: true} }
 
 // ListAgain says whether ListWatch lists again after err: not once the
 // way into the cell is closed, nor when the cell refused the prefix (a
