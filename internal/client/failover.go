@@ -62,7 +62,8 @@ func (c *Client) supervise(conn *clientwire.ClientConn) {
 }
 
 // monitor pings conn every half election timeout until it ends; it ends
-// it when a ping goes unanswered for two election timeouts, when the
+// it when a ping goes unanswered for two election timeouts with nothing
+// else from the member meanwhile, when the
 // keep-alives stall (see clientKeeper.stalled), when a session would
 // expire unless the client moves now (clientKeeper.endangered), or at
 // Close. It looks every quarter election timeout.
@@ -98,6 +99,17 @@ func (c *Client) monitor(conn *clientwire.ClientConn) {
 		case err := <-pinged: // nil: no ping out, never ready
 			pinged = nil
 			if err != nil && c.life.Err() == nil && conn.Err() == nil {
+				// A ping waits for one of the member's in-flight places
+				// and for the answers queued before its own: a member
+				// busy with this client's requests (a thousand watches
+				// resuming) answers late but keeps sending. Only a
+				// member silent for the whole ping is left; moving off a
+				// busy one would only bring its load to the next.
+				if silent := time.Since(conn.LastFrame()); silent < 2*et {
+					c.log.Debug("member slow to answer a ping, but sending; staying", "member", conn.Welcome().Member,
+						"silent", silent)
+					break
+				}
 				c.log.Info("member stopped answering pings; moving on", "member", conn.Welcome().Member, "err", err)
 				_ = conn.Close()
 				return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -25,9 +26,14 @@ type fakeMember struct {
 	propose            func(n int32, ctx context.Context, c *command.Command) (*command.Result, error)
 	read               func(n int32, ctx context.Context, r *clientwire.Read) (*clientwire.ReadResult, error)
 	reads              atomic.Int32
+	watch              func(ctx context.Context, w *clientwire.WatchStart, sink *clientwire.WatchSink) error
+	welcomes           atomic.Int32
+	lim                clientwire.Limits // ErrorCode is always CodeOf
+	logger             *slog.Logger
 }
 
 func (f *fakeMember) Welcome(string, *clientwire.Hello) (*clientwire.Welcome, error) {
+	f.welcomes.Add(1)
 	return &clientwire.Welcome{Member: "m1", CellID: 1, ElectionTimeout: 500 * time.Millisecond,
 		MinSessionTTL: time.Second}, nil
 }
@@ -38,6 +44,10 @@ func (f *fakeMember) Propose(ctx context.Context, _ string, c *command.Command) 
 
 func (f *fakeMember) Read(ctx context.Context, _ string, r *clientwire.Read) (*clientwire.ReadResult, error) {
 	return f.read(f.reads.Add(1), ctx, r)
+}
+
+func (f *fakeMember) Watch(ctx context.Context, _ string, w *clientwire.WatchStart, sink *clientwire.WatchSink) error {
+	return f.watch(ctx, w, sink)
 }
 
 func (f *fakeMember) KeepAlive(ctx context.Context, _ string, ka *clientwire.KeepAlive) (*clientwire.KeepAliveAck, error) {
@@ -71,13 +81,15 @@ func serveFake(t *testing.T, f *fakeMember) *Client {
 					conn.Close()
 					return
 				}
-				_ = clientwire.Serve(ctx, tc, "alice", f, clientwire.Limits{ErrorCode: clientwire.CodeOf})
+				lim := f.lim
+				lim.ErrorCode = clientwire.CodeOf
+				_ = clientwire.Serve(ctx, tc, "alice", f, lim)
 			})
 		}
 	})
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
-	c, err := Connect(cctx, Config{Name: "alice", Members: []string{ln.Addr().String()}, Secret: secret})
+	c, err := Connect(cctx, Config{Name: "alice", Members: []string{ln.Addr().String()}, Secret: secret, Logger: f.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,10 @@ type ClientConn struct {
 	slots   chan struct{} // the member's in-flight limit
 	done    chan struct{}
 	wg      sync.WaitGroup
+
+	// lastFrame is when the member's last frame arrived (Unix ns): a
+	// member that keeps sending is alive, however long one answer takes.
+	lastFrame atomic.Int64
 
 	mu      sync.Mutex
 	err     error
@@ -76,6 +81,7 @@ func Handshake(ctx context.Context, conn net.Conn, opts ClientOptions) (*ClientC
 			c.fail(err)
 		}
 	})
+	c.lastFrame.Store(time.Now().UnixNano()) // the Welcome
 	c.wg.Go(func() { c.fail(c.readLoop(fr)) })
 	return c, nil
 }
@@ -266,6 +272,10 @@ func isResponse(k Kind) bool {
 	return false
 }
 
+// LastFrame is when the last frame from the member arrived (the
+// handshake's answer before any other).
+func (c *ClientConn) LastFrame() time.Time { return time.Unix(0, c.lastFrame.Load()) }
+
 // Ping checks that the member answers.
 func (c *ClientConn) Ping(ctx context.Context) error {
 	_, err := c.Call(ctx, &Ping{})
@@ -362,6 +372,7 @@ func (c *ClientConn) readLoop(fr *frameReader) error {
 		if err := checkFrame(f, c.welcome.Version); err != nil {
 			return err
 		}
+		c.lastFrame.Store(time.Now().UnixNano())
 		m, err := DecodeMessage(f.Kind, f.Payload)
 		if err != nil {
 			return err
