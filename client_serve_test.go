@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -444,4 +445,60 @@ func TestServeClientsEndsAtClose(t *testing.T) {
 		t.Fatal("the client connection outlived the member")
 	}
 	require.ErrorIs(t, n.Admin().ServeClients(l), coord.ErrClosed, "a closed member serves nothing")
+}
+
+// A quiet watch's progress reports tell the client of a revision it does
+// not have, never the same one again: an idle watch costs an idle cell
+// nothing per interval (100,000 of them used to cost each member a third
+// of a core at one report a second).
+func TestServeWatchProgressOnlyWhenTheRevisionMoved(t *testing.T) {
+	t.Parallel()
+	c := serveCluster(t, 1, nil)
+	n := c.Node(0)
+	ctx := ctxT(t, 20*time.Second)
+	rc, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "quiet")
+	require.NoError(t, err)
+	const every = 10 * time.Millisecond
+	progress := make(chan int64, 1024)
+	_, err = rc.Watch(ctx, &clientwire.WatchStart{Prefix: "quiet/", ProgressInterval: every}, func(m clientwire.Message) bool {
+		if p, ok := m.(*clientwire.WatchProgress); ok {
+			select {
+			case progress <- p.Rev:
+			default:
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+
+	var told int64
+	next := func() int64 {
+		select {
+		case rev := <-progress:
+			require.Greater(t, rev, told, "a progress report at a revision the client already had")
+			told = rev
+			return rev
+		case <-ctx.Done():
+			t.Fatal("no progress report")
+			return 0
+		}
+	}
+	for i := range 5 {
+		kv, err := n.Put(ctx, fmt.Sprintf("elsewhere/%d", i), []byte("x"))
+		require.NoError(t, err)
+		for next() < kv.ModRev {
+		}
+	}
+	// Absence takes time to show: 20 intervals of a cell at rest, in
+	// which a report at the same revision would come 20 times.
+	quiet := time.After(20 * every)
+	for {
+		select {
+		case rev := <-progress:
+			t.Fatalf("progress report at %d after %d, with the cell at rest", rev, told)
+		case <-quiet:
+			return
+		}
+	}
 }
