@@ -200,6 +200,20 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 		return etcdcell.Dial(ctx, "http://"+a, fmt.Sprintf("scale-c%04d", i))
 	}
 	cfg := &r.o.cfg
+	// With -profile, the members and this process (the clients) are
+	// profiled from the sessions' creation to the end of the hold.
+	stopMembers, err := r.startProfiles(ctx, "hold")
+	if err != nil {
+		return err
+	}
+	defer stopMembers()
+	if r.o.profileDir != "" {
+		stopClients, err := startProfile(r.o.profileDir, r.side+"-scale-hold-clients")
+		if err != nil {
+			return err
+		}
+		defer stopClients()
+	}
 	hc := scale.HoldConfig{Clients: r.s.Clients, Sessions: r.s.Sessions, Watches: r.s.Watches, TTL: cfg.SessionTTL,
 		Workers: cfg.ClientCreateWorkers, CreateLimit: cfg.ClientCreateLimit, Probes: min(100, r.s.Watches)}
 	h, err := scale.StartHold(ctx, hc, dial)
