@@ -14,7 +14,7 @@ func (c *Client) KeepAliveIDs() int64 { return c.ka.ids.Load() }
 func (c *Client) Upstreams() int {
 	c.watches.mu.Lock()
 	defer c.watches.mu.Unlock()
-	return len(c.watches.ups)
+	return c.watches.ups.len()
 }
 
 // CacheCounts returns the listings taken and the reads answered by the

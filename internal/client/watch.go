@@ -36,7 +36,7 @@ type watchMerger struct {
 	wg sync.WaitGroup
 
 	mu     sync.Mutex
-	ups    []*upstream
+	ups    upIndex
 	closed bool
 }
 
@@ -130,29 +130,32 @@ func (m *watchMerger) join(ctx context.Context, prefix string, o spi.WatchOption
 	if m.closed {
 		return false
 	}
-	for _, up := range m.ups {
-		if !strings.HasPrefix(prefix, up.prefix) || (o.PrevKV && !up.prevKV) {
-			continue
+	joined := false
+	m.ups.covering(prefix, func(up *upstream) bool {
+		if o.PrevKV && !up.prevKV {
+			return false
 		}
 		up.mu.Lock()
 		ok := !up.closed && (!o.FromSet || o.FromRev >= up.pos)
-		if ok {
-			from := up.pos
-			if o.FromSet {
-				from = o.FromRev
-			}
-			d := m.newDownstream(ctx, up, prefix, o, from, sink)
-			up.downs[d] = struct{}{}
-			if up.established {
-				d.w.MarkReady()
-			}
+		if !ok {
 			up.mu.Unlock()
-			m.runDownstream(up, d)
-			return true
+			return false
+		}
+		from := up.pos
+		if o.FromSet {
+			from = o.FromRev
+		}
+		d := m.newDownstream(ctx, up, prefix, o, from, sink)
+		up.downs[d] = struct{}{}
+		if up.established {
+			d.w.MarkReady()
 		}
 		up.mu.Unlock()
-	}
-	return false
+		m.runDownstream(up, d)
+		joined = true
+		return true
+	})
+	return joined
 }
 
 // start opens a new upstream from o.FromRev for one watcher.
@@ -168,7 +171,7 @@ func (m *watchMerger) start(ctx context.Context, prefix string, o spi.WatchOptio
 	up.ctx, up.cancel = context.WithCancel(m.c.life)
 	d := m.newDownstream(ctx, up, prefix, o, o.FromRev, sink)
 	up.downs[d] = struct{}{}
-	m.ups = append(m.ups, up)
+	m.ups.add(up)
 	m.wg.Go(up.run)
 	m.runDownstream(up, d)
 }
@@ -215,14 +218,7 @@ func (m *watchMerger) detach(up *upstream, d *downstream) {
 	}
 }
 
-func (m *watchMerger) removeLocked(up *upstream) {
-	for i, u := range m.ups {
-		if u == up {
-			m.ups = append(m.ups[:i], m.ups[i+1:]...)
-			return
-		}
-	}
-}
+func (m *watchMerger) removeLocked(up *upstream) { m.ups.remove(up) }
 
 // end ends up and all its watchers with err (after what they have queued).
 func (up *upstream) end(err error) {
