@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/coordcell/coord/internal/clientwire"
 	"github.com/coordcell/coord/internal/watch"
@@ -32,7 +33,7 @@ func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.Watch
 	stop := context.AfterFunc(n.closing, cancel)
 	defer stop()
 	em := &sinkEmitter{sink: sink, puts: !w.DeletesOnly, dels: !w.PutsOnly, prevKV: w.PrevKV, told: from}
-	err := n.hub.Watch(ctx, w.Prefix, from, w.ProgressInterval, em, nil)
+	err := n.hub.WatchChanges(ctx, w.Prefix, from, progressEvery(w.ProgressInterval, n.electionTimeout()), em)
 	var ce *watch.CompactedError
 	switch {
 	case errors.As(err, &ce):
@@ -41,6 +42,20 @@ func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.Watch
 		return n.closedErr()
 	}
 	return err
+}
+
+// progressEvery is the interval of a client watch's progress reports:
+// what the client asked for, in whole election timeouts (at least one, at
+// most a day; 0 = none). A client names it, so it is bounded here: a
+// nanosecond would have the member spin, and each distinct interval
+// costs the member a clock of its own.
+func progressEvery(asked, et time.Duration) time.Duration {
+	if asked <= 0 || et <= 0 {
+		return 0
+	}
+	asked = min(asked, 24*time.Hour)
+	n := (asked + et - 1) / et
+	return max(n, 1) * et
 }
 
 // sinkEmitter turns the hub's events into the wire's, a revision's

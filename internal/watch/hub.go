@@ -67,7 +67,8 @@ type Hub struct {
 	// then served from memory instead of a Pebble read of the history.
 	recent recentRing
 
-	stats hubStats
+	stats  hubStats
+	clocks clocks // the shared progress clocks of WatchChanges
 }
 
 // hubStats counts for metrics; atomics, so counting takes no lock.
@@ -268,7 +269,20 @@ type Emitter interface {
 //
 // every, when positive, reports progress (the revision the watch is
 // current to) whenever nothing was delivered for that long.
-func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) (err error) {
+func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
+	return h.watch(ctx, prefix, from, every, false, e, progressNow)
+}
+
+// WatchChanges is Watch for an emitter that drops a progress report at a
+// revision it has already told (a member's client watches): its reports
+// come about every `every`, from a clock its watches share, and only
+// when there may be a newer revision to tell (see clock.go), so idle
+// watches in a cell at rest cost no wake-ups.
+func (h *Hub) WatchChanges(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter) error {
+	return h.watch(ctx, prefix, from, every, true, e, nil)
+}
+
+func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.Duration, shared bool, e Emitter, progressNow <-chan struct{}) (err error) {
 	h.stats.watchers.Add(1)
 	defer func() {
 		h.stats.watchers.Add(-1)
@@ -283,13 +297,19 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 	defer h.leave(g)
 	var progress <-chan time.Time
 	var timer *time.Timer
-	if every > 0 {
+	var clock *progressClock
+	switch {
+	case every > 0 && shared:
+		clock = h.acquireClock(every)
+		defer h.releaseClock(clock)
+	case every > 0:
 		timer = time.NewTimer(every)
 		defer timer.Stop()
 		progress = timer.C
 	}
 	wantProgress := false
-	var buf []item // this watch's own: the window hands out copies
+	reported := from // the revision the emitter last reported, or the start
+	var buf []item   // this watch's own: the window hands out copies
 	for {
 		items, wake, current, err := h.read(g, prefix, from, buf[:0])
 		if err != nil {
@@ -320,12 +340,19 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 			if err := e.Progress(ctx, from); err != nil {
 				return err
 			}
+			reported = from
+		}
+		var tick <-chan struct{}
+		if clock != nil {
+			tick = clock.park(from > reported)
 		}
 		select {
 		case <-wake:
 		case <-progress:
 			wantProgress = true
 			timer.Reset(every)
+		case <-tick:
+			wantProgress = true
 		case <-progressNow:
 			wantProgress = true
 		case <-ctx.Done():
