@@ -79,6 +79,9 @@ type downstream struct {
 	wake  chan struct{} // cap 1
 	kill  chan struct{} // closed when it must end now (slow)
 	dead  bool
+	// busy: run has taken an item from the queue and not yet come back
+	// for the next, so LastRev is run's to move.
+	busy bool
 }
 
 type dsItem struct {
@@ -431,6 +434,14 @@ func (d *downstream) push(it dsItem, head int64) {
 	if d.dead || (it.rev <= d.from && !it.asked) {
 		return
 	}
+	if it.progress && !it.asked && len(d.queue) == 0 && !d.busy {
+		// A report nobody asked for only moves LastRev: with nothing
+		// queued or being delivered it is moved here, without waking the
+		// watcher's goroutine (a member reports each quiet watch about
+		// every election timeout, to each of thousands of watches).
+		d.w.SetLastRev(max(it.rev, d.w.LastRev()))
+		return
+	}
 	if n := len(d.queue); n > 0 && d.queue[n-1].progress && it.progress {
 		// Progress reports supersede each other; an answer stays one.
 		it.asked = it.asked || d.queue[n-1].asked
@@ -473,8 +484,10 @@ func (d *downstream) pop() (dsItem, bool, error) {
 		it := d.queue[0]
 		d.queue[0] = dsItem{}
 		d.queue = d.queue[1:]
+		d.busy = true
 		return it, true, nil
 	}
+	d.busy = false
 	if d.dead {
 		return dsItem{}, false, d.err
 	}
