@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coordcell/coord/bench/internal/cell"
@@ -201,19 +202,13 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 	}
 	cfg := &r.o.cfg
 	// With -profile, the members and this process (the clients) are
-	// profiled from the sessions' creation to the end of the hold.
-	stopMembers, err := r.startProfiles(ctx, "hold")
+	// profiled from the sessions' creation to the end of the hold, and
+	// again over the sessions' closes.
+	stopProfiles, err := r.startHoldProfiles(ctx, "hold")
 	if err != nil {
 		return err
 	}
-	defer stopMembers()
-	if r.o.profileDir != "" {
-		stopClients, err := startProfile(r.o.profileDir, r.side+"-scale-hold-clients")
-		if err != nil {
-			return err
-		}
-		defer stopClients()
-	}
+	defer func() { _ = stopProfiles() }()
 	hc := scale.HoldConfig{Clients: r.s.Clients, Sessions: r.s.Sessions, Watches: r.s.Watches, TTL: cfg.SessionTTL,
 		Workers: cfg.ClientCreateWorkers, CreateLimit: cfg.ClientCreateLimit, Probes: min(100, r.s.Watches)}
 	h, err := scale.StartHold(ctx, hc, dial)
@@ -281,6 +276,12 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 	// The sessions are closed, not left to expire, so the growth to the
 	// cap does not meet their expiries.
 	total := h.Sessions()
+	if err := stopProfiles(); err != nil {
+		return err
+	}
+	if stopProfiles, err = r.startHoldProfiles(ctx, "close"); err != nil {
+		return err
+	}
 	n, secs := h.CloseSessions(ctx)
 	r.logf("%d of %d sessions closed in %.1f s", n, total, secs)
 	if secs > 0 {
@@ -289,6 +290,30 @@ func (r *scaleRun) phaseHold(ctx context.Context) error {
 	h.Close()
 	debug.FreeOSMemory() // the clients' memory, before the growth to the cap
 	return nil
+}
+
+// startHoldProfiles starts, with -profile, a CPU profile of every member
+// and of this process (which holds the clients) named after phase; the
+// function it returns stops them, once.
+func (r *scaleRun) startHoldProfiles(ctx context.Context, phase string) (func() error, error) {
+	stopMembers, err := r.startProfiles(ctx, phase)
+	if err != nil || r.o.profileDir == "" {
+		return stopMembers, err
+	}
+	stopClients, err := startProfile(r.o.profileDir, r.side+"-scale-"+phase+"-clients")
+	if err != nil {
+		_ = stopMembers()
+		return nil, err
+	}
+	var once sync.Once
+	var stopErr error
+	return func() error {
+		once.Do(func() {
+			stopClients()
+			stopErr = stopMembers()
+		})
+		return stopErr
+	}, nil
 }
 
 // phaseQuota grows the cell to its cap, each process writing its own
