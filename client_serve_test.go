@@ -458,9 +458,11 @@ func TestServeWatchProgressOnlyWhenTheRevisionMoved(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	rc, err := dialRaw(t, ctx, n.Admin().ClientAddr(), "quiet")
 	require.NoError(t, err)
-	const every = 10 * time.Millisecond
+	// The member reports once an election timeout at most, whatever a
+	// client asks.
+	every := rc.Welcome().ElectionTimeout
 	progress := make(chan int64, 1024)
-	_, err = rc.Watch(ctx, &clientwire.WatchStart{Prefix: "quiet/", ProgressInterval: every}, func(m clientwire.Message) bool {
+	_, err = rc.Watch(ctx, &clientwire.WatchStart{Prefix: "quiet/", ProgressInterval: time.Millisecond}, func(m clientwire.Message) bool {
 		if p, ok := m.(*clientwire.WatchProgress); ok {
 			select {
 			case progress <- p.Rev:
@@ -490,9 +492,9 @@ func TestServeWatchProgressOnlyWhenTheRevisionMoved(t *testing.T) {
 		for next() < kv.ModRev {
 		}
 	}
-	// Absence takes time to show: 20 intervals of a cell at rest, in
-	// which a report at the same revision would come 20 times.
-	quiet := time.After(20 * every)
+	// Absence takes time to show: 5 intervals of a cell at rest, in
+	// which a report at the same revision would come 5 times.
+	quiet := time.After(5 * every)
 	for {
 		select {
 		case rev := <-progress:

@@ -386,6 +386,12 @@ func (c *ClientConn) readLoop(fr *frameReader) error {
 			c.toWatch(m.WatchID, m)
 		case *WatchProgress:
 			c.toWatch(m.WatchID, m)
+		case *WatchesCurrent:
+			// To each watch its own report, as from a member of an
+			// older version: an onFrame may keep what it is handed.
+			for _, id := range m.WatchIDs {
+				c.toWatch(id, &WatchProgress{WatchID: id, Rev: m.Rev})
+			}
 		case *WatchEnd:
 			c.mu.Lock()
 			w := c.watches[m.WatchID]

@@ -49,7 +49,11 @@
 // KeepAlive{Seq, SessionIDs} from the client, Cancel (ID = the request
 // abandoned) from the client; WatchEvents, WatchProgress and WatchEnd
 // (the last frame of a watch, with its Code and the revision to resume
-// after) and KeepAliveAck{Seq, Confirmed, Gone} from the member.
+// after) and KeepAliveAck{Seq, Confirmed, Gone} from the member. From
+// version 7 the member reports a connection's quiet watches in one
+// WatchesCurrent{Rev, WatchIDs} an election timeout rather than one
+// WatchProgress each (current.go); the client hands each listed watch a
+// WatchProgress, as from an older member.
 //
 // Propose is decoded and checked by Serve (CheckCommand: transactions,
 // session create, a holder's session end; never member-only commands);

@@ -13,10 +13,11 @@ import (
 const (
 	MinVersion uint8 = 1
 	// MaxVersion 2 adds TimeToLive, 3 adds Members, 4 paged reads
-	// (KindReadPage), 5 ranged reads (KindReadRange) and 6 nested
-	// transactions (KindNestedResult); their frames are the only
-	// differences, so an older peer is served exactly as before.
-	MaxVersion uint8 = 6
+	// (KindReadPage), 5 ranged reads (KindReadRange), 6 nested
+	// transactions (KindNestedResult) and 7 connection-wide progress
+	// (KindWatchesCurrent); their frames are the only differences, so an
+	// older peer is served exactly as before.
+	MaxVersion uint8 = 7
 )
 
 // handshakeVersion is the version byte of Hello, Welcome and Refuse
@@ -159,7 +160,8 @@ func checkFrame(f Frame, version uint8) error {
 		(version < MembersVersion && f.Kind > KindTimeToLiveResult) ||
 		(version < PageVersion && f.Kind > KindMembersResult) ||
 		(version < RangeVersion && f.Kind > KindReadPage) ||
-		(version < NestedVersion && f.Kind > KindRangeResult) {
+		(version < NestedVersion && f.Kind > KindRangeResult) ||
+		(version < CurrentVersion && f.Kind > KindNestedResult) {
 		return fmt.Errorf("%w: unknown kind %d in version %d", ErrProtocol, f.Kind, version)
 	}
 	want := version

@@ -39,7 +39,7 @@ const (
 	KindTimeToLiveResult Kind = 21 // response
 
 	maxKindV1 = KindCancel
-	maxKind   = KindNestedResult
+	maxKind   = KindWatchesCurrent
 )
 
 // Message is one of the message structs of this file.
@@ -398,6 +398,8 @@ func newMessage(k Kind) Message {
 		return &ReadResult{Ranged: true}
 	case KindNestedResult:
 		return &ProposeResult{Nested: true}
+	case KindWatchesCurrent:
+		return new(WatchesCurrent)
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ func sampleMessages() []Message {
 			{Type: EventDelete, KV: del, EndOfRev: true},
 		}},
 		&WatchProgress{WatchID: 9, Rev: 11},
+		&WatchesCurrent{Rev: 12, WatchIDs: []uint64{1, 9, 10, 1 << 40}},
+		&WatchesCurrent{Rev: 0},
 		&WatchEnd{WatchID: 9, Code: CodeCompacted, Message: "compacted", CompactRev: 4, Rev: 3},
 		&WatchCancel{WatchID: 9},
 		&KeepAlive{Seq: 17, SessionIDs: []int64{1, 2, -3, 1 << 62}},

@@ -74,7 +74,9 @@ func newOutQueue(conn net.Conn, version uint8, maxFrame int, b queueBounds) *out
 // isStream reports whether frames of kind k belong to a watch's stream:
 // those end their watch when they do not fit, where any other frame
 // cuts the connection.
-func isStream(k Kind) bool { return k == KindWatchEvents || k == KindWatchProgress }
+func isStream(k Kind) bool {
+	return k == KindWatchEvents || k == KindWatchProgress || k == KindWatchesCurrent
+}
 
 // push queues m's frame and returns its length. release, if not nil,
 // runs with that length once the frame is written or dropped (or with 0

@@ -232,6 +232,7 @@ func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 		// cannot serve (client_serve_guard.go).
 		ctx, cancel := context.WithCancel(cs.ctx)
 		defer cancel()
+		h.conn = ctx
 		sc := &servedConn{cancel: cancel}
 		cs.mu.Lock()
 		cs.live[sc] = struct{}{}
@@ -253,6 +254,8 @@ func (cs *clientServer) serve(conn net.Conn, p *pendingConn) {
 			ErrorCode:        clientwire.CodeOf,
 			Logger:           n.cfg.Logger,
 		})
+		cancel()
+		h.reports.wait()
 	}
 	closeNow(conn)
 	cs.mu.Lock()
@@ -309,6 +312,10 @@ type clientHandler struct {
 	bornAt   uint64
 	grant    Grant
 	admitted bool
+	// conn ends with the connection; reports are its watches' progress
+	// reports (serve_watch_reports.go).
+	conn    context.Context
+	reports connReports
 	// maxFrame is the longest frame the client reads (Hello.MaxFrame):
 	// a read's answer must fit in one.
 	maxFrame int

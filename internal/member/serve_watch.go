@@ -33,7 +33,18 @@ func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.Watch
 	stop := context.AfterFunc(n.closing, cancel)
 	defer stop()
 	em := &sinkEmitter{sink: sink, puts: !w.DeletesOnly, dels: !w.PutsOnly, prevKV: w.PrevKV, told: from}
-	err := n.hub.WatchChanges(ctx, w.Prefix, from, progressEvery(w.ProgressInterval, n.electionTimeout()), em)
+	var err error
+	every := progressEvery(w.ProgressInterval, n.electionTimeout())
+	if rep := sink.Reporter(); rep != nil && every > 0 {
+		// The connection's reports say when it is current (one frame
+		// for all its watches, serve_watch_reports.go).
+		pos := watch.NewPosition()
+		h.reports.add(h.conn, rep, sink.ID(), pos, n.hub, n.electionTimeout())
+		defer h.reports.remove(sink.ID())
+		err = n.hub.WatchAt(ctx, w.Prefix, from, em, pos)
+	} else {
+		err = n.hub.WatchChanges(ctx, w.Prefix, from, every, em)
+	}
 	var ce *watch.CompactedError
 	switch {
 	case errors.As(err, &ce):

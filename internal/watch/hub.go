@@ -270,7 +270,7 @@ type Emitter interface {
 // every, when positive, reports progress (the revision the watch is
 // current to) whenever nothing was delivered for that long.
 func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
-	return h.watch(ctx, prefix, from, every, false, e, progressNow)
+	return h.watch(ctx, prefix, from, every, false, e, progressNow, nil)
 }
 
 // WatchChanges is Watch for an emitter that drops a progress report at a
@@ -279,10 +279,18 @@ func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.D
 // when there may be a newer revision to tell (see clock.go), so idle
 // watches in a cell at rest cost no wake-ups.
 func (h *Hub) WatchChanges(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter) error {
-	return h.watch(ctx, prefix, from, every, true, e, nil)
+	return h.watch(ctx, prefix, from, every, true, e, nil, nil)
 }
 
-func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.Duration, shared bool, e Emitter, progressNow <-chan struct{}) (err error) {
+// WatchAt is Watch without progress reports of its own: while it waits
+// for events, pos says where it waits, and Current reports it current to
+// the head for its caller (a member tells a connection's current watches
+// in one frame). pos is the caller's, made by NewPosition, one a watch.
+func (h *Hub) WatchAt(ctx context.Context, prefix string, from int64, e Emitter, pos *Position) error {
+	return h.watch(ctx, prefix, from, 0, false, e, nil, pos)
+}
+
+func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.Duration, shared bool, e Emitter, progressNow <-chan struct{}, pos *Position) (err error) {
 	h.stats.watchers.Add(1)
 	defer func() {
 		h.stats.watchers.Add(-1)
@@ -295,6 +303,10 @@ func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.D
 	}()
 	g := h.join(prefix)
 	defer h.leave(g)
+	if pos != nil {
+		pos.g.Store(g)
+		defer pos.parked.Store(-1)
+	}
 	var progress <-chan time.Time
 	var timer *time.Timer
 	var clock *progressClock
@@ -346,6 +358,11 @@ func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.D
 		if clock != nil {
 			tick = clock.park(from > reported)
 		}
+		if pos != nil {
+			// Every event up to from is with the emitter: from here
+			// Current may report the watch current.
+			pos.parked.Store(from)
+		}
 		select {
 		case <-wake:
 		case <-progress:
@@ -357,6 +374,9 @@ func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.D
 			wantProgress = true
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if pos != nil {
+			pos.parked.Store(-1)
 		}
 	}
 }
