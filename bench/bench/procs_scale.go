@@ -191,9 +191,22 @@ func scaleEach[T any](ctx context.Context, r *scaleRun, op string, body func(i i
 	return callAll[T](ctx, r.c, op, body)
 }
 
-// mems reads every member's memory, after a GC with gc.
+// mems reads every member's memory, after a GC with gc. The GCs run one
+// member at a time: three at once, with 500,000 watches held, took the
+// whole machine long enough for clients to leave their members (each
+// then resuming its 5,000 watches on another), and the measurement
+// itself lost the sessions it was measuring.
 func (r *scaleRun) mems(ctx context.Context, gc bool) ([]scale.Mem, error) {
-	return scaleEach[scale.Mem](ctx, r, scale.OpMem, func(int) any { return scale.MemRequest{GC: gc} })
+	if !gc {
+		return scaleEach[scale.Mem](ctx, r, scale.OpMem, func(int) any { return scale.MemRequest{} })
+	}
+	out := make([]scale.Mem, len(r.c))
+	for i := range r.c {
+		if err := r.call(ctx, i, scale.OpMem, scale.MemRequest{GC: true}, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // leader returns the index of the process whose member leads, and a
