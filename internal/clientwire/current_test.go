@@ -1,8 +1,10 @@
 package clientwire
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // A WatchesCurrent from the network lists each watch once, ascending, at
@@ -74,5 +76,76 @@ func TestWatchesCurrentSplitsToTheFrameLimit(t *testing.T) {
 		if got[i] != ids[i] {
 			t.Fatalf("ID %d: %d, want %d", i, got[i], ids[i])
 		}
+	}
+}
+
+// reportingFake's watches report themselves current through their
+// connection's reporter, when it has one, and say whether it had.
+type reportingFake struct {
+	*fakeHandler
+	hadReporter chan bool
+}
+
+func (f *reportingFake) Watch(ctx context.Context, _ string, w *WatchStart, sink *WatchSink) error {
+	rep := sink.Reporter()
+	f.hadReporter <- rep != nil
+	if rep != nil {
+		if err := rep.WatchesCurrent(42, []uint64{sink.ID()}); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A version 7 connection carries one report for its watches, which the
+// client hands to each listed watch as its own WatchProgress.
+func TestWatchesCurrentReachesEachListedWatch(t *testing.T) {
+	f := &reportingFake{fakeHandler: newFake(), hadReporter: make(chan bool, 4)}
+	c, _ := dial(t, f, "alice", Limits{}, ClientOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 2 {
+		w, frames, err := chanWatch(ctx, c, &WatchStart{Prefix: "q/", ProgressInterval: time.Second}, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !<-f.hadReporter {
+			t.Fatal("a version 7 connection without a reporter")
+		}
+		select {
+		case m := <-frames:
+			p, ok := m.(*WatchProgress)
+			if !ok || p.Rev != 42 || p.WatchID != w.ID() {
+				t.Fatalf("watch %d got %#v, want its progress at 42", w.ID(), m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch %d: no progress", w.ID())
+		}
+	}
+}
+
+// A client of version 6 gets no reporter on its connection: its member
+// reports each watch in a WatchProgress of its own, as before.
+func TestNoReporterBeforeVersion7(t *testing.T) {
+	f := &reportingFake{fakeHandler: newFake(), hadReporter: make(chan bool, 1)}
+	conn, _ := serve(t, f, "old", Limits{})
+	fr := newFrameReader(conn)
+	b, _ := AppendFrame(nil, handshakeVersion, 0, &Hello{MinVersion: 1, MaxVersion: NestedVersion, MaxFrame: DefaultMaxFrame}, DefaultMaxFrame)
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := fr.read(DefaultMaxFrame); err != nil || f.Kind != KindWelcome {
+		t.Fatalf("welcome: %+v, %v", f, err)
+	}
+	b, _ = AppendFrame(nil, NestedVersion, 1, &WatchStart{WatchID: 1, Prefix: "q/", ProgressInterval: time.Second}, DefaultMaxFrame)
+	go conn.Write(b)
+	select {
+	case had := <-f.hadReporter:
+		if had {
+			t.Fatal("a version 6 connection has a reporter")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch never started")
 	}
 }
