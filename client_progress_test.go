@@ -194,3 +194,51 @@ func TestClientWatchRequestProgressFailover(t *testing.T) {
 		t.Fatalf("client still on %s", m)
 	}
 }
+
+// TestClientManyQuietWatchesStayCurrent: a client's quiet watches learn
+// they are current from their member's reports for the whole connection
+// (protocol 7): each answers RequestProgress at or past a change made
+// elsewhere, and a watch that also had an event gets the event before any
+// progress that covers it.
+func TestClientManyQuietWatchesStayCurrent(t *testing.T) {
+	t.Parallel()
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 200
+	ws := make([]*coord.Watcher, n)
+	for i := range ws {
+		ws[i] = cl.Watch(ctx, fmt.Sprintf("q/%03d/", i))
+	}
+	for _, w := range ws {
+		<-w.Ready()
+	}
+	if got := coord.ClientUpstreams(cl); got != n {
+		t.Fatalf("%d upstream watches for %d distinct prefixes", got, n)
+	}
+	other, err := cl.Put(ctx, "elsewhere", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := cl.Put(ctx, "q/007/k", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		w.RequestProgress()
+	}
+	for i, w := range ws {
+		ev := clientEvent(t, w)
+		if i == 7 {
+			if ev.Type != coord.EventPut || ev.Rev != mine.ModRev {
+				t.Fatalf("watch 7: %v at %d first, want its put at %d", ev.Type, ev.Rev, mine.ModRev)
+			}
+			ev = clientEvent(t, w)
+		}
+		if ev.Type != coord.EventProgress || ev.Rev < other.ModRev {
+			t.Fatalf("watch %d: %v at %d, want progress at or past %d", i, ev.Type, ev.Rev, other.ModRev)
+		}
+	}
+}
