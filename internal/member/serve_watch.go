@@ -43,7 +43,9 @@ func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.Watch
 		defer h.reports.remove(sink.ID())
 		err = n.hub.WatchAt(ctx, w.Prefix, from, em, pos)
 	} else {
-		err = n.hub.WatchChanges(ctx, w.Prefix, from, every, em)
+		// A client of version 6 or below: a report per watch, which
+		// the emitter sends only at a revision newer than it told.
+		err = n.hub.Watch(ctx, w.Prefix, from, every, em, nil)
 	}
 	var ce *watch.CompactedError
 	switch {
@@ -58,8 +60,7 @@ func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.Watch
 // progressEvery is the interval of a client watch's progress reports:
 // what the client asked for, in whole election timeouts (at least one, at
 // most a day; 0 = none). A client names it, so it is bounded here: a
-// nanosecond would have the member spin, and each distinct interval
-// costs the member a clock of its own.
+// nanosecond would have the member spin.
 func progressEvery(asked, et time.Duration) time.Duration {
 	if asked <= 0 || et <= 0 {
 		return 0

@@ -67,8 +67,7 @@ type Hub struct {
 	// then served from memory instead of a Pebble read of the history.
 	recent recentRing
 
-	stats  hubStats
-	clocks clocks // the shared progress clocks of WatchChanges
+	stats hubStats
 }
 
 // hubStats counts for metrics; atomics, so counting takes no lock.
@@ -270,16 +269,7 @@ type Emitter interface {
 // every, when positive, reports progress (the revision the watch is
 // current to) whenever nothing was delivered for that long.
 func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
-	return h.watch(ctx, prefix, from, every, false, e, progressNow, nil)
-}
-
-// WatchChanges is Watch for an emitter that drops a progress report at a
-// revision it has already told (a member's client watches): its reports
-// come about every `every`, from a clock its watches share, and only
-// when there may be a newer revision to tell (see clock.go), so idle
-// watches in a cell at rest cost no wake-ups.
-func (h *Hub) WatchChanges(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter) error {
-	return h.watch(ctx, prefix, from, every, true, e, nil, nil)
+	return h.watch(ctx, prefix, from, every, e, progressNow, nil)
 }
 
 // WatchAt is Watch without progress reports of its own: while it waits
@@ -287,10 +277,10 @@ func (h *Hub) WatchChanges(ctx context.Context, prefix string, from int64, every
 // the head for its caller (a member tells a connection's current watches
 // in one frame). pos is the caller's, made by NewPosition, one a watch.
 func (h *Hub) WatchAt(ctx context.Context, prefix string, from int64, e Emitter, pos *Position) error {
-	return h.watch(ctx, prefix, from, 0, false, e, nil, pos)
+	return h.watch(ctx, prefix, from, 0, e, nil, pos)
 }
 
-func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.Duration, shared bool, e Emitter, progressNow <-chan struct{}, pos *Position) (err error) {
+func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}, pos *Position) (err error) {
 	h.stats.watchers.Add(1)
 	defer func() {
 		h.stats.watchers.Add(-1)
@@ -309,19 +299,13 @@ func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.D
 	}
 	var progress <-chan time.Time
 	var timer *time.Timer
-	var clock *progressClock
-	switch {
-	case every > 0 && shared:
-		clock = h.acquireClock(every)
-		defer h.releaseClock(clock)
-	case every > 0:
+	if every > 0 {
 		timer = time.NewTimer(every)
 		defer timer.Stop()
 		progress = timer.C
 	}
 	wantProgress := false
-	reported := from // the revision the emitter last reported, or the start
-	var buf []item   // this watch's own: the window hands out copies
+	var buf []item // this watch's own: the window hands out copies
 	for {
 		items, wake, current, err := h.read(g, prefix, from, buf[:0])
 		if err != nil {
@@ -352,11 +336,6 @@ func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.D
 			if err := e.Progress(ctx, from); err != nil {
 				return err
 			}
-			reported = from
-		}
-		var tick <-chan struct{}
-		if clock != nil {
-			tick = clock.park(from > reported)
 		}
 		if pos != nil {
 			// Every event up to from is with the emitter: from here
@@ -368,8 +347,6 @@ func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.D
 		case <-progress:
 			wantProgress = true
 			timer.Reset(every)
-		case <-tick:
-			wantProgress = true
 		case <-progressNow:
 			wantProgress = true
 		case <-ctx.Done():
