@@ -79,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&c.EtcdPinned, "etcd-pinned", false, "etcd-put, etcd-get, etcd-lock: clientv3 client i dials member i alone "+
 		"(default: each of the 3 clients has all 3 endpoints and clientv3 spreads its calls over them, round-robin)")
 	fs.StringVar(&o.profileDir, "profile", "", "write each child's CPU and allocation profiles into this directory "+
-		"(scale: each member process's CPU profile over each of its load points, and over the sessions and watches held, and over their closes, with the clients' process: side-scale-hold-clients.cpu.pprof, side-scale-close-clients.cpu.pprof)")
+		"(-shape procs: each member process's CPU profile over each load point, side-scenario@procs-rN-kind-cN-mP.cpu.pprof; scale: each member process's CPU profile over each of its load points, and over the sessions and watches held, and over their closes, with the clients' process: side-scale-hold-clients.cpu.pprof, side-scale-close-clients.cpu.pprof)")
 	fs.StringVar(&o.traceDir, "trace", "", "write each child's runtime execution trace into this directory (side-scenario.trace; each measured operation "+
 		"is a region \"op\"): large, so run it with one scenario, one side and one load point, e.g. -scenario put -sides coord -clients 64")
 	fs.StringVar(&o.traceReport, "trace-report", "", "instead of running, read a trace written by -trace and print where its slowest operations waited "+

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -91,6 +93,13 @@ func (s *memberServices) Handle(ctx context.Context, op string, body json.RawMes
 		var l scenario.MemberLoad
 		if err := json.Unmarshal(body, &l); err != nil {
 			return nil, fmt.Errorf("load: %w", err)
+		}
+		if l.Profile != "" {
+			stop, err := startRecording(filepath.Dir(l.Profile), filepath.Base(l.Profile), pprof.StartCPUProfile, pprof.StopCPUProfile)
+			if err != nil {
+				return nil, fmt.Errorf("load: %w", err)
+			}
+			defer stop()
 		}
 		return scenario.RunMemberLoad(ctx, s.m, l)
 	case opInflight:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -86,7 +87,14 @@ func runProcs(ctx context.Context, o *options, exe, side, name string, round int
 	if name == attacksScenario {
 		ch.Metrics, err = procsAttacks(ctx, c, o.attack, logf)
 	} else {
-		ch.Metrics, err = procsPoints(ctx, c, name, &o.cfg, logf)
+		var profile string // with -profile, each point's member profiles start with it
+		if o.profileDir != "" {
+			if profile, err = filepath.Abs(filepath.Join(o.profileDir, fmt.Sprintf("%s-%s-r%d", side, sc, round))); err != nil {
+				ch.Error = err.Error()
+				return ch
+			}
+		}
+		ch.Metrics, err = procsPoints(ctx, c, name, &o.cfg, profile, logf)
 	}
 	if err != nil {
 		ch.Error = err.Error()
@@ -107,12 +115,18 @@ func runProcs(ctx context.Context, o *options, exe, side, name string, round int
 }
 
 // procsPoints runs the load points of scenario name, each spread over
-// the member processes, and returns the figures.
-func procsPoints(ctx context.Context, c member.Cell, name string, cfg *scenario.Config,
+// the member processes, and returns the figures. With a profile base,
+// each member process writes its CPU profile of each point to
+// base-kind-cN-mP.cpu.pprof.
+func procsPoints(ctx context.Context, c member.Cell, name string, cfg *scenario.Config, profile string,
 	logf func(string, ...any)) ([]scenario.Metric, error) {
 	point := func(kind string, workers int) scenario.MemberLoad {
-		return scenario.MemberLoad{Kind: kind, Workers: workers, Warmup: cfg.Warmup, Duration: cfg.Duration,
+		l := scenario.MemberLoad{Kind: kind, Workers: workers, Warmup: cfg.Warmup, Duration: cfg.Duration,
 			ValueSize: cfg.ValueSize, Keys: cfg.GetKeys}
+		if profile != "" && kind != scenario.LoadPreload {
+			l.Profile = fmt.Sprintf("%s-%s-c%d", profile, kind, workers)
+		}
+		return l
 	}
 	var out []scenario.Metric
 	switch name {
@@ -214,6 +228,9 @@ func spread(ctx context.Context, c member.Cell, l scenario.MemberLoad) (procsRes
 		pl := l
 		pl.Workers = (total - p + len(c) - 1) / len(c)
 		pl.FirstWorker = p * total // disjoint worker numbers, so keys and locks are too
+		if pl.Profile != "" {
+			pl.Profile += fmt.Sprintf("-m%d.cpu.pprof", p)
+		}
 		wg.Go(func() { _, errs[p] = proc.Call(ctx, opLoad, pl, &res[p]) })
 	}
 	wg.Wait()

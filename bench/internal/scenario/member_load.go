@@ -26,6 +26,9 @@ type MemberLoad struct {
 	ValueSize   int           `json:"value_size"`
 	// Keys is the key space of the gets (and of their preload).
 	Keys int `json:"keys"`
+	// Profile, when set, is the file into which the process writes its
+	// CPU profile over the point (warm-up and measured window).
+	Profile string `json:"profile,omitempty"`
 }
 
 // The kinds of MemberLoad.
