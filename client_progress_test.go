@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -240,5 +241,97 @@ func TestClientManyQuietWatchesStayCurrent(t *testing.T) {
 		if ev.Type != coord.EventProgress || ev.Rev < other.ModRev {
 			t.Fatalf("watch %d: %v at %d, want progress at or past %d", i, ev.Type, ev.Rev, other.ModRev)
 		}
+	}
+}
+
+// A quiet watch through a client keeps no goroutine of its own to
+// deliver with: the client keeps one for its upstream, the member one
+// for the watch, and a delivery starts when there is something to
+// deliver and ends when it is out. Not parallel: it counts the process's
+// goroutines.
+func TestClientQuietWatchesHoldNoDeliveryGoroutine(t *testing.T) {
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g0 := runtime.NumGoroutine()
+	const n = 200 // under a connection's limit of watches
+	ws := make([]*coord.Watcher, n)
+	for i := range ws {
+		ws[i] = cl.Watch(ctx, fmt.Sprintf("quiet/%03d/", i))
+	}
+	for _, w := range ws {
+		<-w.Ready()
+	}
+	// Two a watch (the client's upstream, the member's watch); three
+	// when each client watch kept a goroutine waiting to deliver.
+	waitGoroutines(t, "held", func(g int) bool { return g-g0 <= n*5/2 })
+	for i := 0; i < n; i += 20 {
+		r, err := cl.Put(ctx, fmt.Sprintf("quiet/%03d/k", i), []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := clientEvent(t, ws[i]); ev.Type != coord.EventPut || ev.Rev != r.ModRev {
+			t.Fatalf("watch %d: %v at %d, want its put at %d", i, ev.Type, ev.Rev, r.ModRev)
+		}
+	}
+	waitGoroutines(t, "after the deliveries", func(g int) bool { return g-g0 <= n*5/2 })
+	for _, w := range ws {
+		w.Close()
+	}
+	for _, w := range ws {
+		for range w.Events() {
+		}
+	}
+	waitGoroutines(t, "closed", func(g int) bool { return g-g0 <= n/10 })
+}
+
+// waitGoroutines waits for the process's goroutine count to satisfy ok.
+func waitGoroutines(t *testing.T, when string, ok func(int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for g := runtime.NumGoroutine(); !ok(g); g = runtime.NumGoroutine() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d goroutines", when, g)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WithProgressNotify through a client: a quiet watch hears a progress
+// report each interval, and after a change its event comes first, then
+// reports at or past it.
+func TestClientWatchProgressNotify(t *testing.T) {
+	t.Parallel()
+	c := clientCell(t, 3)
+	c.Leader()
+	cl := connect(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w := cl.Watch(ctx, "notify/", coord.WithProgressNotify(50*time.Millisecond))
+	defer w.Close()
+	<-w.Ready()
+	for range 2 {
+		if ev := clientEvent(t, w); ev.Type != coord.EventProgress {
+			t.Fatalf("%v on a quiet watch, want a progress report", ev.Type)
+		}
+	}
+	r, err := cl.Put(ctx, "notify/k", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := clientEvent(t, w)
+		if ev.Type == coord.EventProgress && ev.Rev < r.ModRev {
+			continue // reported before the put
+		}
+		if ev.Type != coord.EventPut || ev.Rev != r.ModRev {
+			t.Fatalf("%v at %d, want the put at %d", ev.Type, ev.Rev, r.ModRev)
+		}
+		break
+	}
+	if ev := clientEvent(t, w); ev.Type != coord.EventProgress || ev.Rev < r.ModRev {
+		t.Fatalf("%v at %d after the put, want a progress report at or past %d", ev.Type, ev.Rev, r.ModRev)
 	}
 }

@@ -15,10 +15,10 @@ import (
 // A client's watches are merged: a watch whose prefix lies under an open
 // upstream watch's prefix, and that starts at or after the upstream's
 // position, is served by that upstream (one watch on the member), and
-// the client fans its revisions out. Each watcher has its own queue and
-// goroutine, so a slow consumer holds back only itself (past its lag
-// bound it ends with a *SlowWatcherError), never the upstream or the
-// other watchers.
+// the client fans its revisions out. Each watcher has its own queue and,
+// while it has something to deliver, its own goroutine, so a slow
+// consumer holds back only itself (past its lag bound it ends with a
+// *SlowWatcherError), never the upstream or the other watchers.
 //
 // Gap-free and exactly-once across members: an upstream delivers whole
 // revisions only, remembers the last one (its position), ignores any
@@ -62,7 +62,11 @@ type upstream struct {
 	asking map[*downstream]int64
 }
 
-// downstream is one Watcher served by an upstream.
+// downstream is one Watcher served by an upstream. It keeps no goroutine
+// while it has nothing to deliver: what gives it work (a revision or a
+// report queued, its end, its progress interval passing) starts one,
+// which delivers until nothing is left and exits, so a client holding
+// many quiet watches pays one goroutine a watch (its upstream's), not two.
 type downstream struct {
 	w      spi.Sink
 	up     *upstream
@@ -71,17 +75,31 @@ type downstream struct {
 	prefix string
 	o      spi.WatchOptions
 	maxLag int64
+	// spawn runs deliverAll on a goroutine of its own (tests replace it).
+	spawn func()
 
 	mu    sync.Mutex
 	from  int64 // revisions above from are delivered
 	queue []dsItem
 	err   error         // set when the upstream ended it; delivered after the queue
-	wake  chan struct{} // cap 1
 	kill  chan struct{} // closed when it must end now (slow)
 	dead  bool
-	// busy: run has taken an item from the queue and not yet come back
-	// for the next, so LastRev is run's to move.
+	// busy: the delivering goroutine has taken an item from the queue
+	// and not yet come back for the next, so LastRev is its to move.
 	busy bool
+	// running: a goroutine delivers; over: the watcher has ended, and
+	// none starts again.
+	running, over bool
+	// quiet: the WithProgressNotify interval passed with nothing
+	// delivered, so an EventProgress is due.
+	quiet bool
+	// asking: a RequestProgress is on its way to the member; more
+	// requests until its answer is delivered are the same request.
+	asking bool
+	timer  *time.Timer // the WithProgressNotify interval's; nil without one
+	// stopHooks stops the hooks on the client's and the watch's
+	// contexts, at the end.
+	stopHooks func()
 }
 
 type dsItem struct {
@@ -154,7 +172,6 @@ func (m *watchMerger) join(ctx context.Context, prefix string, o spi.WatchOption
 			d.w.MarkReady()
 		}
 		up.mu.Unlock()
-		m.runDownstream(up, d)
 		joined = true
 		return true
 	})
@@ -176,7 +193,6 @@ func (m *watchMerger) start(ctx context.Context, prefix string, o spi.WatchOptio
 	up.downs[d] = struct{}{}
 	m.ups.add(up)
 	m.wg.Go(up.run)
-	m.runDownstream(up, d)
 }
 
 func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o spi.WatchOptions, from int64, sink spi.Sink) *downstream {
@@ -186,21 +202,46 @@ func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix st
 	}
 	dctx, cancel := context.WithCancel(ctx)
 	sink.SetLastRev(from)
-	return &downstream{w: sink, up: up, ctx: dctx, cancel: cancel, prefix: prefix, o: o, maxLag: maxLag, from: from,
-		wake: make(chan struct{}, 1), kill: make(chan struct{})}
+	d := &downstream{w: sink, up: up, ctx: dctx, cancel: cancel, prefix: prefix, o: o, maxLag: maxLag, from: from,
+		kill: make(chan struct{})}
+	d.spawn = func() { go d.deliverAll() }
+	// Armed before the upstream can see it: from then on anything may
+	// start its delivery, and its end leaves m.wg. It is counted in m.wg
+	// until it has ended, and each of its goroutines runs inside that
+	// count.
+	m.wg.Add(1)
+	d.mu.Lock() // the hooks below may fire at once
+	if o.Progress > 0 {
+		d.timer = time.AfterFunc(o.Progress, d.quietPassed)
+	}
+	// The watch ends with the client, as a member's does when it closes.
+	stopLife := context.AfterFunc(m.c.life, cancel)
+	stopCtx := context.AfterFunc(dctx, d.kick)
+	d.stopHooks = func() {
+		stopCtx()
+		stopLife()
+	}
+	d.mu.Unlock()
+	sink.OnProgressRequest(d.requestProgress)
+	return d
 }
 
-func (m *watchMerger) runDownstream(up *upstream, d *downstream) {
-	m.wg.Go(func() {
-		// The watch ends with the client, as a member's does when it
-		// closes.
-		stop := context.AfterFunc(m.c.life, d.cancel)
-		err := d.run(m.c)
-		stop()
-		d.cancel()
-		m.detach(up, d)
-		d.w.End(err)
-	})
+// ended is the end of d's last delivery: it stops d's timers, leaves its
+// upstream and ends its consumer's watch with err.
+func (d *downstream) ended(err error) {
+	d.mu.Lock()
+	d.over = true
+	d.running = false
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	stopHooks := d.stopHooks
+	d.mu.Unlock()
+	stopHooks()
+	d.cancel()
+	d.up.m.detach(d.up, d)
+	d.w.End(err)
+	d.up.m.wg.Done()
 }
 
 // detach removes d from up, and ends up when it served d alone.
@@ -436,9 +477,9 @@ func (d *downstream) push(it dsItem, head int64) {
 	}
 	if it.progress && !it.asked && len(d.queue) == 0 && !d.busy {
 		// A report nobody asked for only moves LastRev: with nothing
-		// queued or being delivered it is moved here, without waking the
-		// watcher's goroutine (a member reports each quiet watch about
-		// every election timeout, to each of thousands of watches).
+		// queued or being delivered it is moved here, without starting a
+		// delivery (a member reports each quiet watch about every
+		// election timeout, to each of thousands of watches).
 		d.w.SetLastRev(max(it.rev, d.w.LastRev()))
 		return
 	}
@@ -454,12 +495,8 @@ func (d *downstream) push(it dsItem, head int64) {
 		d.err = &spi.SlowError{LastRev: d.w.LastRev(), Lag: head - d.w.LastRev()}
 		d.queue = nil
 		close(d.kill)
-		return
 	}
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	d.kickLocked()
 }
 
 // finish ends the watcher with err once it has delivered its queue.
@@ -471,89 +508,120 @@ func (d *downstream) finish(err error) {
 	}
 	d.dead = true
 	d.err = err
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	d.kickLocked()
 }
 
-func (d *downstream) pop() (dsItem, bool, error) {
+// kick starts a delivery if none runs.
+func (d *downstream) kick() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.kickLocked()
+}
+
+func (d *downstream) kickLocked() {
+	if d.running || d.over {
+		return
+	}
+	d.running = true
+	d.spawn()
+}
+
+// quietPassed runs when the WithProgressNotify interval passed with
+// nothing delivered: an EventProgress is due.
+func (d *downstream) quietPassed() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return
+	}
+	d.quiet = true
+	d.timer.Reset(d.o.Progress)
+	d.kickLocked()
+}
+
+// requestProgress takes the consumer's RequestProgress: the member is
+// asked, on a goroutine of its own, and its answer comes back queued.
+func (d *downstream) requestProgress() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.asking || d.over {
+		return
+	}
+	d.asking = true
+	// d's count keeps the group from zero here (d has not ended).
+	d.up.m.wg.Go(func() { d.up.askProgress(d) })
+}
+
+// next is what the delivery does next: an item from the queue, a due
+// EventProgress (quiet), or the watch's end (err); with none of them it
+// returns nothing and the delivery ends (ok and quiet false, err nil).
+func (d *downstream) next(c *Client) (it dsItem, ok, quiet bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil {
+		return dsItem{}, false, false, c.closedOr(d.ctx, d.ctx.Err())
+	}
 	if len(d.queue) > 0 {
 		it := d.queue[0]
 		d.queue[0] = dsItem{}
 		d.queue = d.queue[1:]
 		d.busy = true
-		return it, true, nil
+		if it.progress && it.asked {
+			d.asking = false
+		}
+		return it, true, false, nil
 	}
 	d.busy = false
-	if d.dead {
-		return dsItem{}, false, d.err
+	if d.dead && d.err != nil {
+		return dsItem{}, false, false, d.err
 	}
-	return dsItem{}, false, nil
+	if d.quiet {
+		d.quiet = false
+		return dsItem{}, false, true, nil
+	}
+	d.running = false
+	return dsItem{}, false, false, nil
 }
 
-// run delivers the watcher's queue until it ends, and returns why.
-func (d *downstream) run(c *Client) error {
-	var quiet <-chan time.Time
-	var timer *time.Timer
-	if d.o.Progress > 0 {
-		timer = time.NewTimer(d.o.Progress)
-		defer timer.Stop()
-		quiet = timer.C
-	}
-	wantProgress := false
-	// asking: a RequestProgress is on its way to the member; more
-	// requests until its answer is delivered are the same request.
-	asking := false
+// deliverAll delivers the watcher's queue, and what else is due, until
+// nothing is; it ends the watch when it must end.
+func (d *downstream) deliverAll() {
+	c := d.up.m.c
 	for {
-		it, ok, err := d.pop()
+		it, ok, quiet, err := d.next(c)
+		switch {
+		case err != nil:
+			d.ended(err)
+			return
+		case quiet:
+			err = d.send(c, spi.Event{Type: spi.EventProgress, Rev: d.w.LastRev(), EndOfRev: true})
+		case !ok:
+			return
+		case it.progress:
+			rev := max(it.rev, d.w.LastRev())
+			d.w.SetLastRev(rev)
+			if it.asked {
+				err = d.send(c, spi.Event{Type: spi.EventProgress, Rev: rev, EndOfRev: true})
+			}
+		default:
+			if err = d.deliver(c, it); err == nil {
+				d.resetQuiet()
+			}
+		}
 		if err != nil {
-			return err
+			d.ended(err)
+			return
 		}
-		if ok {
-			if it.progress {
-				rev := max(it.rev, d.w.LastRev())
-				d.w.SetLastRev(rev)
-				if it.asked {
-					asking = false
-					if err := d.send(c, spi.Event{Type: spi.EventProgress, Rev: rev, EndOfRev: true}); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			if err := d.deliver(c, it); err != nil {
-				return err
-			}
-			if timer != nil {
-				timer.Reset(d.o.Progress)
-			}
-			continue
-		}
-		if wantProgress {
-			wantProgress = false
-			if err := d.send(c, spi.Event{Type: spi.EventProgress, Rev: d.w.LastRev(), EndOfRev: true}); err != nil {
-				return err
-			}
-			continue
-		}
-		select {
-		case <-d.wake:
-		case <-d.w.ProgressRequests():
-			if !asking {
-				asking = true
-				c.watches.wg.Go(func() { d.up.askProgress(d) })
-			}
-		case <-quiet:
-			wantProgress = true
-			timer.Reset(d.o.Progress)
-		case <-d.ctx.Done():
-			return c.closedOr(d.ctx, d.ctx.Err())
-		case <-c.life.Done():
-			return errs.Closed
-		}
+	}
+}
+
+// resetQuiet starts the WithProgressNotify interval again after a
+// delivery.
+func (d *downstream) resetQuiet() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil && !d.over {
+		d.timer.Reset(d.o.Progress)
 	}
 }
 

@@ -230,6 +230,10 @@ type Sink interface {
 	// ProgressRequests carries the consumer's RequestProgress (one at a
 	// time: its buffer is 1). A backend may put a request of its own.
 	ProgressRequests() chan struct{}
+	// OnProgressRequest has fn called for each progress request instead,
+	// from now on and for one already waiting: for a backend that keeps
+	// no goroutine waiting on ProgressRequests.
+	OnProgressRequest(fn func())
 	// TakeAsked reports, and clears, whether the consumer asked for a
 	// progress report since the last call.
 	TakeAsked() bool

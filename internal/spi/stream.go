@@ -26,6 +26,10 @@ type Stream[E any] struct {
 	// asks for itself (to learn the watch is established) is not
 	// withheld from a caller who asked for one too.
 	asked atomic.Bool
+	// onProgress, once set, is called for each request taken from
+	// progress: a backend that keeps no goroutine waiting on the channel
+	// learns of a request this way.
+	onProgress atomic.Pointer[func()]
 
 	mu        sync.Mutex
 	err       error
@@ -79,6 +83,28 @@ func (s *Stream[E]) RequestProgress() {
 	select {
 	case s.progress <- struct{}{}:
 	default: // one is already asked for
+	}
+	if fn := s.onProgress.Load(); fn != nil {
+		s.takeProgress(*fn)
+	}
+}
+
+// OnProgressRequest has fn called for every progress request from now
+// on, those already waiting included, in place of the channel.
+func (s *Stream[E]) OnProgressRequest(fn func()) {
+	s.onProgress.Store(&fn)
+	s.takeProgress(fn)
+}
+
+// takeProgress calls fn if a request waits on the channel. Both
+// RequestProgress and OnProgressRequest try, after the one puts and the
+// other sets the hook, so a request that raced the hook's setting is
+// taken by one of them, once.
+func (s *Stream[E]) takeProgress(fn func()) {
+	select {
+	case <-s.progress:
+		fn()
+	default:
 	}
 }
 
