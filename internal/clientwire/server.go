@@ -48,6 +48,15 @@ type Handler interface {
 	TimeToLive(ctx context.Context, identity string, q *TimeToLive) (*TimeToLiveResult, error)
 }
 
+// WatchStarter is a Handler that serves a watch without a goroutine of
+// the connection's waiting in Watch: Serve calls StartWatch instead,
+// which returns at once and calls done once, with what Watch would have
+// returned, when the watch has ended (and pushes into sink no more).
+// A member holding many quiet watches then pays no stack for each.
+type WatchStarter interface {
+	StartWatch(ctx context.Context, identity string, w *WatchStart, sink *WatchSink, done func(error))
+}
+
 // Limits bound what one client connection may cost its member. Zero
 // fields take the defaults.
 type Limits struct {

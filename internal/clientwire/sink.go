@@ -174,14 +174,23 @@ func (s *session) startWatch(id uint64, ws *WatchStart) error {
 	// OK is queued before the goroutine can push, so it precedes the
 	// watch's frames.
 	s.reply(id, &OK{})
-	s.tasks.Go(func() {
-		defer cancel()
-		err := s.h.Watch(ctx, s.id, ws, w)
+	done := func(err error) {
+		cancel()
 		end := w.end(err)
 		s.mu.Lock()
 		delete(s.watches, ws.WatchID)
 		s.mu.Unlock()
 		_, _ = s.out.push(0, end, nil)
-	})
+	}
+	if st, ok := s.h.(WatchStarter); ok {
+		// Counted as a task until done, as a goroutine of its own would be.
+		s.tasks.Add(1)
+		st.StartWatch(ctx, s.id, ws, w, func(err error) {
+			done(err)
+			s.tasks.Done()
+		})
+		return nil
+	}
+	s.tasks.Go(func() { done(s.h.Watch(ctx, s.id, ws, w)) })
 	return nil
 }

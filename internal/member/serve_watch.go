@@ -15,46 +15,62 @@ import (
 // client that falls behind is ended as slow by the sink (never buffered
 // here without bound; the client resumes from the revision its WatchEnd
 // names). w.FromRev is the first revision wanted (0 = after the current
-// one), so Watch(FromRev(r)) on a client sends r+1.
-func (h *clientHandler) Watch(ctx context.Context, _ string, w *clientwire.WatchStart, sink *clientwire.WatchSink) error {
+// one), so Watch(FromRev(r)) on a client sends r+1. It returns when the
+// watch has ended (StartWatch is what the connection uses).
+func (h *clientHandler) Watch(ctx context.Context, id string, w *clientwire.WatchStart, sink *clientwire.WatchSink) error {
+	done := make(chan error, 1)
+	h.StartWatch(ctx, id, w, sink, func(err error) { done <- err })
+	return <-done
+}
+
+// StartWatch starts Watch's watch and returns at once; done is told why
+// it ended. While the watch waits for events no goroutine waits with it
+// (watch.Hub.Start).
+func (h *clientHandler) StartWatch(ctx context.Context, _ string, w *clientwire.WatchStart, sink *clientwire.WatchSink, done func(error)) {
 	n := h.n
 	if err := n.inputLimits().CheckPrefix(w.Prefix); err != nil {
-		return err
+		done(err)
+		return
 	}
 	if n.closing.Err() != nil {
-		return n.closedErr()
+		done(n.closedErr())
+		return
 	}
 	from := n.sm.Revision()
 	if w.FromRev > 0 {
 		from = w.FromRev - 1
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stop := context.AfterFunc(n.closing, cancel)
-	defer stop()
 	em := &sinkEmitter{sink: sink, puts: !w.DeletesOnly, dels: !w.PutsOnly, prevKV: w.PrevKV, told: from}
-	var err error
 	every := progressEvery(w.ProgressInterval, n.electionTimeout())
+	var pos *watch.Position
 	if rep := sink.Reporter(); rep != nil && every > 0 {
 		// The connection's reports say when it is current (one frame
-		// for all its watches, serve_watch_reports.go).
-		pos := watch.NewPosition()
+		// for all its watches, serve_watch_reports.go), so the watch
+		// sends none of its own.
+		pos = watch.NewPosition()
 		h.reports.add(h.conn, rep, sink.ID(), pos, n.hub, n.electionTimeout())
-		defer h.reports.remove(sink.ID())
-		err = n.hub.WatchAt(ctx, w.Prefix, from, em, pos)
-	} else {
-		// A client of version 6 or below: a report per watch, which
-		// the emitter sends only at a revision newer than it told.
-		err = n.hub.Watch(ctx, w.Prefix, from, every, em, nil)
+		every = 0
 	}
-	var ce *watch.CompactedError
-	switch {
-	case errors.As(err, &ce):
-		return &clientwire.WatchEndError{Code: clientwire.CodeCompacted, Message: err.Error(), CompactRev: ce.Oldest}
-	case n.closing.Err() != nil:
-		return n.closedErr()
-	}
-	return err
+	// Without a reporter (a client of version 6 or below) a report per
+	// watch, which the emitter sends only at a revision newer than it
+	// told.
+	n.hub.Start(ctx, w.Prefix, from, every, em, pos, func(err error) {
+		if pos != nil {
+			h.reports.remove(sink.ID())
+		}
+		stop()
+		cancel()
+		var ce *watch.CompactedError
+		switch {
+		case errors.As(err, &ce):
+			err = &clientwire.WatchEndError{Code: clientwire.CodeCompacted, Message: err.Error(), CompactRev: ce.Oldest}
+		case n.closing.Err() != nil:
+			err = n.closedErr()
+		}
+		done(err)
+	})
 }
 
 // progressEvery is the interval of a client watch's progress reports:

@@ -18,14 +18,10 @@
 package watch
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/internal/spi"
 	"github.com/coordcell/coord/storage"
 )
@@ -48,8 +44,13 @@ type (
 type group struct {
 	prefix string
 	refs   int
-	win    window        // the events under prefix, up to hub.head
-	wake   chan struct{} // closed and replaced when the window grows
+	win    window // the events under prefix, up to hub.head
+	// gen counts the window's changes (a revision added, a reset): a
+	// watch that read it at one gen may wait only while it is unchanged.
+	gen uint64
+	// parked are the watches waiting for the window to change, with no
+	// goroutine (sub.go); a change sets them going again.
+	parked []*Sub
 }
 
 // Hub fans applied revisions out to the member's watchers.
@@ -125,11 +126,17 @@ func (h *Hub) Publish(revs []storage.Revision) {
 		return
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			h.mu.Unlock()
+		}
+	}()
+	var run []*Sub
 	if revs[0].Rev != h.head+1 {
 		// Not consecutive (cannot happen short of a snapshot, which calls
 		// Reset): forget the windows rather than serve a gap.
-		h.resetLocked(revs[0].Rev - 1)
+		run = h.resetLocked(revs[0].Rev-1, run)
 	}
 	var touched []*group
 	for ri := range revs {
@@ -154,14 +161,26 @@ func (h *Hub) Publish(revs []storage.Revision) {
 		h.head = r.Rev
 	}
 	h.remember(revs)
-	woken := map[*group]bool{}
 	for _, g := range touched {
-		if !woken[g] {
-			woken[g] = true
-			close(g.wake)
-			g.wake = make(chan struct{})
-		}
+		run = g.changedLocked(run)
 	}
+	h.mu.Unlock()
+	unlocked = true
+	spawn(run)
+}
+
+// changedLocked marks g's window changed and appends to run the watches
+// it takes off the parked list, for the caller to set going once the
+// lock is released. Under h.mu.
+func (g *group) changedLocked(run []*Sub) []*Sub {
+	g.gen++
+	for _, s := range g.parked {
+		s.unparkLocked()
+		run = append(run, s)
+	}
+	clear(g.parked)
+	g.parked = g.parked[:0]
+	return run
 }
 
 // add appends ev, of revision rev, to g's window, marked as the last
@@ -197,18 +216,21 @@ func contains(gs []*group, g *group) bool {
 // a snapshot at revision rev. Watchers re-read from storage.
 func (h *Hub) Reset(rev int64) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.resetLocked(rev)
+	run := h.resetLocked(rev, nil)
+	h.mu.Unlock()
+	spawn(run)
 }
 
-func (h *Hub) resetLocked(rev int64) {
+// resetLocked forgets the windows, appending to run the watches to set
+// going again.
+func (h *Hub) resetLocked(rev int64, run []*Sub) []*Sub {
 	h.head = rev
 	h.recent.reset()
 	for _, g := range h.groups {
 		g.win.reset(rev)
-		close(g.wake)
-		g.wake = make(chan struct{})
+		run = g.changedLocked(run)
 	}
+	return run
 }
 
 func (h *Hub) join(prefix string) *group {
@@ -216,7 +238,7 @@ func (h *Hub) join(prefix string) *group {
 	defer h.mu.Unlock()
 	g, ok := h.groups[prefix]
 	if !ok {
-		g = &group{prefix: prefix, win: newWindow(h.capacity, h.head), wake: make(chan struct{})}
+		g = &group{prefix: prefix, win: newWindow(h.capacity, h.head)}
 		if h.recent.len() > 0 {
 			// The recent revisions run without a gap up to head; those the
 			// history no longer retains are left out, so a watch from below
@@ -249,167 +271,5 @@ func (h *Hub) leave(g *group) {
 	defer h.mu.Unlock()
 	if g.refs--; g.refs == 0 {
 		delete(h.groups, g.prefix)
-	}
-}
-
-// Emitter receives what a watch produces, in order, on the watch's
-// goroutine; an error from it ends the watch with that error. end marks
-// the last event of its revision under the watched prefix. ev is shared
-// with other watchers: read it, never change it.
-type Emitter interface {
-	Event(ctx context.Context, rev int64, ev *storage.Event, end bool) error
-	Progress(ctx context.Context, rev int64) error
-}
-
-// Watch delivers the events under prefix with revision > from, in
-// revision order, until ctx ends or the emitter or the history fails; it
-// then returns the reason. progressNow, when it receives, asks for a
-// progress report as soon as the watch is current.
-//
-// every, when positive, reports progress (the revision the watch is
-// current to) whenever nothing was delivered for that long.
-func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
-	return h.watch(ctx, prefix, from, every, e, progressNow, nil)
-}
-
-// WatchAt is Watch without progress reports of its own: while it waits
-// for events, pos says where it waits, and Current reports it current to
-// the head for its caller (a member tells a connection's current watches
-// in one frame). pos is the caller's, made by NewPosition, one a watch.
-func (h *Hub) WatchAt(ctx context.Context, prefix string, from int64, e Emitter, pos *Position) error {
-	return h.watch(ctx, prefix, from, 0, e, nil, pos)
-}
-
-func (h *Hub) watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}, pos *Position) (err error) {
-	h.stats.watchers.Add(1)
-	defer func() {
-		h.stats.watchers.Add(-1)
-		switch {
-		case errors.Is(err, errs.SlowWatcher):
-			h.stats.slowEnds.Add(1)
-		case errors.Is(err, errs.Compacted):
-			h.stats.compactedEnds.Add(1)
-		}
-	}()
-	g := h.join(prefix)
-	defer h.leave(g)
-	if pos != nil {
-		pos.g.Store(g)
-		defer pos.parked.Store(-1)
-	}
-	var progress <-chan time.Time
-	var timer *time.Timer
-	if every > 0 {
-		timer = time.NewTimer(every)
-		defer timer.Stop()
-		progress = timer.C
-	}
-	wantProgress := false
-	var buf []item // this watch's own: the window hands out copies
-	for {
-		items, wake, current, err := h.read(g, prefix, from, buf[:0])
-		if err != nil {
-			return err
-		}
-		for i, it := range items {
-			if err := e.Event(ctx, it.rev, it.ev, it.end); err != nil {
-				h.stats.events.Add(uint64(i))
-				return err
-			}
-			from = it.rev
-			if timer != nil {
-				timer.Reset(every)
-			}
-		}
-		// Once per batch rather than per event: one atomic add.
-		h.stats.events.Add(uint64(len(items)))
-		// Pin no event while waiting.
-		clear(items)
-		buf = items
-		if len(items) > 0 {
-			continue
-		}
-		// Caught up: every event under prefix up to current was delivered.
-		from = max(from, current)
-		if wantProgress {
-			wantProgress = false
-			if err := e.Progress(ctx, from); err != nil {
-				return err
-			}
-		}
-		if pos != nil {
-			// Every event up to from is with the emitter: from here
-			// Current may report the watch current.
-			pos.parked.Store(from)
-		}
-		select {
-		case <-wake:
-		case <-progress:
-			wantProgress = true
-			timer.Reset(every)
-		case <-progressNow:
-			wantProgress = true
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if pos != nil {
-			pos.parked.Store(-1)
-		}
-	}
-}
-
-// The most events a watch copies out of a window at once (more only to
-// end on a whole revision): enough to make the lock's cost per event
-// small, and a bound on what a stuck watcher holds.
-const readBatch = 256
-
-// read appends to dst the events under prefix after from, up to whole
-// revisions: copies from the group's window when it covers from, else
-// from the history. With nothing to deliver it returns the revision the
-// watch is current to and the channel that says when there may be more.
-func (h *Hub) read(g *group, prefix string, from int64, dst []item) ([]item, <-chan struct{}, int64, error) {
-	h.mu.RLock()
-	wake, head := g.wake, h.head
-	if from >= g.win.start {
-		// Copied under the lock: the window's ring is Publish's to move
-		// and overwrite as soon as the lock is released.
-		dst = g.win.copyAfter(from, dst, readBatch)
-		h.mu.RUnlock()
-		return dst, wake, head, nil
-	}
-	h.mu.RUnlock()
-	const batch = 256
-	for {
-		revs, err := h.hist.History(from, batch)
-		if errors.Is(err, storage.ErrCompacted) {
-			return nil, wake, 0, &CompactedError{Oldest: h.hist.OldestRevision()}
-		}
-		if err != nil {
-			return nil, wake, 0, err
-		}
-		if len(revs) == 0 {
-			// The history has nothing after from yet (the window lags the
-			// history only while a publish is on its way).
-			return dst, wake, from, nil
-		}
-		for ri := range revs {
-			r := &revs[ri]
-			n := len(dst)
-			for ei := range r.Events {
-				if strings.HasPrefix(r.Events[ei].KV.Key, prefix) {
-					dst = append(dst, item{rev: r.Rev, ev: &r.Events[ei]})
-				}
-			}
-			if len(dst) > n {
-				dst[len(dst)-1].end = true
-			}
-			from = r.Rev
-		}
-		if len(dst) > 0 {
-			return dst, wake, from, nil
-		}
-		if from >= head {
-			return dst, wake, from, nil
-		}
 	}
 }
