@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,6 +321,45 @@ func TestWatchRequestProgressWithoutNotify(t *testing.T) {
 		require.Equal(t, coord.EventProgress, ev.Type, "nothing changed under the prefix")
 		if ev.Rev >= kv.ModRev {
 			break // this member has applied the change elsewhere
+		}
+	}
+}
+
+// A quiet watch on a member keeps no goroutine waiting: 200 of them
+// cost the process none, each still gets its events, and RequestProgress
+// reaches one that waits. Not parallel: it counts the process's
+// goroutines.
+func TestQuietWatchesHoldNoGoroutine(t *testing.T) {
+	c := coordtest.NewCluster(t, 3)
+	l := c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g0 := runtime.NumGoroutine()
+	const n = 200
+	ws := make([]*coord.Watcher, n)
+	for i := range ws {
+		ws[i] = l.Watch(ctx, fmt.Sprintf("quiet/%03d/", i))
+	}
+	for _, w := range ws {
+		<-w.Ready()
+	}
+	waitGoroutines(t, "held", func(g int) bool { return g-g0 <= n/10 })
+	for i := 0; i < n; i += 20 {
+		r, err := l.Put(ctx, fmt.Sprintf("quiet/%03d/k", i), []byte("v"))
+		require.NoError(t, err)
+		ev := clientEvent(t, ws[i])
+		require.Equal(t, coord.EventPut, ev.Type)
+		require.Equal(t, r.ModRev, ev.Rev)
+	}
+	ws[1].RequestProgress()
+	ev := clientEvent(t, ws[1])
+	require.Equal(t, coord.EventProgress, ev.Type)
+	waitGoroutines(t, "after the deliveries", func(g int) bool { return g-g0 <= n/10 })
+	for _, w := range ws {
+		w.Close()
+	}
+	for _, w := range ws {
+		for range w.Events() {
 		}
 	}
 }

@@ -205,15 +205,17 @@ func (n *Node) watch(ctx context.Context, prefix string, o spi.WatchOptions, sin
 	// quiet prefix, the progress report asked for here (which the
 	// emitter keeps to itself unless the caller asked for one too).
 	sink.ProgressRequests() <- struct{}{}
-	go func() {
-		defer stop()
-		defer cancel()
-		err := n.hub.Watch(ctx, prefix, o.FromRev, o.Progress, em, sink.ProgressRequests())
+	// No goroutine waits with the watch (watch.Hub.Start): the caller's
+	// progress requests reach it through the sink's hook.
+	sub := n.hub.Start(ctx, prefix, o.FromRev, o.Progress, em, nil, func(err error) {
+		stop()
+		cancel()
 		if n.closing.Err() != nil && !errors.As(err, new(*watch.SlowError)) {
 			err = errs.Closed
 		}
 		sink.End(err)
-	}()
+	})
+	sink.OnProgressRequest(sub.RequestProgress)
 }
 
 // emitter turns the hub's events into the watcher's: filtered, with or
