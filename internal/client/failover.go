@@ -169,18 +169,28 @@ func (c *Client) failover(ctx context.Context, giveUp func(error) error, send fu
 			return giveUp(err)
 		}
 		n, err := send(conn)
-		switch n {
-		case nextAnswered:
+		if done, err := c.carryOut(ctx, conn, n, err, giveUp); done {
 			return err
-		case nextPause:
-			err = c.pause(ctx, conn)
-		case nextMember:
-			err = waitConnEnd(ctx, conn)
-		}
-		if err != nil {
-			return giveUp(err)
 		}
 	}
+}
+
+// carryOut does what an attempt on conn said should come next (n, with
+// the attempt's err): wait for the connection's end, or a moment, or
+// nothing. It reports whether the request is done, and then with what.
+func (c *Client) carryOut(ctx context.Context, conn *clientwire.ClientConn, n next, err error, giveUp func(error) error) (bool, error) {
+	switch n {
+	case nextAnswered:
+		return true, err
+	case nextPause:
+		err = c.pause(ctx, conn)
+	case nextMember:
+		err = waitConnEnd(ctx, conn)
+	}
+	if err != nil {
+		return true, giveUp(err)
+	}
+	return false, nil
 }
 
 // pause waits for conn to end or a tenth of an election timeout, whichever

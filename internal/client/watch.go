@@ -192,7 +192,10 @@ func (m *watchMerger) start(ctx context.Context, prefix string, o spi.WatchOptio
 	d := m.newDownstream(ctx, up, prefix, o, o.FromRev, sink)
 	up.downs[d] = struct{}{}
 	m.ups.add(up)
-	m.wg.Go(up.run)
+	// Counted in m.wg until it has ended (end), with each goroutine it
+	// runs on inside that count.
+	m.wg.Add(1)
+	go up.run()
 }
 
 func (m *watchMerger) newDownstream(ctx context.Context, up *upstream, prefix string, o spi.WatchOptions, from int64, sink spi.Sink) *downstream {
@@ -264,7 +267,8 @@ func (m *watchMerger) detach(up *upstream, d *downstream) {
 
 func (m *watchMerger) removeLocked(up *upstream) { m.ups.remove(up) }
 
-// end ends up and all its watchers with err (after what they have queued).
+// end ends up and all its watchers with err (after what they have
+// queued): the last step of its run, once.
 func (up *upstream) end(err error) {
 	m := up.m
 	m.mu.Lock()
@@ -281,6 +285,7 @@ func (up *upstream) end(err error) {
 	for _, d := range downs {
 		d.finish(err)
 	}
+	m.wg.Done()
 }
 
 func (m *watchMerger) close() {
@@ -292,93 +297,138 @@ func (m *watchMerger) close() {
 
 // run keeps the upstream watch open from pos+1, on whichever member the
 // client is connected to, until it has no watcher left or ends for good.
+// It runs on a goroutine only while it opens the watch, waits between
+// attempts or decides where to resume: while the watch is open none
+// waits for its end (ClientWatch.AfterEnd runs the next step), so a
+// client holding many quiet watches pays no stack for each. This is
+// Client.failover's loop, cut at the open watch.
 func (up *upstream) run() {
 	c := up.m.c
-	// Closed once the client is closed, else why the watch ended.
-	closedOr := func(err error) error { return c.closedOr(up.ctx, err) }
-	up.end(c.failover(up.ctx, closedOr, func(conn *clientwire.ClientConn) (next, error) {
-		up.mu.Lock()
-		from := up.pos + 1
-		up.mu.Unlock()
-		// The frames are fanned out on the connection's reader as they
-		// arrive (fanOut only queues, so it never blocks the reader):
-		// the watchers' queues are the watch's only buffer in the client.
-		var pending []clientwire.Event
-		onFrame := func(msg clientwire.Message) bool {
-			// A frame may come before Watch returns: the watch is
-			// established by then, and its watchers are Ready before
-			// they see its first event.
-			up.establish()
-			switch msg := msg.(type) {
-			case *clientwire.WatchEvents:
-				for _, ev := range msg.Events {
-					pending = append(pending, ev)
-					if ev.EndOfRev {
-						up.fanOut(ev.KV.ModRev, pending)
-						pending = nil
-					}
-				}
-			case *clientwire.WatchProgress:
-				up.progress(msg.Rev)
-			}
-			return true
-		}
-		cw, err := conn.Watch(up.ctx, &clientwire.WatchStart{Prefix: up.prefix, FromRev: from, PrevKV: up.prevKV,
-			ProgressInterval: c.ElectionTimeout()}, onFrame)
+	for {
+		conn, err := c.current(up.ctx)
 		if err != nil {
-			var we *clientwire.Error
-			switch {
-			case up.ctx.Err() != nil:
-				return nextAnswered, closedOr(up.ctx.Err())
-			case errors.As(err, &we) && !clientwire.Passing(we.Code):
-				return nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
-			case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
-				// The member cannot serve it now: a moment, then again,
-				// here (if the connection lives on) or on the next member.
-				return nextPause, nil
-			}
-			return nextMember, nil // the connection ended (or its member is closing): the next one
+			up.end(up.closedOr(err))
+			return
 		}
+		cw, n, err := up.open(conn)
+		if cw != nil {
+			stop := context.AfterFunc(up.ctx, cw.Cancel)
+			cw.AfterEnd(func() {
+				stop()
+				n, err := up.ended(conn, cw)
+				if up.carryOut(conn, n, err) {
+					up.run()
+				}
+			})
+			return
+		}
+		if !up.carryOut(conn, n, err) {
+			return
+		}
+	}
+}
+
+// closedOr is errs.Closed once the client is closed, else why the watch
+// ended.
+func (up *upstream) closedOr(err error) error { return up.m.c.closedOr(up.ctx, err) }
+
+// carryOut does what an attempt said should come next, and reports
+// whether to go on; when not, the upstream has ended.
+func (up *upstream) carryOut(conn *clientwire.ClientConn, n next, err error) bool {
+	done, err := up.m.c.carryOut(up.ctx, conn, n, err, up.closedOr)
+	if done {
+		up.end(err)
+	}
+	return !done
+}
+
+// open opens the watch on conn from pos+1: the watch, or what to do
+// next when it did not open.
+func (up *upstream) open(conn *clientwire.ClientConn) (*clientwire.ClientWatch, next, error) {
+	c := up.m.c
+	up.mu.Lock()
+	from := up.pos + 1
+	up.mu.Unlock()
+	// The frames are fanned out on the connection's reader as they
+	// arrive (fanOut only queues, so it never blocks the reader): the
+	// watchers' queues are the watch's only buffer in the client.
+	var pending []clientwire.Event
+	onFrame := func(msg clientwire.Message) bool {
+		// A frame may come before Watch returns: the watch is
+		// established by then, and its watchers are Ready before they
+		// see its first event.
 		up.establish()
-		stop := context.AfterFunc(up.ctx, cw.Cancel)
-		<-cw.Done()
-		stop()
-		end := cw.End()
-		// Resume from pos+1: here at once while the connection lives, else
-		// on the next member.
-		resume := nextMember
-		if conn.Err() == nil {
-			resume = nextNow
+		switch msg := msg.(type) {
+		case *clientwire.WatchEvents:
+			for _, ev := range msg.Events {
+				pending = append(pending, ev)
+				if ev.EndOfRev {
+					up.fanOut(ev.KV.ModRev, pending)
+					pending = nil
+				}
+			}
+		case *clientwire.WatchProgress:
+			up.progress(msg.Rev)
 		}
-		switch end.Code {
-		case clientwire.CodeClosed:
-			// The member is closing (a storage fault stops it too) and
-			// ends its connections soon, but until it does it takes a
-			// new watch and ends it at once, closed again: resuming
-			// here would spin (and, in virtual time, stop the clock).
-			// Resume on the next member.
-			return nextMember, nil
-		case clientwire.CodeConnLost, clientwire.CodeSlowWatcher:
-			return resume, nil
-		case clientwire.CodeNone:
-			if up.ctx.Err() != nil {
-				return nextAnswered, closedOr(up.ctx.Err())
-			}
-			return resume, nil
-		case clientwire.CodeCompacted:
-			return nextAnswered, &spi.CompactedError{Oldest: end.CompactRev}
-		default:
-			if !clientwire.Passing(end.Code) {
-				return nextAnswered, clientwire.ErrorOf(end.Code, end.Message)
-			}
-			if up.ctx.Err() != nil {
-				return nextAnswered, closedOr(up.ctx.Err())
-			}
-			// The member ended it for a passing reason of its own (see
-			// clientwire.Passing): resume after a moment.
-			return nextPause, nil
+		return true
+	}
+	cw, err := conn.Watch(up.ctx, &clientwire.WatchStart{Prefix: up.prefix, FromRev: from, PrevKV: up.prevKV,
+		ProgressInterval: c.ElectionTimeout()}, onFrame)
+	if err != nil {
+		var we *clientwire.Error
+		switch {
+		case up.ctx.Err() != nil:
+			return nil, nextAnswered, up.closedOr(up.ctx.Err())
+		case errors.As(err, &we) && !clientwire.Passing(we.Code):
+			return nil, nextAnswered, clientwire.ErrorOf(we.Code, we.Message)
+		case errors.As(err, &we) && we.Code != clientwire.CodeClosed:
+			// The member cannot serve it now: a moment, then again, here
+			// (if the connection lives on) or on the next member.
+			return nil, nextPause, nil
 		}
-	}))
+		return nil, nextMember, nil // the connection ended (or its member is closing): the next one
+	}
+	up.establish()
+	return cw, 0, nil
+}
+
+// ended says what comes after the watch cw on conn ended.
+func (up *upstream) ended(conn *clientwire.ClientConn, cw *clientwire.ClientWatch) (next, error) {
+	end := cw.End()
+	// Resume from pos+1: here at once while the connection lives, else
+	// on the next member.
+	resume := nextMember
+	if conn.Err() == nil {
+		resume = nextNow
+	}
+	switch end.Code {
+	case clientwire.CodeClosed:
+		// The member is closing (a storage fault stops it too) and ends
+		// its connections soon, but until it does it takes a new watch
+		// and ends it at once, closed again: resuming here would spin
+		// (and, in virtual time, stop the clock). Resume on the next
+		// member.
+		return nextMember, nil
+	case clientwire.CodeConnLost, clientwire.CodeSlowWatcher:
+		return resume, nil
+	case clientwire.CodeNone:
+		if up.ctx.Err() != nil {
+			return nextAnswered, up.closedOr(up.ctx.Err())
+		}
+		return resume, nil
+	case clientwire.CodeCompacted:
+		return nextAnswered, &spi.CompactedError{Oldest: end.CompactRev}
+	default:
+		if !clientwire.Passing(end.Code) {
+			return nextAnswered, clientwire.ErrorOf(end.Code, end.Message)
+		}
+		if up.ctx.Err() != nil {
+			return nextAnswered, up.closedOr(up.ctx.Err())
+		}
+		// The member ended it for a passing reason of its own (see
+		// clientwire.Passing): resume after a moment.
+		return nextPause, nil
+	}
 }
 
 // establish marks the upstream's watchers Ready, once: a member has

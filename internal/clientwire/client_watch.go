@@ -15,9 +15,10 @@ type ClientWatch struct {
 	onFrame func(Message) bool
 	done    chan struct{}
 
-	mu  sync.Mutex
-	rev int64 // delivered up to
-	end *WatchEnd
+	mu    sync.Mutex
+	rev   int64 // delivered up to
+	end   *WatchEnd
+	after func() // AfterEnd's
 }
 
 // Watch starts a watch; ws.WatchID is set by the connection. It returns
@@ -63,6 +64,19 @@ func (w *ClientWatch) ID() uint64 { return w.id }
 
 // Done is closed when the watch has ended, after its last frame.
 func (w *ClientWatch) Done() <-chan struct{} { return w.done }
+
+// AfterEnd has fn run, on a goroutine of its own, once the watch has
+// ended (at once if it has): for a caller that keeps no goroutine
+// waiting on Done. One fn a watch.
+func (w *ClientWatch) AfterEnd(fn func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.end != nil {
+		go fn()
+		return
+	}
+	w.after = fn
+}
 
 // End is why the watch ended (nil while it runs). Code CodeNone follows
 // Cancel; CodeSlowWatcher means this consumer (or the connection) fell
@@ -137,5 +151,8 @@ func (w *ClientWatch) finish(e *WatchEnd) {
 		e.Rev = w.rev
 		w.end = e
 		close(w.done)
+		if w.after != nil {
+			go w.after()
+		}
 	}
 }
