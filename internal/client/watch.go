@@ -65,8 +65,9 @@ type upstream struct {
 // downstream is one Watcher served by an upstream. It keeps no goroutine
 // while it has nothing to deliver: what gives it work (a revision or a
 // report queued, its end, its progress interval passing) starts one,
-// which delivers until nothing is left and exits, so a client holding
-// many quiet watches pays one goroutine a watch (its upstream's), not two.
+// which delivers until nothing is left and exits; its upstream too keeps
+// none while its watch is open (upstream.run), so a quiet watch costs
+// its client no goroutine.
 type downstream struct {
 	w      spi.Sink
 	up     *upstream

@@ -2,8 +2,8 @@ package watch
 
 import "sync/atomic"
 
-// Position is where a WatchAt watch waits, for Current to read without
-// waking it.
+// Position is where a watch started with one (Hub.Start) waits, for
+// Current to read without waking it.
 type Position struct {
 	// parked is the revision the watch has handed its emitter every event
 	// up to, while it waits for more; -1 while it runs.

@@ -54,39 +54,18 @@ type Sub struct {
 	finished bool
 }
 
-// Watch delivers the events under prefix with revision > from, in
-// revision order, until ctx ends or the emitter or the history fails; it
-// then returns the reason. progressNow, when it receives, asks for a
-// progress report as soon as the watch is current.
+// Start starts a watch and returns at once. It delivers the events
+// under prefix with revision > from, in revision order, until ctx ends
+// or the emitter or the history fails; done is then called once, with
+// the reason, after which the emitter is called no more.
 //
 // every, when positive, reports progress (the revision the watch is
-// current to) whenever nothing was delivered for that long.
-func (h *Hub) Watch(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, progressNow <-chan struct{}) error {
-	done := make(chan error, 1)
-	s := h.Start(ctx, prefix, from, every, e, nil, func(err error) { done <- err })
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-progressNow:
-			s.RequestProgress()
-		}
-	}
-}
-
-// WatchAt is Watch without progress reports of its own: while it waits
-// for events, pos says where it waits, and Current reports it current to
-// the head for its caller (a member tells a connection's current watches
-// in one frame). pos is the caller's, made by NewPosition, one a watch.
-func (h *Hub) WatchAt(ctx context.Context, prefix string, from int64, e Emitter, pos *Position) error {
-	done := make(chan error, 1)
-	h.Start(ctx, prefix, from, 0, e, pos, func(err error) { done <- err })
-	return <-done
-}
-
-// Start starts the watch Watch runs (with pos, as WatchAt's, when not
-// nil), and returns at once: done is called once, with why the watch
-// ended, after which its emitter is called no more.
+// current to) whenever nothing was delivered for that long;
+// RequestProgress asks for a report as soon as the watch is current.
+// pos, when not nil, says where the watch waits while it waits for
+// events, for Current to report it current to the head for its caller
+// (a member tells a connection's current watches in one frame): made by
+// NewPosition, one a watch.
 func (h *Hub) Start(ctx context.Context, prefix string, from int64, every time.Duration, e Emitter, pos *Position, done func(error)) *Sub {
 	h.stats.watchers.Add(1)
 	g := h.join(prefix)
