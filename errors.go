@@ -36,7 +36,9 @@ var (
 	// ErrNoQuorum: this node cannot reach a quorum (it is on the minority
 	// side of a partition, or the cell has no leader); the request was not
 	// carried out. Writes and linearizable reads fail with it rather than
-	// answer from stale state.
+	// answer from stale state, once the call itself has waited three
+	// election timeouts with no leader in sight (or its context ended
+	// first).
 	ErrNoQuorum = errs.NoQuorum
 	// ErrTimeout: a wait bounded by the context's deadline ran out.
 	ErrTimeout = errs.Timeout

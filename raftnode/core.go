@@ -266,10 +266,16 @@ func (c *core) Step(env transport.Envelope) {
 
 // Propose queues p for Raft; Flush hands what is queued over, in one
 // proposal, once a leader is known.
-func (c *core) Propose(p *proposal) { c.pending = append(c.pending, p) }
+func (c *core) Propose(p *proposal) {
+	p.queuedTick = c.tick
+	c.pending = append(c.pending, p)
+}
 
 // Read queues a read-index request; Flush starts a round.
-func (c *core) Read(r *readRequest) { c.reads.queued = append(c.reads.queued, r) }
+func (c *core) Read(r *readRequest) {
+	r.queuedTick = c.tick
+	c.reads.queued = append(c.reads.queued, r)
+}
 
 // Flush hands Raft what was queued since the last one, if a leader is
 // known: proposals refused during a hand-over, new proposals (one

@@ -56,15 +56,24 @@ func (c *core) onTick() {
 	c.checkLeaderLoss()
 	c.noteContact()
 	c.expireStrangers()
-	if c.lead == 0 && c.tick-c.leaderlessSince > 3*et {
+	if c.lead == 0 && c.tick-c.leaderlessSince > 3*et && c.tick > 3*et {
 		// No leader for several election timeouts: we are on a minority
-		// side (or the cell has lost quorum). Say so instead of hanging.
+		// side (or the cell has lost quorum). Say so instead of hanging,
+		// to each caller that has itself waited that long: one that came
+		// just now (say, to a member that has not heard a leader since
+		// it started, while the cell elects one) waits its own three.
+		by := c.tick - 3*et - 1
+		keep := c.pending[:0]
 		for _, p := range c.pending {
-			c.answerErr(p, errs.NoQuorum)
+			if p.queuedTick <= by {
+				c.answerErr(p, errs.NoQuorum)
+			} else {
+				keep = append(keep, p)
+			}
 		}
-		clear(c.pending)
-		c.pending = c.pending[:0]
-		c.reads.failAll(errs.NoQuorum, &c.out.Answers)
+		clear(c.pending[len(keep):])
+		c.pending = keep
+		c.reads.failQueuedBy(by, errs.NoQuorum, &c.out.Answers)
 	}
 	if c.lead != 0 {
 		c.retryRefused()

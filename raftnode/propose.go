@@ -33,8 +33,9 @@ type proposal struct {
 	handed atomic.Bool
 	// sentTick and backoff belong to the core's driver: when the command was
 	// last handed to Raft, and how many ticks to wait before handing it
-	// again should it not have applied (resend.go).
-	sentTick, backoff uint64
+	// again should it not have applied (resend.go); queuedTick, when it
+	// reached the core.
+	sentTick, backoff, queuedTick uint64
 }
 
 type proposalResult struct {

@@ -11,6 +11,8 @@ import (
 // readRequest is one caller waiting for a read index.
 type readRequest struct {
 	resc chan readResult // buffered 1
+	// queuedTick is when it reached the core (the driver's).
+	queuedTick uint64
 }
 
 type readResult struct {
@@ -121,13 +123,26 @@ func (c *core) completeRead(rctx []byte, index uint64) {
 }
 
 // failAll answers every pending read with err, appended to as.
-func (rs *readState) failAll(err error, as *[]answer) {
+func (rs *readState) failAll(err error, as *[]answer) { rs.failQueuedBy(^uint64(0), err, as) }
+
+// failQueuedBy answers with err, appended to as, every pending read that
+// reached the core at tick by or before; the others stay queued.
+func (rs *readState) failQueuedBy(by uint64, err error, as *[]answer) {
 	if rs.inflight != nil {
-		rs.queued = append(rs.queued, rs.inflight.reqs...)
+		rs.queued = append(rs.inflight.reqs, rs.queued...)
 		rs.inflight = nil
 	}
+	keep := rs.queued[:0]
 	for _, r := range rs.queued {
-		*as = append(*as, answer{read: r, err: err})
+		if r.queuedTick <= by {
+			*as = append(*as, answer{read: r, err: err})
+		} else {
+			keep = append(keep, r)
+		}
 	}
-	rs.queued = nil
+	clear(rs.queued[len(keep):])
+	rs.queued = keep
+	if len(rs.queued) == 0 {
+		rs.queued = nil
+	}
 }
