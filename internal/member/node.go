@@ -126,6 +126,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.tr, n.ownTr = tcp, true
 	}
 	n.hub = watch.NewHub(n.sm, 4096)
+	// Closing ends every watch (client watches have no context of their
+	// own for it, serve_watch.go).
+	context.AfterFunc(n.closing, n.hub.Close)
 	n.sessions = newSessionEngine(n)
 	n.clients = newClientServer(n)
 	n.admin = newAdminRPC(n)

@@ -40,8 +40,10 @@ func (h *clientHandler) StartWatch(ctx context.Context, _ string, w *clientwire.
 	if w.FromRev > 0 {
 		from = w.FromRev - 1
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(n.closing, cancel)
+	// The watch ends with ctx (the client cancels it, goes away, or is
+	// too slow) or when the member closes (the hub ends every watch):
+	// no context of its own, which cost each of thousands of watches a
+	// few hundred bytes.
 	em := &sinkEmitter{sink: sink, puts: !w.DeletesOnly, dels: !w.PutsOnly, prevKV: w.PrevKV, told: from}
 	every := progressEvery(w.ProgressInterval, n.electionTimeout())
 	var pos *watch.Position
@@ -60,8 +62,6 @@ func (h *clientHandler) StartWatch(ctx context.Context, _ string, w *clientwire.
 		if pos != nil {
 			h.reports.remove(sink.ID())
 		}
-		stop()
-		cancel()
 		var ce *watch.CompactedError
 		switch {
 		case errors.As(err, &ce):

@@ -67,6 +67,8 @@ type Hub struct {
 	// watching the key it has just created, at its create revision) is
 	// then served from memory instead of a Pebble read of the history.
 	recent recentRing
+	// closed: Close ended every watch, and a new one ends at once.
+	closed bool
 
 	stats hubStats
 }

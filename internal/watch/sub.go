@@ -83,6 +83,21 @@ func (h *Hub) Start(ctx context.Context, prefix string, from int64, every time.D
 	return s
 }
 
+// Close ends every watch of the hub with errs.Closed (each as soon as
+// its emitter returns, if it is delivering), and any started after it at
+// once: the member closing, which ends its watches this one way rather
+// than with a context a watch.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	var run []*Sub
+	for _, g := range h.groups {
+		run = g.changedLocked(run)
+	}
+	h.mu.Unlock()
+	spawn(run)
+}
+
 // RequestProgress asks for a progress report as soon as the watch is
 // current.
 func (s *Sub) RequestProgress() { s.wake(true) }
@@ -149,6 +164,10 @@ func (s *Sub) run() {
 			s.finish(err)
 			return
 		}
+		if h.isClosed() {
+			s.finish(errs.Closed)
+			return
+		}
 		items, gen, current, err := h.read(s.g, s.prefix, s.from, s.buf[:0])
 		if err != nil {
 			s.finish(err)
@@ -190,6 +209,13 @@ func (s *Sub) run() {
 	}
 }
 
+// isClosed reports whether Close has run.
+func (h *Hub) isClosed() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.closed
+}
+
 // takeWant reports, and clears, whether a progress report is asked for.
 func (s *Sub) takeWant() bool {
 	s.h.mu.Lock()
@@ -206,7 +232,7 @@ func (s *Sub) park(gen uint64) bool {
 	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s.g.gen != gen || s.want || s.ctx.Err() != nil {
+	if s.g.gen != gen || s.want || s.ctx.Err() != nil || h.closed {
 		return false
 	}
 	s.parked, s.at = true, len(s.g.parked)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordcell/coord/internal/errs"
 	"github.com/coordcell/coord/storage"
 	"github.com/stretchr/testify/require"
 )
@@ -102,4 +103,28 @@ func TestParkedWatchWakesForProgress(t *testing.T) {
 
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// Close ends every watch with ErrClosed, parked or not, and a watch
+// started after it at once.
+func TestCloseEndsEveryWatch(t *testing.T) {
+	f := &fakeHistory{oldest: 1}
+	h := NewHub(f, 16)
+	const n = 20
+	done := make(chan error, n+1)
+	for i := range n {
+		h.Start(context.Background(), fmt.Sprintf("c/%d/", i), 0, 0, newRecorder(), nil, func(err error) { done <- err })
+	}
+	waitFor(t, "every watch parked", func() bool { return parkedCount(h) == n })
+	h.Close()
+	h.Start(context.Background(), "late/", 0, 0, newRecorder(), nil, func(err error) { done <- err })
+	for range n + 1 {
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, errs.Closed)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a watch did not end")
+		}
+	}
+	require.Zero(t, h.Stats().Watchers)
 }
