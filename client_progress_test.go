@@ -256,13 +256,7 @@ func TestClientQuietWatchesHoldNoGoroutine(t *testing.T) {
 	defer cancel()
 	g0 := runtime.NumGoroutine()
 	const n = 200 // under a connection's limit of watches
-	ws := make([]*coord.Watcher, n)
-	for i := range ws {
-		ws[i] = cl.Watch(ctx, fmt.Sprintf("quiet/%03d/", i))
-	}
-	for _, w := range ws {
-		<-w.Ready()
-	}
+	ws := openQuietWatches(ctx, n, func(ctx context.Context, prefix string) *coord.Watcher { return cl.Watch(ctx, prefix) })
 	// Three a watch when the client's upstream and watcher and the
 	// member's watch each kept one waiting.
 	waitGoroutines(t, "held", func(g int) bool { return g-g0 <= n/10 })
@@ -284,6 +278,19 @@ func TestClientQuietWatchesHoldNoGoroutine(t *testing.T) {
 		}
 	}
 	waitGoroutines(t, "closed", func(g int) bool { return g-g0 <= n/10 })
+}
+
+// openQuietWatches opens n watches with watch, of prefixes
+// quiet/000/..., and returns them once each is Ready.
+func openQuietWatches(ctx context.Context, n int, watch func(context.Context, string) *coord.Watcher) []*coord.Watcher {
+	ws := make([]*coord.Watcher, n)
+	for i := range ws {
+		ws[i] = watch(ctx, fmt.Sprintf("quiet/%03d/", i))
+	}
+	for _, w := range ws {
+		<-w.Ready()
+	}
+	return ws
 }
 
 // waitGoroutines waits for the process's goroutine count to satisfy ok.

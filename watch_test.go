@@ -336,13 +336,7 @@ func TestQuietWatchesHoldNoGoroutine(t *testing.T) {
 	defer cancel()
 	g0 := runtime.NumGoroutine()
 	const n = 200
-	ws := make([]*coord.Watcher, n)
-	for i := range ws {
-		ws[i] = l.Watch(ctx, fmt.Sprintf("quiet/%03d/", i))
-	}
-	for _, w := range ws {
-		<-w.Ready()
-	}
+	ws := openQuietWatches(ctx, n, func(ctx context.Context, prefix string) *coord.Watcher { return l.Watch(ctx, prefix) })
 	waitGoroutines(t, "held", func(g int) bool { return g-g0 <= n/10 })
 	for i := 0; i < n; i += 20 {
 		r, err := l.Put(ctx, fmt.Sprintf("quiet/%03d/k", i), []byte("v"))
