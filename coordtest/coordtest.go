@@ -188,6 +188,9 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 				BootstrapExpect: min(n, 3),
 				ProbeInterval:   200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond,
 				GossipInterval: 20 * time.Millisecond,
+				// A member whose news some missed at the start is seen at
+				// the next full exchange: a second, not gossip's 30.
+				PushPullInterval: time.Second,
 				Autopilot: coord.AutopilotConfig{
 					Stabilization: time.Second, DeadThreshold: 2 * time.Second, Interval: 100 * time.Millisecond,
 				},

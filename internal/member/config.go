@@ -104,7 +104,10 @@ type GossipConfig struct {
 	ProbeInterval   time.Duration
 	ProbeTimeout    time.Duration
 	GossipInterval  time.Duration
-	Autopilot       AutopilotConfig
+	// PushPullInterval is how often a member exchanges its whole view
+	// with another; 0 = gossip's default.
+	PushPullInterval time.Duration
+	Autopilot        AutopilotConfig
 }
 
 // AutopilotConfig is the root's AutopilotConfig.

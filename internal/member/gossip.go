@@ -152,6 +152,7 @@ func startGossiper(ctx context.Context, store *storage.Store, cfg *Config, ident
 		Name: cfg.Name, BindAddr: gc.BindAddr, AdvertiseAddr: gc.AdvertiseAddr, Transport: cfg.gossipTransport(),
 		Seeds: gc.Seeds, Keys: gc.Keys, Meta: gs.meta, Logger: gs.log,
 		ProbeInterval: gc.ProbeInterval, ProbeTimeout: gc.ProbeTimeout, GossipInterval: gc.GossipInterval,
+		PushPullInterval: gc.PushPullInterval,
 	})
 	if err != nil {
 		return ident, nil, 0, nil, fmt.Errorf("%w: %w", errs.Listen, err)
