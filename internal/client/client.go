@@ -371,8 +371,9 @@ func (c *Client) Limits() spi.Limits {
 // clientWatchBuffer is a client watch's channel: each watcher queues in
 // the client (see downstream), so the channel only hands events over,
 // and a client holding many watches does not pay a member's buffer for
-// each (a member's 64 events are some 7 KB).
-const clientWatchBuffer = 8
+// each (a member's 64 events are some 7 KB; 8 were 1 KB a watch, two
+// are 320 bytes).
+const clientWatchBuffer = 2
 
 func (c *Client) WatchBuffer() int { return clientWatchBuffer }
 
