@@ -124,17 +124,23 @@ func (p *probe) FailNow() { panic(p) }
 type gen struct {
 	rng  *rand.Rand
 	term uint64
+	// appendOnly: every append adds at least one entry after the last
+	// and overwrites none, so every segment holds entries the log needs.
+	appendOnly bool
 }
 
 func (g *gen) entries(m *model) []*pb.Entry {
 	lo := m.last() + 1
-	if back := uint64(g.rng.IntN(4)); m.last()-m.trunc >= back {
+	if back := uint64(g.rng.IntN(4)); !g.appendOnly && m.last()-m.trunc >= back {
 		lo -= back // overwrite a suffix now and then
 	}
 	if g.rng.IntN(4) == 0 {
 		g.term++
 	}
 	n := g.rng.IntN(6)
+	if g.appendOnly {
+		n++
+	}
 	ents := make([]*pb.Entry, n)
 	for i := range ents {
 		data := make([]byte, g.rng.IntN(300))
