@@ -215,6 +215,7 @@ func Serve(ctx context.Context, conn net.Conn, identity string, h Handler, lim L
 	s.out.close()
 	hardClose(conn)
 	cancel()
+	s.stopWatches()
 	s.tasks.Wait()
 	wg.Wait()
 	if cut := s.out.err(); errors.Is(cut, ErrSlowReader) {

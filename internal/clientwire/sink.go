@@ -26,6 +26,22 @@ type WatchSink struct {
 	tooLarge bool
 	ending   bool // stopped by the client, or slow: pushes refused
 	ended    bool // the Handler returned
+	onStop   func()
+}
+
+// OnStop has fn run once when the watch is stopped (the client cancels
+// it, it falls too far behind, or the connection ends), at once if it
+// has been: for a Handler that keeps no goroutine waiting on the
+// context. One fn a watch; it must not block.
+func (w *WatchSink) OnStop(fn func()) {
+	w.mu.Lock()
+	if !w.ending {
+		w.onStop = fn
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	fn()
 }
 
 // Events pushes changes of the watch, in revision order; rev is the
@@ -124,8 +140,13 @@ func (w *WatchSink) pushed(n int, rev int64) {
 func (w *WatchSink) stop() {
 	w.mu.Lock()
 	w.ending = true
+	fn := w.onStop
+	w.onStop = nil
 	w.mu.Unlock()
 	w.cancel()
+	if fn != nil {
+		fn()
+	}
 }
 
 // end is the WatchEnd for a Handler that returned err.
@@ -148,6 +169,20 @@ func (w *WatchSink) end(err error) *WatchEnd {
 		e.Code, e.Message = w.s.code(err), err.Error()
 	}
 	return e
+}
+
+// stopWatches stops every watch of the ended connection (their contexts
+// ended with the session's; OnStop's hooks run now).
+func (s *session) stopWatches() {
+	s.mu.Lock()
+	ws := make([]*WatchSink, 0, len(s.watches))
+	for _, w := range s.watches {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.stop()
+	}
 }
 
 // startWatch answers WatchStart: OK then the watch's frames, or an error.

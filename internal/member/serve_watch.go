@@ -40,10 +40,10 @@ func (h *clientHandler) StartWatch(ctx context.Context, _ string, w *clientwire.
 	if w.FromRev > 0 {
 		from = w.FromRev - 1
 	}
-	// The watch ends with ctx (the client cancels it, goes away, or is
-	// too slow) or when the member closes (the hub ends every watch):
-	// no context of its own, which cost each of thousands of watches a
-	// few hundred bytes.
+	// The watch ends when its sink stops (the client cancels it, goes
+	// away, or is too slow: OnStop below) or when the member closes (the
+	// hub ends every watch): no hook on a context, which cost each of
+	// thousands of watches a few hundred bytes.
 	em := &sinkEmitter{sink: sink, puts: !w.DeletesOnly, dels: !w.PutsOnly, prevKV: w.PrevKV, told: from}
 	every := progressEvery(w.ProgressInterval, n.electionTimeout())
 	var pos *watch.Position
@@ -58,7 +58,7 @@ func (h *clientHandler) StartWatch(ctx context.Context, _ string, w *clientwire.
 	// Without a reporter (a client of version 6 or below) a report per
 	// watch, which the emitter sends only at a revision newer than it
 	// told.
-	n.hub.Start(ctx, w.Prefix, from, every, em, pos, func(err error) {
+	sub := n.hub.Start(context.WithoutCancel(ctx), w.Prefix, from, every, em, pos, func(err error) {
 		if pos != nil {
 			h.reports.remove(sink.ID())
 		}
@@ -71,6 +71,7 @@ func (h *clientHandler) StartWatch(ctx context.Context, _ string, w *clientwire.
 		}
 		done(err)
 	})
+	sink.OnStop(sub.Stop)
 }
 
 // progressEvery is the interval of a client watch's progress reports:

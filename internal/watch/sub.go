@@ -51,6 +51,7 @@ type Sub struct {
 	parked   bool        // on g.parked, at index at
 	at       int
 	want     bool // a progress report is asked for
+	stopped  bool // Stop was called
 	finished bool
 }
 
@@ -78,9 +79,22 @@ func (h *Hub) Start(ctx context.Context, prefix string, from int64, every time.D
 		s.timer = time.AfterFunc(every, s.progressDue)
 		h.mu.Unlock()
 	}
-	s.stopCtx = context.AfterFunc(ctx, func() { s.wake(false) })
+	s.stopCtx = func() bool { return false }
+	if ctx.Done() != nil {
+		s.stopCtx = context.AfterFunc(ctx, func() { s.wake(false) })
+	}
 	go s.run()
 	return s
+}
+
+// Stop ends the watch as its context's end would (context.Canceled): for
+// a caller that starts it with a context that never ends, to save each
+// watch the context's hook.
+func (s *Sub) Stop() {
+	s.h.mu.Lock()
+	s.stopped = true
+	s.h.mu.Unlock()
+	s.wake(false)
 }
 
 // Close ends every watch of the hub with errs.Closed (each as soon as
@@ -164,8 +178,11 @@ func (s *Sub) run() {
 			s.finish(err)
 			return
 		}
-		if h.isClosed() {
+		if closed, stopped := s.ended(); closed {
 			s.finish(errs.Closed)
+			return
+		} else if stopped {
+			s.finish(context.Canceled)
 			return
 		}
 		items, gen, current, err := h.read(s.g, s.prefix, s.from, s.buf[:0])
@@ -209,11 +226,11 @@ func (s *Sub) run() {
 	}
 }
 
-// isClosed reports whether Close has run.
-func (h *Hub) isClosed() bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.closed
+// ended reports whether the hub has closed and whether Stop was called.
+func (s *Sub) ended() (closed, stopped bool) {
+	s.h.mu.RLock()
+	defer s.h.mu.RUnlock()
+	return s.h.closed, s.stopped
 }
 
 // takeWant reports, and clears, whether a progress report is asked for.
@@ -232,7 +249,7 @@ func (s *Sub) park(gen uint64) bool {
 	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s.g.gen != gen || s.want || s.ctx.Err() != nil || h.closed {
+	if s.g.gen != gen || s.want || s.ctx.Err() != nil || h.closed || s.stopped {
 		return false
 	}
 	s.parked, s.at = true, len(s.g.parked)
