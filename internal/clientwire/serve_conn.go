@@ -181,10 +181,11 @@ func (s *session) readLoop(fr *frameReader, version uint8) error {
 			err = s.members(f.ID)
 		case *WatchCancel:
 			s.mu.Lock()
-			if w := s.watches[m.WatchID]; w != nil {
-				w.stop()
-			}
+			w := s.watches[m.WatchID]
 			s.mu.Unlock()
+			if w != nil {
+				w.stop() // outside the lock: its OnStop hook may end the watch at once
+			}
 		case *KeepAlive:
 			s.offerKeepAlive(m)
 		case *Cancel:
