@@ -274,8 +274,10 @@ func TestServeClientsKeepAliveFolding(t *testing.T) {
 	intervals := float64(time.Since(start)) / float64(interval)
 	t.Logf("%d batches over %.1f intervals for 10 clients × 100 sessions", sent, intervals)
 	// Each round waits for a batch; a round's ten keep-alives share it
-	// (or the next, for one that arrives just after it left).
-	require.LessOrEqual(t, sent, uint64(2*rounds+2), "one member message per interval, not per client")
+	// (or the next, for one that arrives just after it left; on a machine
+	// with no core to spare, at times the one after: 17 of 6 rounds seen
+	// beside two CPU burners). One a client would be 60.
+	require.LessOrEqual(t, sent, uint64(3*rounds+2), "one member message per interval, not per client")
 }
 
 // rawFrames is a connection that has said Hello and read the Welcome,
