@@ -178,14 +178,7 @@ func (s *Sub) run() {
 			s.finish(err)
 			return
 		}
-		if closed, stopped := s.ended(); closed {
-			s.finish(errs.Closed)
-			return
-		} else if stopped {
-			s.finish(context.Canceled)
-			return
-		}
-		items, gen, current, err := h.read(s.g, s.prefix, s.from, s.buf[:0])
+		items, gen, current, err := s.read(s.buf[:0])
 		if err != nil {
 			s.finish(err)
 			return
@@ -214,43 +207,33 @@ func (s *Sub) run() {
 		}
 		// Caught up: every event under prefix up to current was delivered.
 		s.from = max(s.from, current)
-		if s.takeWant() {
+		parked, report := s.park(gen)
+		if parked {
+			return
+		}
+		if report {
 			if err := s.e.Progress(s.ctx, s.from); err != nil {
 				s.finish(err)
 				return
 			}
 		}
-		if s.park(gen) {
-			return
-		}
 	}
 }
 
-// ended reports whether the hub has closed and whether Stop was called.
-func (s *Sub) ended() (closed, stopped bool) {
-	s.h.mu.RLock()
-	defer s.h.mu.RUnlock()
-	return s.h.closed, s.stopped
-}
-
-// takeWant reports, and clears, whether a progress report is asked for.
-func (s *Sub) takeWant() bool {
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
-	w := s.want
-	s.want = false
-	return w
-}
-
 // park puts the watch on its group's parked list, unless what it read at
-// gen has changed since or something else is asked of it meanwhile, and
-// reports whether it did: its goroutine then ends.
-func (s *Sub) park(gen uint64) bool {
+// gen has changed since or something is asked of it: it reports whether
+// it did (its goroutine then ends), and whether a progress report is
+// due (taken: the caller sends it).
+func (s *Sub) park(gen uint64) (parked, report bool) {
 	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s.g.gen != gen || s.want || s.ctx.Err() != nil || h.closed || s.stopped {
-		return false
+	if s.want {
+		s.want = false
+		return false, true
+	}
+	if s.g.gen != gen || s.ctx.Err() != nil || h.closed || s.stopped {
+		return false, false
 	}
 	s.parked, s.at = true, len(s.g.parked)
 	s.g.parked = append(s.g.parked, s)
@@ -259,7 +242,7 @@ func (s *Sub) park(gen uint64) bool {
 		// may report the watch current.
 		s.pos.parked.Store(s.from)
 	}
-	return true
+	return true, false
 }
 
 // finish ends the watch with err.
@@ -291,13 +274,24 @@ func (s *Sub) finish(err error) {
 // small, and a bound on what a stuck watcher holds.
 const readBatch = 256
 
-// read appends to dst the events under prefix after from, up to whole
-// revisions: copies from the group's window when it covers from, else
-// from the history. With nothing to deliver it returns the revision the
-// watch is current to. gen is the group's window as read: the watch may
-// park only while it has not changed.
-func (h *Hub) read(g *group, prefix string, from int64, dst []item) (_ []item, gen uint64, current int64, _ error) {
+// read appends to dst the events under the watch's prefix after from,
+// up to whole revisions: copies from the group's window when it covers
+// from, else from the history; an error ends the watch (the hub closed,
+// Stop called, the history compacted or failing). With nothing to
+// deliver it returns the revision the watch is current to. gen is the
+// group's window as read: the watch may park only while it has not
+// changed.
+func (s *Sub) read(dst []item) (_ []item, gen uint64, current int64, _ error) {
+	h, g, prefix, from := s.h, s.g, s.prefix, s.from
 	h.mu.RLock()
+	switch {
+	case h.closed:
+		h.mu.RUnlock()
+		return nil, 0, 0, errs.Closed
+	case s.stopped:
+		h.mu.RUnlock()
+		return nil, 0, 0, context.Canceled
+	}
 	gen, head := g.gen, h.head
 	if from >= g.win.start {
 		// Copied under the lock: the window's ring is Publish's to move
