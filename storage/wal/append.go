@@ -235,7 +235,7 @@ func (l *Log) create(seq uint64) error {
 		if f, err = l.fs.Create(name, vfs.WriteCategoryUnspecified); err != nil {
 			return fmt.Errorf("wal: create %s: %w", name, err)
 		}
-		if err := l.fill(f); err != nil {
+		if err := l.fill(f, false); err != nil {
 			f.Close()
 			return fmt.Errorf("wal: preallocate %s: %w", name, err)
 		}
@@ -319,16 +319,31 @@ func emptyHardState(hs *pb.HardState) bool {
 // turns that mark into a journaled metadata change which every fdatasync
 // then waits for; blocks already written are overwritten in place, so a
 // sync is the data alone. The header is written over the first zeros.
-func (l *Log) fill(f vfs.File) error {
+//
+// With syncEach set, each chunk is synced as it is written: the log's
+// own fdatasyncs share the disk with these writes, and 32 MiB left to
+// the kernel's writeback (or to one sync at the end) reach the disk in
+// one burst that every commit behind it waits out; a chunk at a time
+// bounds that wait to one chunk's write. The preparer sets it; an
+// inline fill, on the commit path already, syncs once.
+func (l *Log) fill(f vfs.File, syncEach bool) error {
 	if err := f.Preallocate(0, l.segMax); err != nil {
 		return err
 	}
-	zeros := make([]byte, min(l.segMax, 1<<20))
+	zeros := make([]byte, min(l.segMax, fillChunk))
 	for off := int64(0); off < l.segMax; off += int64(len(zeros)) {
 		clear(zeros) // a file may scribble on what it was given to write
 		if _, err := f.Write(zeros[:min(int64(len(zeros)), l.segMax-off)]); err != nil {
 			return err
 		}
+		if syncEach {
+			if err := f.SyncData(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
+
+// fillChunk is the size of fill's writes.
+const fillChunk = 1 << 20

@@ -66,15 +66,16 @@ func (l *Log) startPreparing() {
 	})
 }
 
-// prepareFile writes the zeros of a segment at path and syncs them.
+// prepareFile writes the zeros of a segment at path, syncing them as it
+// goes (fill says why).
 func (l *Log) prepareFile(path string) error {
 	f, err := l.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	err = l.fill(f)
+	err = l.fill(f, true)
 	if err == nil {
-		err = f.Sync()
+		err = f.Sync() // the size and extents, once
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -104,4 +105,61 @@ func TestCrashAroundACutKeepsTheLog(t *testing.T) {
 	require.Equal(t, last, l.LastIndex())
 	appendEntries(t, l, 200, 1000) // and it goes on cutting
 	require.NoError(t, l.Close())
+}
+
+// unsyncedFS records the most bytes the prepared segment ever had
+// written and not yet synced.
+type unsyncedFS struct {
+	vfs.FS
+	mu       sync.Mutex
+	unsynced int64
+	most     int64
+}
+
+func (fs *unsyncedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil || fs.PathBase(name) != preparedName {
+		return f, err
+	}
+	return &unsyncedFile{File: f, fs: fs}, nil
+}
+
+type unsyncedFile struct {
+	vfs.File
+	fs *unsyncedFS
+}
+
+func (f *unsyncedFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.fs.mu.Lock()
+	f.fs.unsynced += int64(n)
+	f.fs.most = max(f.fs.most, f.fs.unsynced)
+	f.fs.mu.Unlock()
+	return n, err
+}
+
+func (f *unsyncedFile) synced() {
+	f.fs.mu.Lock()
+	f.fs.unsynced = 0
+	f.fs.mu.Unlock()
+}
+
+func (f *unsyncedFile) Sync() error     { defer f.synced(); return f.File.Sync() }
+func (f *unsyncedFile) SyncData() error { defer f.synced(); return f.File.SyncData() }
+
+// The preparer syncs its zeros a chunk at a time: left to one sync at
+// the end (or to the kernel's writeback), a segment's 32 MiB reach the
+// disk in one burst, and the log's fdatasyncs wait behind it (the soak's
+// first minutes).
+func TestPreparedZerosReachTheDiskAChunkAtATime(t *testing.T) {
+	t.Parallel()
+	fs := &unsyncedFS{FS: vfs.NewMem()}
+	l, err := Open(Options{FS: fs, Dir: "wal", SegmentBytes: 4 * fillChunk})
+	require.NoError(t, err)
+	defer l.Close()
+	waitPrepared(t, l)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	require.NotZero(t, fs.most, "no segment prepared through the file")
+	require.LessOrEqual(t, fs.most, int64(fillChunk), "bytes of a prepared segment written and not synced")
 }
